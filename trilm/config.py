@@ -1,0 +1,203 @@
+"""Typed configuration: dataclasses with validation, YAML round trip and dotted overrides.
+
+Every component owns a small dataclass deriving from :class:`Config`. YAML is only a serialization of those
+dataclasses, so a typo in a file or on the command line fails *before* anything heavy runs, with a message
+that names the offending key (``unknown key 'model.hiden' (did you mean 'hidden'?)``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, Self, Union, get_args, get_origin
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A configuration value or key is invalid; the message names the key and, if known, the file."""
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """Convert a YAML/CLI value to the annotated type, or raise ConfigError naming ``key``."""
+    origin = get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (Union, types.UnionType):
+        args = get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, key)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if len(errors) == 1 else f"{key}: {value!r} matches none of {tp}")
+    if origin is Literal:
+        choices = get_args(tp)
+        if value in choices:
+            return value
+        raise ConfigError(f"{key}: {value!r} is not one of {list(choices)}")
+    if isinstance(tp, type) and issubclass(tp, Config):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping for {tp.__name__}, got {value!r}")
+        return tp.from_dict(value, prefix=f"{key}.")
+    if origin in (list, tuple):
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        args = get_args(tp)
+        item_tp = args[0] if args else Any
+        items = [_coerce(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+        return dict(value)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key}: expected true/false, got {value!r}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ConfigError(f"{key}: expected an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"{key}: expected a number, got {value!r}")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return str(value)
+        raise ConfigError(f"{key}: expected a string, got {value!r}")
+    if tp is Path:
+        return Path(value)
+    raise ConfigError(f"{key}: unsupported annotation {_type_name(tp)}")
+
+
+def _unknown_key(key: str, prefix: str, known: list[str]) -> ConfigError:
+    hint = difflib.get_close_matches(key, known, n=1)
+    suggestion = f" (did you mean '{prefix}{hint[0]}'?)" if hint else f" (known: {', '.join(sorted(known))})"
+    return ConfigError(f"unknown key '{prefix}{key}'{suggestion}")
+
+
+@dataclasses.dataclass
+class Config:
+    """Base of every trilm config: typed fields, ``validate()`` on construction, YAML and overrides."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` with a message naming the key when a value is inconsistent."""
+
+    @classmethod
+    def _hints(cls) -> dict[str, Any]:
+        return typing.get_type_hints(cls)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, prefix: str = "") -> Self:
+        """Build from a plain mapping; unknown keys and wrong types raise with the dotted key path."""
+        if not isinstance(data, dict):
+            raise ConfigError(f"{prefix.rstrip('.') or cls.__name__}: expected a mapping, got {data!r}")
+        hints = cls._hints()
+        names = [f.name for f in dataclasses.fields(cls) if f.init]
+        kwargs = {}
+        for key, value in data.items():
+            if key not in names:
+                raise _unknown_key(str(key), prefix, names)
+            kwargs[key] = _coerce(value, hints[key], f"{prefix}{key}")
+        try:
+            return cls(**kwargs)
+        except ConfigError as exc:
+            raise ConfigError(_prefixed(str(exc), prefix)) from None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Config):
+                value = value.to_dict()
+            elif isinstance(value, tuple):
+                value = list(value)
+            elif isinstance(value, Path):
+                value = str(value)
+            out[f.name] = value
+        return out
+
+    def replace(self, **changes: Any) -> Self:
+        return dataclasses.replace(self, **changes)
+
+    def with_overrides(self, overrides: list[str] | tuple[str, ...]) -> Self:
+        """Apply ``a.b.c=value`` overrides (value parsed as YAML) and re-validate."""
+        data = self.to_dict()
+        for item in overrides:
+            if "=" not in item:
+                raise ConfigError(f"override {item!r} is not of the form key=value")
+            dotted, raw = item.split("=", 1)
+            parts = dotted.strip().split(".")
+            node: dict[str, Any] = data
+            for depth, part in enumerate(parts[:-1]):
+                child = node.get(part)
+                if not isinstance(child, dict):
+                    known = [k for k, v in node.items() if isinstance(v, dict)]
+                    raise _unknown_key(part, ".".join(parts[:depth]) + ("." if depth else ""), known)
+                node = child
+            if parts[-1] not in node:
+                raise _unknown_key(parts[-1], ".".join(parts[:-1]) + ("." if len(parts) > 1 else ""), list(node))
+            node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else ""
+        return type(self).from_dict(data)
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Self:
+        path = Path(path)
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: no such config file") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: invalid YAML: {exc}") from None
+        try:
+            cfg = cls.from_dict(data)
+            return cfg.with_overrides(overrides) if overrides else cfg
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+
+    def to_yaml(self, path: str | Path | None = None) -> str:
+        text = yaml.safe_dump(self.to_dict(), sort_keys=False)
+        if path is not None:
+            Path(path).write_text(text)
+        return text
+
+
+def _prefixed(message: str, prefix: str) -> str:
+    """Qualify a validation message's leading key with the parent's dotted path."""
+    if not prefix or message.startswith(prefix):
+        return message
+    return f"{prefix}{message}"
+
+
+def require(condition: bool, message: str) -> None:
+    """Validation helper: ``require(heads % tp == 0, "heads: ...")`` raises ConfigError when false."""
+    if not condition:
+        raise ConfigError(message)
