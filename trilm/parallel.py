@@ -128,6 +128,10 @@ def tp_group():
     return _mpu().get_tensor_model_parallel_group()
 
 
+def dp_group():
+    return _mpu().get_data_parallel_group()
+
+
 def shutdown_parallel() -> None:
     """Tear down megatron groups and the default process group (tests call this between cases)."""
     mpu = _mpu()

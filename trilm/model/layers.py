@@ -130,10 +130,11 @@ class Rotary(nn.Module):
         emb = torch.cat((freqs, freqs), dim=-1)
         return emb.cos().to(dtype), emb.sin().to(dtype)
 
-    @staticmethod
-    def apply(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        x1, x2 = x.chunk(2, dim=-1)
-        return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
 
 
 def _layout(cfg: ModelConfig, parallel: str, segments: tuple[int, ...], tp: int, rank: int) -> ScaleLayout:
@@ -176,7 +177,7 @@ class Attention(nn.Module):
         q = q.view(b, s, self.local_heads, hd).transpose(1, 2)
         k = k.view(b, s, self.local_kv, hd).transpose(1, 2)
         v = v.view(b, s, self.local_kv, hd).transpose(1, 2)
-        q, k = Rotary.apply(q, cos, sin), Rotary.apply(k, cos, sin)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         out = F.scaled_dot_product_attention(
             q, k, v, is_causal=True, enable_gqa=self.local_kv != self.local_heads
         )

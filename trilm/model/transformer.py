@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.nn.functional as dist_nn
 from megatron.core import tensor_parallel
+from megatron.core.tensor_parallel.layers import set_tensor_model_parallel_attributes
 from torch import nn
 
 from trilm.model.config import ModelConfig
@@ -57,6 +58,9 @@ class Decoder(nn.Module):
             cfg.hidden, {"head.weight": cfg.padded_vocab}, head_layout, None, config=mp
         )
         self.rotary = Rotary(cfg.head_dim, cfg.context, cfg.rope_theta)
+        for m in self.shard_modules():
+            if m.shard_dim is not None:  # grad-norm and optimizer code count sharded weights once per rank
+                set_tensor_model_parallel_attributes(m.weight, True, m.shard_dim, 1)
         if seed is not None:
             self.reset_parameters(seed)
 
