@@ -8,6 +8,7 @@ noise to a model trained with another, and nothing else would catch the mix-up.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import random
@@ -100,14 +101,15 @@ def train_tokenizer(
     max_sentences: int = 2_000_000,
     character_coverage: float = 0.9999,
     seed: int = 0,
-    num_threads: int | None = None,
+    num_threads: int = 2,
     provenance: dict | None = None,
 ) -> Tokenizer:
     """Train a byte-fallback BPE model on the lines of ``texts``; write ``out`` (.model) and a JSON sidecar.
 
     Settings follow LLaMA's tokenizer: BPE, byte fallback (no unknown bytes), digits split, whitespace kept
     exactly (identity normalisation, so decode(encode(text)) == text), EOS id 2. Lines are reservoir-sampled
-    to ``max_sentences`` with ``seed`` so that training cost is bounded on a large corpus.
+    to ``max_sentences`` with ``seed`` so that training cost is bounded on a large corpus. The same lines and
+    settings give the same model bytes, hence the same hash (``num_threads`` is part of the settings).
     """
     out = Path(out)
     if out.suffix != ".model":
@@ -126,11 +128,10 @@ def train_tokenizer(
                 sample[j] = line
     if not sample:
         raise DataError("tokenizer: no training text (all documents empty or filtered out)")
-    prefix = out.with_suffix("")
-    tmp_prefix = prefix.with_name(prefix.name + f".tmp-{os.getpid()}")
+    model = io.BytesIO()  # written through model_writer: no temporary path ends up inside the model proto
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(sample),
-        model_prefix=str(tmp_prefix),
+        model_writer=model,
         model_type="bpe",
         vocab_size=vocab_size,
         byte_fallback=True,
@@ -144,11 +145,12 @@ def train_tokenizer(
         bos_id=1,
         eos_id=2,
         pad_id=-1,
-        num_threads=num_threads or max(1, min(4, os.cpu_count() or 1)),
+        num_threads=num_threads,
         minloglevel=2,
     )
-    os.replace(f"{tmp_prefix}.model", out)
-    os.remove(f"{tmp_prefix}.vocab")
+    tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
+    tmp.write_bytes(model.getvalue())
+    os.replace(tmp, out)
     tok = Tokenizer.load(out)
     meta = {
         "hash": tok.hash,
