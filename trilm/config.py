@@ -7,6 +7,7 @@ that names the offending key (``unknown key 'model.hiden' (did you mean 'hidden'
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import types
@@ -72,6 +73,9 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     if tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                value = float(value.replace("_", ""))
         if isinstance(value, float) and value.is_integer():
             return int(value)
         raise ConfigError(f"{key}: expected an integer, got {value!r}")

@@ -111,7 +111,7 @@ class TrainConfig(Config):
     tokens: int = 10_000_000
     """Training tokens; steps = tokens // batch_tokens."""
     batch_tokens: int = 65_536
-    """Global batch in tokens (Spectra: TriLM ≈1M, FloatLM ≈2M); sequences per step = batch_tokens // seq_len."""
+    """Global batch in tokens (Spectra: TriLM ≈1M, FloatLM ≈2M); sequences/step = batch_tokens // seq_len."""
     micro_batch: int = 8
     """Sequences per data-parallel rank per forward/backward; the rest is gradient accumulation."""
     seq_len: int = 0
@@ -124,7 +124,10 @@ class TrainConfig(Config):
 
     def validate(self) -> None:
         seq = self.sequence_length
-        require(1 <= seq <= self.model.context, f"seq_len: {seq} must be in [1, model.context={self.model.context}]")
+        require(
+            1 <= seq <= self.model.context,
+            f"seq_len: {seq} must be in [1, model.context={self.model.context}]",
+        )
         require(self.batch_tokens > 0, f"batch_tokens: must be > 0, got {self.batch_tokens}")
         require(
             self.batch_tokens % seq == 0,

@@ -1,10 +1,10 @@
 """The DeepSpeed engine over the megatron-core tensor-parallel model.
 
-DeepSpeed owns data parallelism (ZeRO 0/1/2, gradient all-reduce, clipping, bf16 master weights); megatron-core
-owns tensor parallelism inside the model; :class:`trilm.parallel.DeepSpeedMPU` tells DeepSpeed which ranks
-form a model replica. Gradient accumulation is *unmanaged*: the trainer calls ``backward`` per micro-batch and
-``step`` once, so a step whose loss is not finite can be dropped without DeepSpeed's counters going out of
-phase.
+DeepSpeed owns data parallelism (ZeRO 0/1/2, gradient all-reduce, clipping, bf16 master weights);
+megatron-core owns tensor parallelism inside the model; :class:`trilm.parallel.DeepSpeedMPU` tells
+DeepSpeed which ranks form a model replica. Gradient accumulation is *unmanaged*: the trainer calls
+``backward`` per micro-batch and ``step`` once, so a step whose loss is not finite can be dropped without
+DeepSpeed's counters going out of phase.
 """
 
 from __future__ import annotations

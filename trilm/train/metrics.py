@@ -89,8 +89,8 @@ class MetricsLogger:
         if not enabled:
             return
         log_dir.mkdir(parents=True, exist_ok=True)
-        self.metrics = open(log_dir / "metrics.jsonl", "a")
-        self.events = open(log_dir / "events.jsonl", "a")
+        self.metrics = open(log_dir / "metrics.jsonl", "a")  # noqa: SIM115 - closed by close()
+        self.events = open(log_dir / "events.jsonl", "a")  # noqa: SIM115 - closed by close()
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 

@@ -26,12 +26,12 @@ class Schedule:
     def __init__(self, optim: OptimConfig, cfg: ScheduleConfig, total_steps: int):
         self.optim, self.cfg, self.total = optim, cfg, int(total_steps)
         warm = cfg.warmup
-        self.warmup_steps = int(round(warm * self.total)) if warm < 1 else int(warm)
+        self.warmup_steps = round(warm * self.total) if warm < 1 else int(warm)
         self.lr_drop_step = self._at(cfg.lr_drop_at)
         self.wd_off_step = self._at(cfg.weight_decay_off_at)
 
     def _at(self, fraction: float | None) -> int | None:
-        return None if fraction is None else int(round(fraction * self.total))
+        return None if fraction is None else round(fraction * self.total)
 
     def base_lr(self, step: int) -> float:
         peak, floor = self.optim.lr, self.optim.lr * self.optim.min_lr_ratio

@@ -96,9 +96,7 @@ class Trainer:
     def _check_same_run(self) -> None:
         saved = TrainConfig.from_yaml(self.run.config).to_dict()
         now = self.cfg.replace(model=self.model_cfg).to_dict()
-        changed = [
-            k for k in now if k not in _RESUMABLE_CHANGES and saved.get(k) != now.get(k)
-        ]
+        changed = [k for k in now if k not in _RESUMABLE_CHANGES and saved.get(k) != now.get(k)]
         if changed:
             raise ConfigError(
                 f"{self.run.config}: refusing to resume: {', '.join(changed)} differ from the saved run; "
@@ -216,9 +214,7 @@ class Trainer:
         if latest is not None:
             self._check_same_run()
             start, path = latest
-            counters.update(
-                {k: v for k, v in self._load_state(engine, start, path).items() if k in counters}
-            )
+            counters.update({k: v for k, v in self._load_state(engine, start, path).items() if k in counters})
         else:
             start = 0
             self._write_run_files()
@@ -276,13 +272,22 @@ class Trainer:
                     last_loss = self._mean_over_dp(torch.stack(losses).mean())
                 if done % cfg.log.every == 0 or done == cfg.steps:
                     rates = meter.report()
-                    values = {"loss": last_loss, "lr": lr, "weight_decay": wd,
-                              "grad_norm": global_grad_norm(engine) if finite else None,
-                              "tokens": done * tokens_per_step, "memory_gb": memory_gb(), **rates}
+                    values = {
+                        "loss": last_loss,
+                        "lr": lr,
+                        "weight_decay": wd,
+                        "grad_norm": global_grad_norm(engine) if finite else None,
+                        "tokens": done * tokens_per_step,
+                        "memory_gb": memory_gb(),
+                        **rates,
+                    }
                     logger.log(done, values)
                     if progress is not None:
-                        progress.set_postfix(loss=f"{last_loss:.3f}" if last_loss else "nan", lr=f"{lr:.2e}",
-                                             tok_s=f"{rates['tokens_per_s']:.0f}")
+                        progress.set_postfix(
+                            loss=f"{last_loss:.3f}" if last_loss else "nan",
+                            lr=f"{lr:.2e}",
+                            tok_s=f"{rates['tokens_per_s']:.0f}",
+                        )
                 val = None
                 if done in snaps or (cfg.log.eval_every and done % cfg.log.eval_every == 0):
                     val = self.validation_loss(engine)
@@ -321,4 +326,6 @@ class Trainer:
             return None
         from tqdm.auto import tqdm
 
-        return tqdm(total=self.cfg.steps, initial=start, desc=self.model_cfg.name, unit="step", dynamic_ncols=True)
+        return tqdm(
+            total=self.cfg.steps, initial=start, desc=self.model_cfg.name, unit="step", dynamic_ncols=True
+        )
