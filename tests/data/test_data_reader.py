@@ -152,3 +152,37 @@ def test_datasets_path_reports_bad_rows(tmp_path, jsonl_zst, monkeypatch):
     stats = ReadStats()
     assert len(list(read_documents_datasets(str(path), skip_bad=True, stats=stats))) == 2
     assert stats.skipped == {"empty document": 1}
+
+
+def test_hub_listing_maps_repo_paths_to_split_keys(monkeypatch):
+    """The hub path without the network: a stand-in for HfFileSystem returns paths as the hub spells them."""
+    import huggingface_hub
+
+    from trilm.data.slimpajama import hub_split_files
+
+    seen = []
+
+    class FakeFS:
+        def glob(self, pattern):
+            seen.append(pattern)
+            if "/test/" in pattern:
+                return []
+            base = "datasets/cerebras/SlimPajama-627B/validation"
+            names = ["chunk2/example_holdout_0", "chunk1/example_holdout_11", "chunk1/example_holdout_3"]
+            return [f"{base}/{name}.jsonl.zst" for name in names]
+
+    monkeypatch.setattr(huggingface_hub, "HfFileSystem", FakeFS)
+    files = hub_split_files("validation")
+    assert seen == ["datasets/cerebras/SlimPajama-627B/validation/chunk*/*.jsonl.zst"]
+    assert [f.key for f in files] == [
+        "validation/chunk1/example_holdout_3.jsonl.zst",
+        "validation/chunk1/example_holdout_11.jsonl.zst",
+        "validation/chunk2/example_holdout_0.jsonl.zst",
+    ]
+    assert (
+        files[0].path
+        == "hf://datasets/cerebras/SlimPajama-627B/validation/chunk1/example_holdout_3.jsonl.zst"
+    )
+    assert files[0].shard_name == "validation-chunk1-example_holdout_3"
+    with pytest.raises(DataError, match="no chunk"):
+        hub_split_files("test")
