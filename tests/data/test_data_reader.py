@@ -110,13 +110,23 @@ def test_corrupt_zst_is_an_error(tmp_path, jsonl_zst):
         list(read_documents(tmp_path / "junk.jsonl.zst"))
 
 
-def test_multiple_frames_and_missing_final_newline(tmp_path):
+def test_frames_lines_and_reads_may_split_anywhere(tmp_path, monkeypatch):
+    """Several zstd frames, a line longer than a read, no final newline: same documents at any read size."""
+    import trilm.data.slimpajama as reader
+
     c = zstandard.ZstdCompressor()
-    a = (json.dumps(doc("first")) + "\n").encode()
-    b = json.dumps(doc("second")).encode()  # no trailing newline
+    texts = [f"doc {i} " + "long " * (300 if i == 3 else i) for i in range(12)]
+    lines = [json.dumps(doc(t)).encode() for t in texts]
+    frames = [c.compress(b"\n".join(lines[i : i + 3]) + (b"\n" if i < 9 else b"")) for i in range(0, 12, 3)]
     path = tmp_path / "f.jsonl.zst"
-    path.write_bytes(c.compress(a) + c.compress(b))
-    assert [d.text for d in read_documents(path)] == ["first", "second"]
+    path.write_bytes(b"".join(frames))
+    for size in (1, 7, 64, len(frames[0]), 1 << 20):
+        monkeypatch.setattr(reader, "_READ_BYTES", size)
+        got = list(read_documents(path))
+        assert [d.text for d in got] == texts and [d.line for d in got] == list(range(1, 13))
+    path.write_bytes(b"")
+    with pytest.raises(DataError, match="truncated zstd stream"):
+        list(read_documents(path))
 
 
 def test_mixture_weights_are_deterministic_and_exact():
