@@ -14,9 +14,10 @@ Measured side by side, best of ``--trials`` each (the machine may be shared):
   (read, check, encode, EOS, write, fsync, checksums, index), fresh output directory each time.
 
 Targets: prepare with W workers ≥ 0.8 × raw with W threads, i.e. ≥ 0.8× raw per worker; 2 workers ≈ 2× one.
-Wall-clock ratios need otherwise idle cores. On a busy machine the CPU-time ratios are the per-worker cost:
-``cpu_efficiency_*`` = raw 1-thread CPU seconds / prepare CPU seconds (parent + workers, process start-up
-included); ``task_cpu_efficiency_2_workers`` counts only the CPU the two workers spent on their files.
+Wall-clock ratios need otherwise idle cores. On a busy machine the CPU-time ratios give the per-worker cost:
+``cpu_prepare_W_vs_raw_W`` = CPU seconds of raw encoding with W threads / CPU seconds of prepare with W
+workers (parent and workers, process start-up included); ``task_cpu_...`` counts only the CPU the workers
+spent on their files.
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
     os.environ["TRILM_NO_PROGRESS"] = "1"
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         corpus = _corpus_copy(root, args.copies)
@@ -119,29 +121,31 @@ def main(argv: list[str] | None = None) -> int:
             seconds, cpu, (tokens, task_cpu) = _best(run, args.trials)
             results[f"prepare_{workers}"] = {**_row(seconds, cpu, tokens), "task_cpu_seconds": task_cpu}
     assert results["prepare_1"]["tokens"] == results["raw_1"]["tokens"], "prepare and raw saw different text"
-    ratios = {
-        "prepare_1_vs_raw_1": results["prepare_1"]["tokens_per_s"] / results["raw_1"]["tokens_per_s"],
-        "prepare_2_vs_raw_2": results["prepare_2"]["tokens_per_s"] / results["raw_2"]["tokens_per_s"],
-        "prepare_2_per_worker_vs_raw_1": results["prepare_2"]["tokens_per_s"]
-        / 2
-        / results["raw_1"]["tokens_per_s"],
-        "prepare_2_vs_prepare_1": results["prepare_2"]["tokens_per_s"] / results["prepare_1"]["tokens_per_s"],
-        "read_share_of_raw_1": results["read_only"]["seconds"] / results["raw_1"]["seconds"],
-        "cpu_efficiency_prepare_1": results["raw_1"]["cpu_seconds"] / results["prepare_1"]["cpu_seconds"],
-        "cpu_efficiency_prepare_2": results["raw_1"]["cpu_seconds"] / results["prepare_2"]["cpu_seconds"],
-        "task_cpu_efficiency_2_workers": results["raw_1"]["cpu_seconds"]
-        / results["prepare_2"]["task_cpu_seconds"],
+    r = results
+    ratios = {  # wall clock: meaningful on otherwise idle cores
+        "prepare_1_vs_raw_1": r["prepare_1"]["tokens_per_s"] / r["raw_1"]["tokens_per_s"],
+        "prepare_2_vs_raw_2": r["prepare_2"]["tokens_per_s"] / r["raw_2"]["tokens_per_s"],
+        "prepare_2_per_worker_vs_raw_1": r["prepare_2"]["tokens_per_s"] / 2 / r["raw_1"]["tokens_per_s"],
+        "prepare_2_vs_prepare_1": r["prepare_2"]["tokens_per_s"] / r["prepare_1"]["tokens_per_s"],
+        "read_share_of_raw_1": r["read_only"]["seconds"] / r["raw_1"]["seconds"],
+        # CPU seconds of raw / of prepare at equal concurrency: per-worker cost, robust to a busy machine
+        "cpu_prepare_1_vs_raw_1": r["raw_1"]["cpu_seconds"] / r["prepare_1"]["cpu_seconds"],
+        "cpu_prepare_2_vs_raw_2": r["raw_2"]["cpu_seconds"] / r["prepare_2"]["cpu_seconds"],
+        "task_cpu_prepare_2_vs_raw_2": r["raw_2"]["cpu_seconds"] / r["prepare_2"]["task_cpu_seconds"],
     }
     tokens = results["raw_1"]["tokens"]
+    load = (load_before, os.getloadavg()[0])
     print(f"{len(texts)} documents, {tokens:,} tokens (vocab {tok.vocab_size}), {os.cpu_count()} CPUs, "
-          f"best of {args.trials}")  # fmt: skip
+          f"best of {args.trials}, load average {load[0]:.1f} before, {load[1]:.1f} after")  # fmt: skip
     for name, row in results.items():
         rate = f"{row['tokens_per_s'] / 1e6:8.3f} M tok/s" if "tokens_per_s" in row else ""
         print(f"  {name:<12} {row['seconds']:8.3f} s wall {row['cpu_seconds']:8.3f} s CPU {rate}")
     for name, value in ratios.items():
         print(f"  {name:<32} {value:6.2f}")
     if args.json:
-        args.json.write_text(json.dumps({"results": results, "ratios": ratios}, indent=1) + "\n")
+        args.json.write_text(
+            json.dumps({"results": results, "ratios": ratios, "load_average": load}, indent=1) + "\n"
+        )
     return 0
 
 
