@@ -104,8 +104,9 @@ def _tokenizer(path: str, expected_hash: str) -> Tokenizer:
     return tok
 
 
-def _settings_key(settings: dict, source_sha: str, key: str) -> str:
-    blob = json.dumps([settings, source_sha, key], sort_keys=True).encode()
+def _settings_key(settings: dict, tokenizer_hash: str, source_sha: str, key: str) -> str:
+    """What a finished shard must have been made from to be kept on a rerun."""
+    blob = json.dumps([settings, tokenizer_hash, source_sha, key], sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()
 
 
@@ -114,7 +115,7 @@ def prepare_file(task: _Task) -> dict:
     out = Path(task.out)
     name = task.file.shard_name
     source_sha = file_sha256(task.file.path) if task.reader == "zstd" else ""
-    settings_key = _settings_key(task.settings, source_sha, task.file.key)
+    settings_key = _settings_key(task.settings, task.tokenizer_hash, source_sha, task.file.key)
     done = shards_mod.read_finished_shard(out, name)
     if done is not None and done.get("settings_key") == settings_key:
         return {**done, "resumed": True}
