@@ -75,6 +75,21 @@ def test_workers_do_not_change_the_result_and_resume_skips_finished_shards(embed
     assert third["fingerprint"] == ref.fingerprint and third["resumed_shards"] == len(names) - 2
 
 
+def test_rerun_with_another_tokenizer_redoes_every_shard(embedded, corpus, tmp_path):
+    from trilm.data.tokenizer import train_tokenizer
+
+    texts = [d.text for f in split_files(corpus, "validation") for d in read_documents(f)]
+    other = train_tokenizer(texts, tmp_path / "other.model", vocab_size=2048, max_sentences=20_000)
+    assert other.hash != Tokenizer.load(embedded["tokenizer"]).hash and other.vocab_size == 2048
+    out = tmp_path / "valid"
+    first = prepare(_cfg(corpus, "validation", embedded["tokenizer"], out))
+    second = prepare(_cfg(corpus, "validation", other.path, out))
+    assert second["resumed_shards"] == 0 and second["tokenizer_hash"] == other.hash
+    assert all(json.loads((out / f"{s['name']}.json").read_text())["tokenizer_hash"] == other.hash
+               for s in second["shards"])  # fmt: skip
+    assert second["fingerprint"] != first["fingerprint"]
+
+
 def test_failed_prepare_keeps_finished_shards_and_resumes(tmp_path, jsonl_zst, embedded):
     root = tmp_path / "corpus"
     for i in range(3):

@@ -110,13 +110,23 @@ def test_corrupt_zst_is_an_error(tmp_path, jsonl_zst):
         list(read_documents(tmp_path / "junk.jsonl.zst"))
 
 
-def test_multiple_frames_and_missing_final_newline(tmp_path):
+def test_frames_lines_and_reads_may_split_anywhere(tmp_path, monkeypatch):
+    """Several zstd frames, a line longer than a read, no final newline: same documents at any read size."""
+    import trilm.data.slimpajama as reader
+
     c = zstandard.ZstdCompressor()
-    a = (json.dumps(doc("first")) + "\n").encode()
-    b = json.dumps(doc("second")).encode()  # no trailing newline
+    texts = [f"doc {i} " + "long " * (300 if i == 3 else i) for i in range(12)]
+    lines = [json.dumps(doc(t)).encode() for t in texts]
+    frames = [c.compress(b"\n".join(lines[i : i + 3]) + (b"\n" if i < 9 else b"")) for i in range(0, 12, 3)]
     path = tmp_path / "f.jsonl.zst"
-    path.write_bytes(c.compress(a) + c.compress(b))
-    assert [d.text for d in read_documents(path)] == ["first", "second"]
+    path.write_bytes(b"".join(frames))
+    for size in (1, 7, 64, len(frames[0]), 1 << 20):
+        monkeypatch.setattr(reader, "_READ_BYTES", size)
+        got = list(read_documents(path))
+        assert [d.text for d in got] == texts and [d.line for d in got] == list(range(1, 13))
+    path.write_bytes(b"")
+    with pytest.raises(DataError, match="truncated zstd stream"):
+        list(read_documents(path))
 
 
 def test_mixture_weights_are_deterministic_and_exact():
@@ -152,3 +162,37 @@ def test_datasets_path_reports_bad_rows(tmp_path, jsonl_zst, monkeypatch):
     stats = ReadStats()
     assert len(list(read_documents_datasets(str(path), skip_bad=True, stats=stats))) == 2
     assert stats.skipped == {"empty document": 1}
+
+
+def test_hub_listing_maps_repo_paths_to_split_keys(monkeypatch):
+    """The hub path without the network: a stand-in for HfFileSystem returns paths as the hub spells them."""
+    import huggingface_hub
+
+    from trilm.data.slimpajama import hub_split_files
+
+    seen = []
+
+    class FakeFS:
+        def glob(self, pattern):
+            seen.append(pattern)
+            if "/test/" in pattern:
+                return []
+            base = "datasets/cerebras/SlimPajama-627B/validation"
+            names = ["chunk2/example_holdout_0", "chunk1/example_holdout_11", "chunk1/example_holdout_3"]
+            return [f"{base}/{name}.jsonl.zst" for name in names]
+
+    monkeypatch.setattr(huggingface_hub, "HfFileSystem", FakeFS)
+    files = hub_split_files("validation")
+    assert seen == ["datasets/cerebras/SlimPajama-627B/validation/chunk*/*.jsonl.zst"]
+    assert [f.key for f in files] == [
+        "validation/chunk1/example_holdout_3.jsonl.zst",
+        "validation/chunk1/example_holdout_11.jsonl.zst",
+        "validation/chunk2/example_holdout_0.jsonl.zst",
+    ]
+    assert (
+        files[0].path
+        == "hf://datasets/cerebras/SlimPajama-627B/validation/chunk1/example_holdout_3.jsonl.zst"
+    )
+    assert files[0].shard_name == "validation-chunk1-example_holdout_3"
+    with pytest.raises(DataError, match="no chunk"):
+        hub_split_files("test")

@@ -2,12 +2,11 @@
 
 Usage::
 
-    trilm data tokenizer --input CORPUS --out runs/tok/tokenizer.model --vocab-size 4096
-    trilm data prepare   --input CORPUS --split train --tokenizer runs/tok/tokenizer.model \
-                         --out runs/data/train --workers 8
+    trilm data tokenizer --input CORPUS --out TOK.model --vocab-size 4096
+    trilm data prepare   --input CORPUS --split train --tokenizer TOK.model --out runs/data/train --workers 8
     trilm data stats     runs/data/train                 # prepared split: exact tokens per source
     trilm data stats     CORPUS --split validation       # raw files: documents and bytes per source
-    trilm data inspect   runs/data/train --seq-len 256 --global-batch 8 --step 3 --tokenizer ...
+    trilm data inspect   runs/data/train --seq-len 256 --global-batch 8 --step 3 --tokenizer TOK.model
     trilm data embedded  --out runs/data                 # tokenizer + train/validation of the embedded corpus
 
 CORPUS is a SlimPajama-shaped directory (default: the embedded corpus) or ``hf:cerebras/SlimPajama-627B``.

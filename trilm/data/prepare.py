@@ -104,8 +104,9 @@ def _tokenizer(path: str, expected_hash: str) -> Tokenizer:
     return tok
 
 
-def _settings_key(settings: dict, source_sha: str, key: str) -> str:
-    blob = json.dumps([settings, source_sha, key], sort_keys=True).encode()
+def _settings_key(settings: dict, tokenizer_hash: str, source_sha: str, key: str) -> str:
+    """What a finished shard must have been made from to be kept on a rerun."""
+    blob = json.dumps([settings, tokenizer_hash, source_sha, key], sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()
 
 
@@ -114,10 +115,11 @@ def prepare_file(task: _Task) -> dict:
     out = Path(task.out)
     name = task.file.shard_name
     source_sha = file_sha256(task.file.path) if task.reader == "zstd" else ""
-    settings_key = _settings_key(task.settings, source_sha, task.file.key)
+    settings_key = _settings_key(task.settings, task.tokenizer_hash, source_sha, task.file.key)
     done = shards_mod.read_finished_shard(out, name)
     if done is not None and done.get("settings_key") == settings_key:
         return {**done, "resumed": True}
+    cpu_start = time.process_time()
     tok = _tokenizer(task.tokenizer, task.tokenizer_hash)
     dtype = np.dtype(task.settings["dtype"])
     mixture = SourceMixture(**task.settings["mixture"])
@@ -156,7 +158,8 @@ def prepare_file(task: _Task) -> dict:
             "settings_key": settings_key,
             "read": stats.to_dict(),
         }
-        return {**writer.finish(meta), "resumed": False}
+        sidecar = writer.finish({**meta, "cpu_seconds": round(time.process_time() - cpu_start, 4)})
+        return {**sidecar, "resumed": False}
     except BaseException:
         writer.abort()
         raise
@@ -255,6 +258,9 @@ def _index(cfg: PrepareConfig, tok: Tokenizer, dtype: np.dtype, shards: list[dic
         "settings": shards[0]["settings"] if shards else {},
         "resumed_shards": sum(bool(s.get("resumed")) for s in shards),
         "seconds": round(seconds, 3),
+        "worker_cpu_seconds": round(
+            sum(s.get("cpu_seconds", 0.0) for s in shards if not s.get("resumed")), 3
+        ),
         "fingerprint": shards_mod.fingerprint(tok.hash, dtype.name, shards),
         "shards": [{k: s[k] for k in keep} for s in shards],
     }

@@ -220,33 +220,40 @@ def read_documents(
         raise DataError(f"{name}: cannot open: {exc.strerror}") from None
     try:
         dobj = zstandard.ZstdDecompressor().decompressobj()
-        pending = b""
+        pending: list[bytes] = []  # the unfinished last line, in pieces (a long line costs no re-copying)
         while True:
             chunk = fh.read(_READ_BYTES)
             if not chunk:
                 break
+            pieces = []
             try:
-                out = dobj.decompress(chunk)
-                while dobj.eof and dobj.unused_data:  # a file may hold several zstd frames
-                    rest = dobj.unused_data
-                    dobj = zstandard.ZstdDecompressor().decompressobj()
-                    out += dobj.decompress(rest)
+                while chunk:  # a file may hold several zstd frames, possibly split across reads
+                    if dobj.eof:
+                        dobj = zstandard.ZstdDecompressor().decompressobj()
+                    pieces.append(dobj.decompress(chunk))
+                    chunk = dobj.unused_data if dobj.eof else b""
             except zstandard.ZstdError as exc:
                 bad(f"corrupt zstd data ({exc})", f"{name}: after line {lineno}")
                 return
-            if not out:
+            out = b"".join(pieces)
+            if b"\n" not in out:
+                if out:
+                    pending.append(out)
                 continue
-            lines = (pending + out).split(b"\n")
-            pending = lines.pop()
+            lines = out.split(b"\n")
+            if pending:
+                lines[0] = b"".join([*pending, lines[0]])
+            pending = [lines.pop()]
             for raw in lines:
                 lineno += 1
                 yield from _document(raw, file, lineno, bad, stats)
         if not dobj.eof:
             bad("truncated zstd stream (the file ends inside a frame)", f"{name}: after line {lineno}")
             return
-        if pending:
+        tail = b"".join(pending)
+        if tail:
             lineno += 1
-            yield from _document(pending, file, lineno, bad, stats)
+            yield from _document(tail, file, lineno, bad, stats)
     finally:
         fh.close()
 
