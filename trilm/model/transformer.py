@@ -14,7 +14,6 @@ import hashlib
 
 import torch
 import torch.distributed as dist
-import torch.distributed.nn.functional as dist_nn
 from megatron.core import tensor_parallel
 from megatron.core.tensor_parallel.layers import set_tensor_model_parallel_attributes
 from torch import nn
@@ -37,6 +36,22 @@ class _VocabEmbedding(tensor_parallel.VocabParallelEmbedding, _ShardSpec):
     def __init__(self, vocab: int, dim: int, *, config):
         super().__init__(vocab, dim, init_method=None, config=config)
         self.parts, self.part_sizes, self.shard_dim = ("embed.weight",), (vocab,), 0
+
+
+class _GatherVocab(torch.autograd.Function):
+    """All-gather vocab-parallel logits along the last dim (megatron's version allocates on CUDA)."""
+
+    @staticmethod
+    def forward(ctx, local: torch.Tensor) -> torch.Tensor:
+        group = tp_group()
+        pieces = [torch.empty_like(local) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(pieces, local.contiguous(), group=group)
+        ctx.rank, ctx.width = dist.get_rank(group), local.shape[-1]
+        return torch.cat(pieces, dim=-1)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        return grad.narrow(-1, ctx.rank * ctx.width, ctx.width).contiguous()
 
 
 class Decoder(nn.Module):
@@ -166,8 +181,7 @@ class Decoder(nn.Module):
         logits = self.head(x)
         if labels is None:
             if self.tp_size > 1:
-                pieces = dist_nn.all_gather(logits.contiguous(), group=tp_group())
-                logits = torch.cat(pieces, dim=-1)
+                logits = _GatherVocab.apply(logits)
             return logits
         return tensor_parallel.vocab_parallel_cross_entropy(logits.float(), labels)
 
