@@ -70,6 +70,7 @@ if __name__ == "__main__":
             with torch.no_grad():
                 c = m2(ids)
             print(
-                f"{fam}: export->transformers max|dlogit| = {(a - b).abs().max():.2e}; import back = {(a - c).abs().max():.2e}"
+                f"{fam}: export->transformers max|dlogit| = {(a - b).abs().max():.2e}; "
+                f"import back = {(a - c).abs().max():.2e}"
             )
         shutdown_parallel()
