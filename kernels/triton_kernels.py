@@ -9,9 +9,11 @@ group, or, for the multi-plane binary format, the weight itself from a per-(bloc
 When a K tile lies inside one scale group (``ALIGNED``) the scale is applied once per output column after
 the reduction — ``Σ_k q·x · s`` (+ ``Σ_k x · μ`` for binary means) — so ``q`` stays exact in fp16/bf16 for
 ``tl.dot``; otherwise the tile is dequantized per element. All arithmetic after a load is fp32 (the
-interpreter's bf16 is unreliable and fp32 accumulation is the contract). This module is imported by
-:mod:`kernels.launch`, which reloads it when ``TRITON_INTERPRET`` changes, because ``@triton.jit`` picks
-interpreter or compiler at import.
+interpreter's bf16 is unreliable and fp32 accumulation is the contract). Only core builtins are used — not
+the ``@jit`` helpers of ``triton.language.standard`` (``tl.sum``, ``tl.zeros``, ``tl.cdiv``): those are
+decorated when triton is first imported, so they break the interpreter whenever ``TRITON_INTERPRET=1`` is
+set after that. This module is imported by :mod:`kernels.launch`, which reloads it when ``TRITON_INTERPRET``
+changes, because ``@triton.jit`` picks interpreter or compiler at import.
 """
 
 from __future__ import annotations
@@ -27,6 +29,13 @@ FMT_BINARY = tl.constexpr(1)
 FMT_NM = tl.constexpr(2)
 FMT_INT = tl.constexpr(3)
 FMT_LUT = tl.constexpr(4)
+
+
+@triton.jit
+def _sum(x, axis):
+    """tl.sum through the core ``tl.reduce`` builtin (see the module docstring); with this combine function
+    the interpreter takes its numpy fast path instead of reducing element by element."""
+    return tl.reduce(x, axis, tl.standard._sum_combine)
 
 
 @triton.jit
@@ -208,7 +217,7 @@ def gemv_kernel(
     m = tl.program_id(2)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_n = offs_n < N
-    acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    acc = tl.full((BLOCK_N,), 0.0, tl.float32)
     for it in tl.static_range(K_ITERS):
         k0 = (pid_k * K_ITERS + it) * BLOCK_K
         offs_k = k0 + tl.arange(0, BLOCK_K)
@@ -220,7 +229,7 @@ def gemv_kernel(
             w = _lut_tile(
                 w0, s_ptr, c_ptr, offs_k, offs_n, mask_k, mask2, N, PLANE_STRIDE, LUT_BLOCK, NB, LUT_C
             )
-            acc += tl.sum(w * x[:, None], axis=0)
+            acc += _sum(w * x[:, None], axis=0)
         elif ALIGNED:
             kg = tl.minimum(
                 k0, K - 1
@@ -228,15 +237,15 @@ def gemv_kernel(
             q = _q_tile(w0, w1, offs_k, offs_n, mask2, N, FMT, BITS, NM_N, NM_M)
             if FMT == FMT_INT:
                 q = q - _group_row(z_ptr, kg, G, offs_n, mask_n, N)[None, :]
-            part = tl.sum(q * x[:, None], axis=0) * _group_row(s_ptr, kg, G, offs_n, mask_n, N)
+            part = _sum(q * x[:, None], axis=0) * _group_row(s_ptr, kg, G, offs_n, mask_n, N)
             if HAS_MEAN:
-                part += tl.sum(x, axis=0) * _group_row(z_ptr, kg, G, offs_n, mask_n, N)
+                part += _sum(x, axis=0) * _group_row(z_ptr, kg, G, offs_n, mask_n, N)
             acc += part
         else:
             w = _dequant_tile(
                 w0, w1, s_ptr, z_ptr, offs_k, offs_n, mask2, N, G, FMT, BITS, HAS_MEAN, NM_N, NM_M
             )
-            acc += tl.sum(w * x[:, None], axis=0)
+            acc += _sum(w * x[:, None], axis=0)
     tl.atomic_add(y_ptr + m * N + offs_n, acc.to(y_ptr.dtype.element_ty), mask=mask_n)
 
 
@@ -282,11 +291,11 @@ def gemm_kernel(
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_m = offs_m < M
     mask_n = offs_n < N
-    n_tiles = tl.cdiv(K, BLOCK_K)
-    per_split = tl.cdiv(n_tiles, SPLIT_K)
+    n_tiles = (K + BLOCK_K - 1) // BLOCK_K
+    per_split = (n_tiles + SPLIT_K - 1) // SPLIT_K
     t_start = pid_k * per_split
     t_end = tl.minimum(t_start + per_split, n_tiles)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)
     for t in tl.range(t_start, t_end, num_stages=1):
         k0 = t * BLOCK_K
         offs_k = k0 + tl.arange(0, BLOCK_K)
@@ -316,7 +325,7 @@ def gemm_kernel(
                 part = tl.dot(x, q.to(x.dtype))
             acc += part * _group_row(s_ptr, k0, G, offs_n, mask_n, N)[None, :]
             if HAS_MEAN:
-                xsum = tl.sum(x.to(tl.float32), axis=1)
+                xsum = _sum(x.to(tl.float32), axis=1)
                 acc += xsum[:, None] * _group_row(z_ptr, k0, G, offs_n, mask_n, N)[None, :]
         else:
             w = _dequant_tile(
