@@ -171,16 +171,16 @@ GPU_GEMV = [
     {"BLOCK_N": 256, "BLOCK_K": 16, "K_ITERS": 2, "num_warps": 2},
     {"BLOCK_N": 128, "BLOCK_K": 32, "K_ITERS": 2, "num_warps": 2},
     {"BLOCK_N": 512, "BLOCK_K": 16, "K_ITERS": 2, "num_warps": 4},
-    {"BLOCK_N": 256, "BLOCK_K": 32, "K_ITERS": 4, "num_warps": 4},
+    {"BLOCK_N": 128, "BLOCK_K": 16, "K_ITERS": 2, "num_warps": 1},
 ]
 GPU_GEMM = [
     {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4},
     {"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4},
-    {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4},
-    {"BLOCK_M": 32, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4},
+    {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4},
+    {"BLOCK_M": 32, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8},
     {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4},
     {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8},
-    {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8},
+    {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "num_warps": 8},
 ]
 """GPU autotune spaces: GEMV after gemlite's reverse split-K shape (small K tiles, wide N, 2–4 warps); GEMM
 pruned to the configs whose BLOCK_M matches the batch's M bucket."""
@@ -212,7 +212,7 @@ def _fast_bench(fn, quantiles):
 
 def _prune_gemm(configs, named_args, **kwargs):
     mb = named_args["MB"]
-    keep = [c for c in configs if c.kwargs["BLOCK_M"] == mb]
+    keep = [c for c in configs if c.kwargs["BLOCK_M"] == mb or (mb == 128 and c.kwargs["BLOCK_M"] == 64)]
     return keep or configs[:1]
 
 
@@ -245,7 +245,7 @@ def _tuned(kind: str):
     configs = [triton.Config(*_split(c), num_stages=1) for c in GPU_GEMM]
     return triton.autotune(
         configs,
-        key=[*keys, "MB", "SPLIT_K", "DOT_IEEE"],
+        key=[*keys, "MB", "SPLIT_K", "USE_ATOMIC", "DOT_IEEE"],
         reset_to_zero=["y_ptr"],
         prune_configs_by={"early_config_prune": _prune_gemm},
         do_bench=_fast_bench,
@@ -331,7 +331,7 @@ def triton_matmul(
                 triton.cdiv(kw.k, meta["BLOCK_K"] * meta["K_ITERS"]),
                 m,
             )
-            _tuned("gemv")[grid](*args, **const)
+            _tuned("gemv")[grid](*args, **const, enable_fp_fusion=True)
         else:
             cfg, warps = _split(config or CPU_GEMV)
             grid = (
@@ -340,7 +340,7 @@ def triton_matmul(
                 m,
             )
             cfg["ALIGNED"] = _aligned({"G": kw.group_size, "K": kw.k, **cfg})
-            mod.gemv_kernel[grid](*args, **const, **cfg, num_warps=warps)
+            mod.gemv_kernel[grid](*args, **const, **cfg, num_warps=warps, enable_fp_fusion=True)
     elif path == "gemm":
         cfg, warps = _split(config or {})
         if config is None and interp:
@@ -352,19 +352,19 @@ def triton_matmul(
             y = torch.empty((m, kw.n), dtype=x.dtype, device=x.device)
         else:
             y = torch.zeros((m, kw.n), dtype=torch.float16 if native else torch.float32, device=x.device)
-        args = [*_common_args(kw, x, y, m), m_bucket(m)]
-        extra = {**const, "SPLIT_K": split_k, "DOT_IEEE": x.dtype == torch.float32}
+        args = [*_common_args(kw, x, y, m), m_bucket(m), split_k]
+        extra = {**const, "USE_ATOMIC": split_k > 1, "DOT_IEEE": x.dtype == torch.float32}
         if not cfg:
             grid = lambda meta: (  # noqa: E731
                 triton.cdiv(m, meta["BLOCK_M"]),
                 triton.cdiv(kw.n, meta["BLOCK_N"]),
                 split_k,
             )
-            _tuned("gemm")[grid](*args, **extra)
+            _tuned("gemm")[grid](*args, **extra, enable_fp_fusion=True)
         else:
             grid = (triton.cdiv(m, cfg["BLOCK_M"]), triton.cdiv(kw.n, cfg["BLOCK_N"]), split_k)
             cfg["ALIGNED"] = _aligned({"G": kw.group_size, "K": kw.k, **cfg})
-            mod.gemm_kernel[grid](*args, **extra, **cfg, num_warps=warps)
+            mod.gemm_kernel[grid](*args, **extra, **cfg, num_warps=warps, enable_fp_fusion=True)
     else:
         raise ValueError(f"path must be 'gemv' or 'gemm', got {path!r}")
 
@@ -391,5 +391,6 @@ def triton_matmul(
                 x.stride(0),
                 BLOCK=block,
                 ROWS=rows_per,
+                enable_fp_fusion=True,
             )
     return y if y.dtype == x.dtype else y.to(x.dtype)

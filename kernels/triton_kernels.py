@@ -31,11 +31,19 @@ FMT_INT = tl.constexpr(3)
 FMT_LUT = tl.constexpr(4)
 
 
-@triton.jit
-def _sum(x, axis):
-    """tl.sum through the core ``tl.reduce`` builtin (see the module docstring); with this combine function
-    the interpreter takes its numpy fast path instead of reducing element by element."""
-    return tl.reduce(x, axis, tl.standard._sum_combine)
+if INTERPRET:
+
+    @triton.jit
+    def _sum(x, axis):
+        """tl.sum through the core ``tl.reduce`` builtin (see the module docstring); with this combine
+        function the interpreter takes its numpy fast path instead of reducing element by element."""
+        return tl.reduce(x, axis, tl.standard._sum_combine)
+
+else:
+
+    @triton.jit
+    def _sum(x, axis):
+        return tl.sum(x, axis=axis)
 
 
 @triton.jit
@@ -60,7 +68,29 @@ def _popcount16(v):
 
 
 @triton.jit
-def _nm_tile(mask_ptr, sign_ptr, offs_k, offs_n, mask2, N, NM_N: tl.constexpr, NM_M: tl.constexpr):
+def _exact_float(c, dt: tl.constexpr, OFFSET: tl.constexpr):
+    """c − OFFSET in dt for small non-negative integer codes c, without an int→float conversion (a
+    quarter-rate instruction): c is OR-ed into the mantissa of a power of two (2^23, 1024 or 128 for fp32,
+    fp16, bf16) whose value, plus OFFSET, is then subtracted — exact, one logic op and one add per weight."""
+    if dt == tl.float16:
+        f = (c | 0x6400).to(tl.int16).to(tl.float16, bitcast=True) - (1024.0 + OFFSET)
+    elif dt == tl.bfloat16:
+        f = (c | 0x4300).to(tl.int16).to(tl.bfloat16, bitcast=True) - (128.0 + OFFSET)
+    else:
+        f = (c | 0x4B000000).to(tl.float32, bitcast=True) - (8388608.0 + OFFSET)
+    return f
+
+
+@triton.jit
+def _plus_minus_one(cond, DT: tl.constexpr):
+    """+1 where cond, −1 elsewhere, in DT (a select, no conversion)."""
+    return tl.where(cond, tl.full(cond.shape, 1.0, DT), tl.full(cond.shape, -1.0, DT))
+
+
+@triton.jit
+def _nm_tile(
+    mask_ptr, sign_ptr, offs_k, offs_n, mask2, N, NM_N: tl.constexpr, NM_M: tl.constexpr, DT: tl.constexpr
+):
     """{-1, 0, +1} from keep-bitmap and sign slots: a kept position's sign is slot popcount(bits below it)."""
     mw = tl.load(
         mask_ptr + (offs_k // 32)[:, None] * N + offs_n[None, :],
@@ -81,7 +111,7 @@ def _nm_tile(mask_ptr, sign_ptr, offs_k, offs_n, mask2, N, NM_N: tl.constexpr, N
         eviction_policy="evict_first",
     )
     sign = (sw >> ((slot0 % 32)[:, None] + rank)) & 1
-    return tl.where(kept != 0, (2 * sign - 1).to(tl.float32), 0.0)
+    return tl.where(kept != 0, _plus_minus_one(sign != 0, DT), tl.full(kept.shape, 0.0, DT))
 
 
 @triton.jit
@@ -96,21 +126,23 @@ def _q_tile(
     BITS: tl.constexpr,
     NM_N: tl.constexpr,
     NM_M: tl.constexpr,
+    DT: tl.constexpr,
 ):
-    """Integer-valued fp32 codes before scaling (int formats: the raw code; the caller subtracts zeros)."""
+    """Integer-valued codes in DT before scaling: ternary c − 1, binary 2b − 1, N:M {-1, 0, +1}, int formats
+    the raw code (the caller subtracts zeros). Exact in fp16/bf16, so they can feed ``tl.dot`` directly."""
     if FMT == FMT_TERNARY:
-        q = (_unpack(w0, offs_k, offs_n, mask2, N, 2) - 1).to(tl.float32)
+        q = _exact_float(_unpack(w0, offs_k, offs_n, mask2, N, 2), DT, 1.0)
     elif FMT == FMT_BINARY:
-        q = (2 * _unpack(w0, offs_k, offs_n, mask2, N, 1) - 1).to(tl.float32)
+        q = _plus_minus_one(_unpack(w0, offs_k, offs_n, mask2, N, 1) != 0, DT)
     elif FMT == FMT_NM:
-        q = _nm_tile(w0, w1, offs_k, offs_n, mask2, N, NM_N, NM_M)
+        q = _nm_tile(w0, w1, offs_k, offs_n, mask2, N, NM_N, NM_M, DT)
     else:
         if BITS == 3:
             lo = _unpack(w0, offs_k, offs_n, mask2, N, 2)
             hi = _unpack(w1, offs_k, offs_n, mask2, N, 1)
-            q = (lo | (hi << 2)).to(tl.float32)
+            q = _exact_float(lo | (hi << 2), DT, 0.0)
         else:
-            q = _unpack(w0, offs_k, offs_n, mask2, N, BITS).to(tl.float32)
+            q = _exact_float(_unpack(w0, offs_k, offs_n, mask2, N, BITS), DT, 0.0)
     return q
 
 
@@ -173,7 +205,7 @@ def _dequant_tile(
     NM_M: tl.constexpr,
 ):
     """Fully dequantized fp32 tile for affine formats whose groups may change inside the tile."""
-    q = _q_tile(w0, w1, offs_k, offs_n, mask2, N, FMT, BITS, NM_N, NM_M)
+    q = _q_tile(w0, w1, offs_k, offs_n, mask2, N, FMT, BITS, NM_N, NM_M, tl.float32)
     if FMT == FMT_INT:
         q = q - _group_tile(z_ptr, offs_k, G, offs_n, mask2, N)
     w = q * _group_tile(s_ptr, offs_k, G, offs_n, mask2, N)
@@ -234,7 +266,7 @@ def gemv_kernel(
             kg = tl.minimum(
                 k0, K - 1
             )  # a tile past K (last split) is all-masked; keep its group lookup in range
-            q = _q_tile(w0, w1, offs_k, offs_n, mask2, N, FMT, BITS, NM_N, NM_M)
+            q = _q_tile(w0, w1, offs_k, offs_n, mask2, N, FMT, BITS, NM_N, NM_M, tl.float32)
             if FMT == FMT_INT:
                 q = q - _group_row(z_ptr, kg, G, offs_n, mask_n, N)[None, :]
             part = _sum(q * x[:, None], axis=0) * _group_row(s_ptr, kg, G, offs_n, mask_n, N)
@@ -266,6 +298,7 @@ def gemm_kernel(
     PLANE_STRIDE,
     LUT_BLOCK,
     MB,
+    SPLIT_K,
     FMT: tl.constexpr,
     BITS: tl.constexpr,
     HAS_MEAN: tl.constexpr,
@@ -273,7 +306,7 @@ def gemm_kernel(
     NM_M: tl.constexpr,
     NB: tl.constexpr,
     LUT_C: tl.constexpr,
-    SPLIT_K: tl.constexpr,
+    USE_ATOMIC: tl.constexpr,
     DOT_IEEE: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -282,8 +315,8 @@ def gemm_kernel(
 ):
     """y = x @ W^T with W decoded tile by tile in registers and multiplied with ``tl.dot`` (fp32 accumulator).
 
-    SPLIT_K > 1 splits K over the grid's third axis and adds partials atomically into a zeroed fp32 ``y``;
-    ``MB`` (the M bucket) only keys the autotuner."""
+    The grid's third axis splits K into SPLIT_K slices whose partials are added atomically (USE_ATOMIC) into
+    a zeroed ``y``; with one slice the tile is stored. ``MB`` (the M bucket) only keys the autotuner."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -316,13 +349,13 @@ def gemm_kernel(
             else:
                 acc += tl.dot(x, w.to(x.dtype))
         elif ALIGNED:
-            q = _q_tile(w0, w1, offs_k, offs_n, mask2, N, FMT, BITS, NM_N, NM_M)
+            q = _q_tile(w0, w1, offs_k, offs_n, mask2, N, FMT, BITS, NM_N, NM_M, x.dtype)
             if FMT == FMT_INT:
-                q = q - _group_row(z_ptr, k0, G, offs_n, mask_n, N)[None, :]
+                q = q - _group_row(z_ptr, k0, G, offs_n, mask_n, N).to(x.dtype)[None, :]
             if DOT_IEEE:
                 part = tl.dot(x, q, input_precision="ieee")
             else:
-                part = tl.dot(x, q.to(x.dtype))
+                part = tl.dot(x, q)
             acc += part * _group_row(s_ptr, k0, G, offs_n, mask_n, N)[None, :]
             if HAS_MEAN:
                 xsum = _sum(x.to(tl.float32), axis=1)
@@ -337,10 +370,10 @@ def gemm_kernel(
                 acc += tl.dot(x, w.to(x.dtype))
     y_ptrs = y_ptr + offs_m[:, None] * N + offs_n[None, :]
     mask_y = mask_m[:, None] & mask_n[None, :]
-    if SPLIT_K == 1:
-        tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=mask_y)
-    else:
+    if USE_ATOMIC:
         tl.atomic_add(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=mask_y)
+    else:
+        tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=mask_y)
 
 
 @triton.jit

@@ -97,3 +97,12 @@ def test_cpu_without_interpreter_refuses_triton(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET")
     with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
         triton_matmul(torch.zeros(1, 64), kw)
+
+
+def test_gpu_autotuners_build():
+    """The autotuner objects validate key / reset names against the kernel signature at construction."""
+    from kernels.launch import _tuned
+
+    for kind in ("gemv", "gemm"):
+        tuner = _tuned(kind)
+        assert "N" in tuner.keys and tuner.reset_to_zero == ["y_ptr"]
