@@ -214,7 +214,7 @@ def _dequant_tile(
     return w
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["M", "stride_xm"])
 def gemv_kernel(
     x_ptr,
     y_ptr,
@@ -281,7 +281,7 @@ def gemv_kernel(
     tl.atomic_add(y_ptr + m * N + offs_n, acc.to(y_ptr.dtype.element_ty), mask=mask_n)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["M", "stride_xm", "MB", "SPLIT_K"])
 def gemm_kernel(
     x_ptr,
     y_ptr,
@@ -376,7 +376,7 @@ def gemm_kernel(
         tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=mask_y)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["M", "NNZ", "stride_xm"])
 def sparse_add_kernel(
     x_ptr,
     y_ptr,
