@@ -7,6 +7,7 @@ that names the offending key (``unknown key 'model.hiden' (did you mean 'hidden'
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import types
@@ -72,6 +73,9 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     if tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                value = float(value.replace("_", ""))
         if isinstance(value, float) and value.is_integer():
             return int(value)
         raise ConfigError(f"{key}: expected an integer, got {value!r}")
@@ -106,6 +110,11 @@ class Config:
     """Base of every trilm config: typed fields, ``validate()`` on construction, YAML and overrides."""
 
     def __post_init__(self) -> None:
+        hints = self._hints()
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, dict) and get_origin(hints[f.name]) is not dict:
+                object.__setattr__(self, f.name, _coerce(value, hints[f.name], f.name))
         self.validate()
 
     def validate(self) -> None:
@@ -164,7 +173,9 @@ class Config:
                     raise _unknown_key(part, ".".join(parts[:depth]) + ("." if depth else ""), known)
                 node = child
             if parts[-1] not in node:
-                raise _unknown_key(parts[-1], ".".join(parts[:-1]) + ("." if len(parts) > 1 else ""), list(node))
+                raise _unknown_key(
+                    parts[-1], ".".join(parts[:-1]) + ("." if len(parts) > 1 else ""), list(node)
+                )
             node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else ""
         return type(self).from_dict(data)
 

@@ -1,0 +1,169 @@
+"""SentencePiece BPE tokenizer: training on a SlimPajama-shaped corpus, loading with a content-hash check.
+
+The hash is the SHA-256 of the ``.model`` file's bytes. Shards and checkpoints record it, and
+``Tokenizer.load(path, expected_hash=...)`` refuses a different model: token ids from one tokenizer are
+noise to a model trained with another, and nothing else would catch the mix-up.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import random
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import sentencepiece as spm
+
+from trilm.data.errors import DataError
+
+SIDECAR_SUFFIX = ".json"
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def padded_size(vocab_size: int, multiple: int) -> int:
+    """Round the embedding rows up to a multiple (64/128) so that matmuls and TP splits stay aligned."""
+    if multiple <= 0:
+        raise DataError(f"padding multiple must be positive, got {multiple}")
+    return -(-vocab_size // multiple) * multiple
+
+
+class Tokenizer:
+    """A loaded SentencePiece model: ``encode``/``decode``, special ids, vocabulary sizes and content hash."""
+
+    def __init__(self, path: Path, processor: spm.SentencePieceProcessor, content_hash: str):
+        self.path = path
+        self.sp = processor
+        self.hash = content_hash
+        self.vocab_size = processor.get_piece_size()
+        self.eos_id = processor.eos_id()
+        self.bos_id = processor.bos_id()
+        self.pad_id = processor.pad_id()
+        self.unk_id = processor.unk_id()
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, expected_hash: str | None = None) -> Tokenizer:
+        path = Path(path)
+        if path.is_dir():
+            path = path / "tokenizer.model"
+        if not path.is_file():
+            raise DataError(f"{path}: no such tokenizer model")
+        content_hash = _sha256(path)
+        if expected_hash is not None and expected_hash != content_hash:
+            raise DataError(
+                f"{path}: tokenizer hash {content_hash[:16]}… differs from the expected "
+                f"{expected_hash[:16]}… "
+                "(the shards or checkpoint were made with another tokenizer)"
+            )
+        processor = spm.SentencePieceProcessor()
+        try:
+            processor.load(str(path))
+        except (OSError, RuntimeError) as exc:
+            raise DataError(f"{path}: not a SentencePiece model: {exc}") from None
+        tok = cls(path, processor, content_hash)
+        if tok.eos_id < 0:
+            raise DataError(f"{path}: the model has no EOS piece (documents are separated by EOS)")
+        return tok
+
+    def encode(self, text: str) -> list[int]:
+        return self.sp.encode(text)
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return self.sp.encode(texts, num_threads=1)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self.sp.decode([int(i) for i in ids])
+
+    def padded_vocab_size(self, multiple: int = 128) -> int:
+        return padded_size(self.vocab_size, multiple)
+
+    def __repr__(self) -> str:
+        return f"Tokenizer({self.path}, vocab_size={self.vocab_size}, hash={self.hash[:12]})"
+
+
+def _training_lines(texts: Iterable[str], max_line_chars: int) -> Iterator[str]:
+    for text in texts:
+        for line in text.split("\n"):
+            if line.strip():
+                yield line[:max_line_chars]
+
+
+def train_tokenizer(
+    texts: Iterable[str],
+    out: str | os.PathLike,
+    *,
+    vocab_size: int = 4096,
+    max_sentences: int = 2_000_000,
+    character_coverage: float = 0.9999,
+    seed: int = 0,
+    num_threads: int = 2,
+    provenance: dict | None = None,
+) -> Tokenizer:
+    """Train a byte-fallback BPE model on the lines of ``texts``; write ``out`` (.model) and a JSON sidecar.
+
+    Settings follow LLaMA's tokenizer: BPE, byte fallback (no unknown bytes), digits split, whitespace kept
+    exactly (identity normalisation, so decode(encode(text)) == text), EOS id 2. Lines are reservoir-sampled
+    to ``max_sentences`` with ``seed`` so that training cost is bounded on a large corpus. The same lines and
+    settings give the same model bytes, hence the same hash (``num_threads`` is part of the settings).
+    """
+    out = Path(out)
+    if out.suffix != ".model":
+        out = out / "tokenizer.model"
+    if vocab_size < 260:
+        raise DataError(f"vocab_size: {vocab_size} is too small for byte fallback (>= 260 needed)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    sample: list[str] = []
+    for i, line in enumerate(_training_lines(texts, 4096)):
+        if i < max_sentences:
+            sample.append(line)
+        else:
+            j = rng.randrange(i + 1)
+            if j < max_sentences:
+                sample[j] = line
+    if not sample:
+        raise DataError("tokenizer: no training text (all documents empty or filtered out)")
+    model = io.BytesIO()  # written through model_writer: no temporary path ends up inside the model proto
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(sample),
+        model_writer=model,
+        model_type="bpe",
+        vocab_size=vocab_size,
+        byte_fallback=True,
+        split_digits=True,
+        allow_whitespace_only_pieces=True,
+        remove_extra_whitespaces=False,
+        normalization_rule_name="identity",
+        character_coverage=character_coverage,
+        max_sentence_length=16384,
+        unk_id=0,
+        bos_id=1,
+        eos_id=2,
+        pad_id=-1,
+        num_threads=num_threads,
+        minloglevel=2,
+    )
+    tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
+    tmp.write_bytes(model.getvalue())
+    os.replace(tmp, out)
+    tok = Tokenizer.load(out)
+    meta = {
+        "hash": tok.hash,
+        "vocab_size": tok.vocab_size,
+        "padded_vocab_size_64": tok.padded_vocab_size(64),
+        "padded_vocab_size_128": tok.padded_vocab_size(128),
+        "model_type": "bpe",
+        "byte_fallback": True,
+        "eos_id": tok.eos_id,
+        "bos_id": tok.bos_id,
+        "training_lines": len(sample),
+        "seed": seed,
+        **(provenance or {}),
+    }
+    out.with_suffix(SIDECAR_SUFFIX).write_text(json.dumps(meta, indent=2) + "\n")
+    return tok

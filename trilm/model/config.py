@@ -1,0 +1,215 @@
+"""Model configuration and the named presets (the nine Spectra sizes per family, plus tiny CPU sizes)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Literal
+
+from trilm.config import Config, ConfigError, require
+
+Family = Literal["trilm", "floatlm", "bilm"]
+WEIGHT_FORMAT: dict[str, str] = {"trilm": "ternary", "floatlm": "float", "bilm": "binary"}
+_GROUP_RE = re.compile(r"^(shard|tensor|row|group:(\d+))$")
+
+
+@dataclasses.dataclass
+class QuantConfig(Config):
+    """How the block linears are fake-quantized during training (ignored for FloatLM).
+
+    ``scale_group`` decides which weights share one absmean scale:
+    ``shard`` (TriLM: one per tensor-parallel partition of each matrix), ``tensor`` (BitNet b1.58),
+    ``row`` (one per output row) or ``group:g`` (g consecutive input weights of a row).
+    """
+
+    scale_group: str = "shard"
+    partitions: int = 0
+    """Partitions the ``shard`` scales are computed over; 0 = the tensor-parallel degree of the run that
+    builds the model. A checkpoint stores the resolved value, so a TP=2-trained TriLM loaded at TP=1 keeps
+    its two scales per matrix."""
+    eps: float = 1e-6
+    """γ = eps + mean|W| keeps the scale positive for an all-zero group."""
+    activation_bits: int | None = None
+    """8 → per-token absmax int8 fake-quant of linear inputs (BitNet b1.58); None = float activations."""
+
+    def validate(self) -> None:
+        match = _GROUP_RE.match(self.scale_group)
+        require(
+            match is not None,
+            f"scale_group: {self.scale_group!r} is not one of shard, tensor, row, group:<size>",
+        )
+        if match and match.group(2) is not None:
+            require(int(match.group(2)) > 0, f"scale_group: group size must be > 0 in {self.scale_group!r}")
+        require(self.partitions >= 0, f"partitions: must be >= 0, got {self.partitions}")
+        require(self.eps >= 0, f"eps: must be >= 0, got {self.eps}")
+        require(
+            self.activation_bits in (None, 8),
+            f"activation_bits: only 8 (or null: float activations) is supported, got {self.activation_bits}",
+        )
+
+    @property
+    def group_size(self) -> int | None:
+        return int(self.scale_group.split(":")[1]) if self.scale_group.startswith("group:") else None
+
+
+@dataclasses.dataclass
+class ModelConfig(Config):
+    """A LLaMA-style decoder: pre-norm RMSNorm, RoPE, SwiGLU, no biases, untied embeddings."""
+
+    family: Family = "trilm"
+    name: str = "custom"
+    vocab_size: int = 50304
+    """Tokenizer vocabulary; the embedding is padded up to a multiple of ``pad_vocab_to``."""
+    pad_vocab_to: int = 128
+    hidden: int = 512
+    ffn: int = 1280
+    heads: int = 8
+    kv_heads: int | None = None
+    """Grouped-query attention when smaller than ``heads``; None = multi-head attention."""
+    layers: int = 16
+    context: int = 2048
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5
+    init_std: float = 0.02
+    """Normal init std; output projections use init_std / sqrt(2·layers) (GPT-2/Megatron scaled init)."""
+    quant: QuantConfig = dataclasses.field(default_factory=QuantConfig)
+
+    def validate(self) -> None:
+        for key in ("vocab_size", "pad_vocab_to", "hidden", "ffn", "heads", "layers", "context"):
+            value = getattr(self, key)
+            require(value > 0, f"{key}: must be > 0, got {value}")
+        require(
+            self.hidden % self.heads == 0,
+            f"hidden: {self.hidden} is not divisible by heads={self.heads}",
+        )
+        require(self.head_dim % 2 == 0, f"hidden: head dim {self.head_dim} must be even for RoPE")
+        kv = self.num_kv_heads
+        require(kv > 0, f"kv_heads: must be > 0, got {kv}")
+        require(self.heads % kv == 0, f"kv_heads: heads={self.heads} is not divisible by kv_heads={kv}")
+        require(self.rope_theta > 0, f"rope_theta: must be > 0, got {self.rope_theta}")
+        group = self.quant.group_size
+        if group is not None and self.family != "floatlm":
+            for key, dim in (("hidden", self.hidden), ("ffn", self.ffn)):
+                require(
+                    dim % group == 0,
+                    f"quant.scale_group: group size {group} does not divide {key}={dim}",
+                )
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def num_kv_heads(self) -> int:
+        return self.kv_heads if self.kv_heads is not None else self.heads
+
+    @property
+    def padded_vocab(self) -> int:
+        m = self.pad_vocab_to
+        return (self.vocab_size + m - 1) // m * m
+
+    @property
+    def weight_format(self) -> str:
+        return WEIGHT_FORMAT[self.family]
+
+    def check_tensor_parallel(self, tp: int) -> None:
+        """Raise ConfigError when ``tp`` cannot split this model evenly (checked before building)."""
+        checks = (
+            ("heads", self.heads),
+            ("kv_heads", self.num_kv_heads),
+            ("ffn", self.ffn),
+            ("vocab (padded)", self.padded_vocab),
+        )
+        for key, value in checks:
+            require(value % tp == 0, f"parallel.tensor_parallel={tp} does not divide model.{key}={value}")
+        parts = self.scale_partitions(tp)
+        if self.family != "floatlm" and self.quant.scale_group == "shard":
+            require(
+                parts % tp == 0 or tp % parts == 0,
+                f"model.quant.partitions={parts} and parallel.tensor_parallel={tp} must divide one another",
+            )
+            for key, value in (("heads", self.heads), ("kv_heads", self.num_kv_heads), ("ffn", self.ffn)):
+                require(
+                    value % parts == 0,
+                    f"model.quant.partitions={parts} does not divide model.{key}={value}",
+                )
+        group = self.quant.group_size
+        if group is not None and self.family != "floatlm":
+            for key, dim in (("hidden", self.hidden), ("ffn", self.ffn)):
+                require(
+                    (dim // tp) % group == 0,
+                    f"model.quant.scale_group: group {group} does not divide the TP={tp} shard of {key}",
+                )
+
+    def scale_partitions(self, tp: int) -> int:
+        return self.quant.partitions or tp
+
+    def resolved(self, tp: int) -> ModelConfig:
+        """This config with ``quant.partitions`` fixed to what a TP=``tp`` build uses (saved with it)."""
+        if self.family == "floatlm" or self.quant.partitions:
+            return self
+        return self.replace(quant=self.quant.replace(partitions=tp))
+
+
+# (hidden, ffn, heads, layers, training MP degree) from the Spectra suite README.
+SPECTRA_SIZES: dict[str, tuple[int, int, int, int, int]] = {
+    "99m": (512, 1280, 8, 16, 1),
+    "190m": (768, 2048, 12, 16, 1),
+    "390m": (1024, 2560, 16, 24, 1),
+    "560m": (1280, 3072, 20, 24, 1),
+    "830m": (1536, 4096, 24, 24, 1),
+    "1.1b": (1792, 5120, 28, 24, 2),
+    "1.5b": (2048, 6144, 32, 24, 2),
+    "2.4b": (2304, 7680, 36, 30, 3),
+    "3.9b": (3072, 9216, 24, 30, 6),
+}
+# Reported total parameter counts (Spectra README), used by tests of the counting function.
+SPECTRA_PARAMS: dict[str, float] = {
+    "99m": 99.74e6,
+    "190m": 190.0e6,
+    "390m": 392.4e6,
+    "560m": 569.2e6,
+    "830m": 834.0e6,
+    "1.1b": 1.149e9,
+    "1.5b": 1.515e9,
+    "2.4b": 2.461e9,
+    "3.9b": 3.989e9,
+}
+# Tiny sizes that train on a CPU in minutes: (hidden, ffn, heads, layers, context).
+TINY_SIZES: dict[str, tuple[int, int, int, int, int]] = {
+    "nano": (64, 192, 4, 2, 128),
+    "tiny": (128, 384, 4, 4, 256),
+    "micro": (192, 512, 6, 4, 256),
+    "small": (256, 768, 8, 6, 256),
+}
+FAMILIES: tuple[str, ...] = ("trilm", "floatlm", "bilm")
+
+
+def preset_names() -> list[str]:
+    sizes = [*SPECTRA_SIZES, *TINY_SIZES]
+    return [f"{family}-{size}" for family in FAMILIES for size in sizes]
+
+
+def training_partitions(preset: str) -> int:
+    """The tensor-parallel degree Spectra trained a size with (its TriLM scale partitions)."""
+    _, size = preset.split("-", 1)
+    return SPECTRA_SIZES[size][4] if size in SPECTRA_SIZES else 1
+
+
+def preset(name: str, **overrides) -> ModelConfig:
+    """``preset("trilm-1.1b")``: a named size of a family; keyword overrides replace top-level fields."""
+    family, _, size = name.partition("-")
+    if family not in FAMILIES or not size:
+        raise ConfigError(f"unknown preset {name!r}: expected <family>-<size>, family in {list(FAMILIES)}")
+    if size in SPECTRA_SIZES:
+        hidden, ffn, heads, layers, _mp = SPECTRA_SIZES[size]
+        fields = dict(hidden=hidden, ffn=ffn, heads=heads, layers=layers, context=2048, vocab_size=50304)
+    elif size in TINY_SIZES:
+        hidden, ffn, heads, layers, context = TINY_SIZES[size]
+        fields = dict(hidden=hidden, ffn=ffn, heads=heads, layers=layers, context=context, vocab_size=4096)
+    else:
+        known = ", ".join([*SPECTRA_SIZES, *TINY_SIZES])
+        raise ConfigError(f"unknown preset size {size!r} in {name!r}; sizes: {known}")
+    fields.update(family=family, name=name)
+    fields.update(overrides)
+    return ModelConfig(**fields)

@@ -1,0 +1,54 @@
+"""Parameter counts and the one FLOPs function (used by ``trilm model info``, MFU logging and scaling fits).
+
+Counting is analytic from the config, so it works for a 3.9B preset without building it; a test checks it
+against the parameters of a built model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from trilm.model.config import ModelConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class ParamCounts:
+    embedding: int
+    head: int
+    linear: int
+    """The block linears (attention + MLP): the weights TriLM/BiLM quantize."""
+    norm: int
+
+    @property
+    def total(self) -> int:
+        return self.embedding + self.head + self.linear + self.norm
+
+    @property
+    def nonembedding(self) -> int:
+        """Everything but the token embedding and the (untied) LM head."""
+        return self.linear + self.norm
+
+
+def parameter_counts(cfg: ModelConfig) -> ParamCounts:
+    d, hd = cfg.hidden, cfg.head_dim
+    attn = d * cfg.heads * hd + 2 * d * cfg.num_kv_heads * hd + cfg.heads * hd * d
+    mlp = 3 * d * cfg.ffn
+    return ParamCounts(
+        embedding=cfg.padded_vocab * d,
+        head=cfg.padded_vocab * d,
+        linear=cfg.layers * (attn + mlp),
+        norm=cfg.layers * 2 * d + d,
+    )
+
+
+def flops_per_token(cfg: ModelConfig, seq_len: int | None = None, training: bool = True) -> float:
+    """Matmul FLOPs per token: 2·(block linears + LM head) + attention scores/values, ×3 when training.
+
+    Attention counts QKᵀ and AV over the full ``seq_len`` window (2·2·layers·heads·head_dim·seq_len per
+    token forward), as PaLM and nanoGPT do, i.e. without halving for the causal mask; the embedding lookup
+    and elementwise work (norms, SwiGLU, fake-quant) are not matmuls and are not counted.
+    """
+    seq_len = cfg.context if seq_len is None else seq_len
+    counts = parameter_counts(cfg)
+    forward = 2 * (counts.linear + counts.head) + 4 * cfg.layers * cfg.heads * cfg.head_dim * seq_len
+    return float(3 * forward if training else forward)

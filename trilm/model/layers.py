@@ -1,0 +1,237 @@
+"""Building blocks of the decoder, composed from megatron-core's tensor-parallel layers.
+
+megatron-core's ``GPTModel`` does not run on CPU (its RoPE calls ``torch.cuda``), so the LLaMA block is
+assembled here from ``ColumnParallelLinear``/``RowParallelLinear``; the quantized variants subclass them and
+fake-quantize each rank's partition right before megatron's own matmul, so tensor-parallel communication and
+gradient handling stay megatron's.
+
+Every parameter knows its *canonical* full tensors (``wq``, ``wk``, ``wv``…) and how its local shard is cut
+from them, which makes checkpoints independent of the tensor-parallel degree.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from megatron.core import tensor_parallel
+from megatron.core.model_parallel_config import ModelParallelConfig
+from torch import nn
+
+from trilm.model.config import ModelConfig
+from trilm.model.quant import ScaleLayout, fake_quant_activation, fake_quant_weight
+
+
+def megatron_config(tp: int, dtype: torch.dtype = torch.float32) -> ModelParallelConfig:
+    """Weights are created on CPU, then filled from canonical full tensors (``Decoder.reset_parameters``)."""
+    return ModelParallelConfig(
+        tensor_model_parallel_size=tp,
+        use_cpu_initialization=True,
+        perform_initialization=False,
+        params_dtype=dtype,
+        sequence_parallel=False,
+        gradient_accumulation_fusion=False,
+    )
+
+
+class _ShardSpec:
+    """Maps canonical full tensors to this rank's shard and back (``parts`` = canonical names)."""
+
+    parts: tuple[str, ...]
+    part_sizes: tuple[int, ...]
+    shard_dim: int | None
+
+    def shard(self, full: dict[str, torch.Tensor], tp: int, rank: int) -> torch.Tensor:
+        pieces = [full[name] for name in self.parts]
+        if self.shard_dim is None:
+            return pieces[0]
+        return torch.cat([p.chunk(tp, dim=self.shard_dim)[rank] for p in pieces], dim=self.shard_dim)
+
+    def unshard(self, gathered: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Canonical tensors from the local shards of all ranks (in rank order)."""
+        if self.shard_dim is None:
+            return {self.parts[0]: gathered[0]}
+        tp = len(gathered)
+        local_sizes = [s // tp for s in self.part_sizes]
+        per_rank = [g.split(local_sizes, dim=self.shard_dim) for g in gathered]
+        return {
+            name: torch.cat([pieces[i] for pieces in per_rank], dim=self.shard_dim)
+            for i, name in enumerate(self.parts)
+        }
+
+
+class QuantColumnParallelLinear(tensor_parallel.ColumnParallelLinear, _ShardSpec):
+    """Column-parallel linear (outputs split); fused sub-matrices (q|k|v, gate|up) keep separate scales."""
+
+    def __init__(self, in_features, segments: dict[str, int], layout: ScaleLayout, act_bits, *, config):
+        super().__init__(in_features, sum(segments.values()), config=config, init_method=None, bias=False)
+        self.parts, self.part_sizes, self.shard_dim = tuple(segments), tuple(segments.values()), 0
+        self.layout, self.act_bits = layout, act_bits
+
+    def _forward_impl(self, input, weight, *args, **kwargs):
+        input = fake_quant_activation(input, self.act_bits)
+        return super()._forward_impl(input, fake_quant_weight(weight, self.layout), *args, **kwargs)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x)[0]
+
+
+class QuantRowParallelLinear(tensor_parallel.RowParallelLinear, _ShardSpec):
+    """Row-parallel linear (inputs split, outputs all-reduced)."""
+
+    def __init__(self, name: str, in_features, out_features, layout: ScaleLayout, act_bits, *, config):
+        super().__init__(
+            in_features,
+            out_features,
+            config=config,
+            init_method=None,
+            bias=False,
+            input_is_parallel=True,
+            skip_bias_add=True,
+        )
+        self.parts, self.part_sizes, self.shard_dim = (name,), (in_features,), 1
+        self.layout, self.act_bits = layout, act_bits
+
+    def _forward_impl(self, input, weight, *args, **kwargs):
+        input = fake_quant_activation(input, self.act_bits, reduce_over_tp=self.layout.tp_size > 1)
+        return super()._forward_impl(input, fake_quant_weight(weight, self.layout), *args, **kwargs)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x)[0]
+
+
+class RMSNorm(nn.Module, _ShardSpec):
+    """Pre-norm RMSNorm with a learnable gain (LLaMA's, not BitNet's parameter-free SubLN)."""
+
+    def __init__(self, name: str, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+        self.parts, self.part_sizes, self.shard_dim = (name,), (dim,), None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        normed = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps).to(x.dtype)
+        return normed * self.weight
+
+
+class Rotary(nn.Module):
+    """RoPE over the full head dim, rotate-half convention (GPT-NeoX and HF LLaMA; no Q/K permutation)."""
+
+    def __init__(self, head_dim: int, context: int, theta: float):
+        super().__init__()
+        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.context = context
+
+    def cos_sin(self, seq_len: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        t = torch.arange(seq_len, device=device, dtype=torch.float32)
+        freqs = torch.outer(t, self.inv_freq.to(device))
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+def _layout(cfg: ModelConfig, parallel: str, segments: tuple[int, ...], tp: int, rank: int) -> ScaleLayout:
+    return ScaleLayout(
+        fmt=cfg.weight_format,
+        group=cfg.quant.scale_group,
+        partitions=cfg.scale_partitions(tp),
+        parallel=parallel,
+        segments=segments,
+        eps=cfg.quant.eps,
+        tp_size=tp,
+        tp_rank=rank,
+    )
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig, prefix: str, mp_config, tp: int, rank: int):
+        super().__init__()
+        hd = cfg.head_dim
+        self.local_heads, self.local_kv = cfg.heads // tp, cfg.num_kv_heads // tp
+        self.head_dim = hd
+        segments = {
+            f"{prefix}.wq.weight": cfg.heads * hd,
+            f"{prefix}.wk.weight": cfg.num_kv_heads * hd,
+            f"{prefix}.wv.weight": cfg.num_kv_heads * hd,
+        }
+        act = cfg.quant.activation_bits if cfg.family != "floatlm" else None
+        col = _layout(cfg, "column", tuple(segments.values()), tp, rank)
+        self.wqkv = QuantColumnParallelLinear(cfg.hidden, segments, col, act, config=mp_config)
+        row = _layout(cfg, "row", (cfg.hidden,), tp, rank)
+        self.wo = QuantRowParallelLinear(
+            f"{prefix}.wo.weight", cfg.heads * hd, cfg.hidden, row, act, config=mp_config
+        )
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        hd = self.head_dim
+        qkv = self.wqkv(x)
+        q, k, v = qkv.split([self.local_heads * hd, self.local_kv * hd, self.local_kv * hd], dim=-1)
+        q = q.view(b, s, self.local_heads, hd).transpose(1, 2)
+        k = k.view(b, s, self.local_kv, hd).transpose(1, 2)
+        v = v.view(b, s, self.local_kv, hd).transpose(1, 2)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        out = F.scaled_dot_product_attention(
+            q, k, v, is_causal=True, enable_gqa=self.local_kv != self.local_heads
+        )
+        return self.wo(out.transpose(1, 2).reshape(b, s, self.local_heads * hd))
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, cfg: ModelConfig, prefix: str, mp_config, tp: int, rank: int):
+        super().__init__()
+        segments = {f"{prefix}.w_gate.weight": cfg.ffn, f"{prefix}.w_up.weight": cfg.ffn}
+        act = cfg.quant.activation_bits if cfg.family != "floatlm" else None
+        col = _layout(cfg, "column", (cfg.ffn, cfg.ffn), tp, rank)
+        self.w_gate_up = QuantColumnParallelLinear(cfg.hidden, segments, col, act, config=mp_config)
+        row = _layout(cfg, "row", (cfg.hidden,), tp, rank)
+        self.w_down = QuantRowParallelLinear(
+            f"{prefix}.w_down.weight", cfg.ffn, cfg.hidden, row, act, config=mp_config
+        )
+        self.local_ffn = cfg.ffn // tp
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.w_gate_up(x).split(self.local_ffn, dim=-1)
+        return self.w_down(F.silu(gate) * up)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig, index: int, mp_config, tp: int, rank: int):
+        super().__init__()
+        p = f"layers.{index}"
+        self.attn_norm = RMSNorm(f"{p}.attn_norm.weight", cfg.hidden, cfg.norm_eps)
+        self.attn = Attention(cfg, f"{p}.attn", mp_config, tp, rank)
+        self.mlp_norm = RMSNorm(f"{p}.mlp_norm.weight", cfg.hidden, cfg.norm_eps)
+        self.mlp = SwiGLU(cfg, f"{p}.mlp", mp_config, tp, rank)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), cos, sin)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+def init_std_for(name: str, cfg: ModelConfig) -> float:
+    """Output projections (wo, w_down) get the scaled init std/sqrt(2·layers)."""
+    if name.endswith(("wo.weight", "w_down.weight")):
+        return cfg.init_std / math.sqrt(2 * cfg.layers)
+    return cfg.init_std
+
+
+def canonical_layout(cfg: ModelConfig, name: str) -> ScaleLayout | None:
+    """The TP=1 scale layout of one canonical block matrix (None for embeddings, head and norms)."""
+    if cfg.family == "floatlm" or not name.startswith("layers.") or "norm" in name:
+        return None
+    parallel = "row" if name.endswith(("wo.weight", "w_down.weight")) else "column"
+    full = ScaleLayout(
+        fmt=cfg.weight_format,
+        group=cfg.quant.scale_group,
+        partitions=cfg.scale_partitions(1),
+        parallel=parallel,
+        eps=cfg.quant.eps,
+    )
+    return full

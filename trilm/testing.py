@@ -1,0 +1,96 @@
+"""Test utilities shared by trilm's tests (and usable by downstream code): multi-process gloo runs on CPU.
+
+``run_distributed(fn, world_size, *args)`` starts ``world_size`` fresh processes with the environment a
+launcher would set (RANK, WORLD_SIZE, MASTER_ADDR/PORT, LOCAL_RANK), runs ``fn(*args)`` in each, tears the
+process groups down whatever happens, and returns the per-rank results — or raises with every failing rank's
+traceback, so a hang or a crash in one rank is reported instead of blocking the suite.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import os
+import queue as queue_module
+import socket
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(fn, rank, world_size, port, args, env, results) -> None:
+    os.environ.update(
+        {
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": str(world_size),
+            "LOCAL_WORLD_SIZE": str(world_size),
+        }
+    )
+    os.environ.update(env or {})
+    torch.set_num_threads(1)
+    try:
+        value = fn(*args)
+        results.put((rank, True, value))
+    except BaseException:
+        results.put((rank, False, traceback.format_exc()))
+    finally:
+        from trilm.parallel import shutdown_parallel
+
+        with contextlib.suppress(Exception):
+            shutdown_parallel()
+
+
+def run_distributed(
+    fn: Callable[..., Any],
+    world_size: int,
+    *args: Any,
+    timeout: float = 300.0,
+    env: dict[str, str] | None = None,
+) -> list[Any]:
+    """Run ``fn(*args)`` on ``world_size`` gloo ranks; return results ordered by rank."""
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    port = free_port()
+    procs = [
+        ctx.Process(target=_worker, args=(fn, rank, world_size, port, args, env, results), daemon=True)
+        for rank in range(world_size)
+    ]
+    for p in procs:
+        p.start()
+    collected: dict[int, tuple[bool, Any]] = {}
+    try:
+        while len(collected) < world_size:
+            try:
+                rank, ok, value = results.get(timeout=timeout)
+            except queue_module.Empty:
+                raise TimeoutError(
+                    f"distributed run timed out after {timeout}s; ranks done: {sorted(collected)}"
+                ) from None
+            collected[rank] = (ok, value)
+            if not ok:
+                break
+    finally:
+        for p in procs:
+            p.join(timeout=10 if len(collected) == world_size else 1)
+            if p.is_alive():
+                p.terminate()
+    failures = {r: v for r, (ok, v) in collected.items() if not ok}
+    if failures:
+        detail = "\n".join(f"--- rank {r} ---\n{tb}" for r, tb in sorted(failures.items()))
+        raise RuntimeError(f"distributed run failed on ranks {sorted(failures)}:\n{detail}")
+    return [collected[r][1] for r in range(world_size)]
+
+
+def has_cuda() -> bool:
+    return torch.cuda.is_available()

@@ -1,0 +1,100 @@
+"""``trilm train --config RUN.yaml [key=value ...] [--dry-run]`` (same as ``python train/pretrain.py``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from trilm.config import ConfigError
+from trilm.train.config import TrainConfig
+
+
+def build_parser(parser: argparse.ArgumentParser, command: str = "train") -> None:
+    parser.add_argument(
+        "--config", required=True, help="run YAML (TrainConfig), e.g. configs/train/trilm-tiny.yaml"
+    )
+    parser.add_argument(
+        "overrides", nargs="*", help="dotted overrides, e.g. tokens=1e6 parallel.tensor_parallel=2"
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the plan (config, sizes, schedule, memory)"
+    )
+    parser.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
+
+
+def load_config(args) -> TrainConfig:
+    overrides = list(args.overrides)
+    return TrainConfig.from_yaml(args.config, overrides)
+
+
+def dry_run(cfg: TrainConfig) -> str:
+    """The plan without building the model or touching the run directory."""
+    from pathlib import Path
+
+    from trilm.parallel import init_parallel
+    from trilm.train.plan import RunPlan
+
+    info = init_parallel(cfg.parallel)
+    plan = RunPlan(cfg, info.dp_size, info.tp_size)
+    lines = [
+        "# resolved config",
+        cfg.replace(model=cfg.model.resolved(info.tp_size)).to_yaml().rstrip(),
+        "",
+        "# plan",
+    ]
+    lines.append(plan.report())
+    for key in ("train_dir", "valid_dir"):
+        path = getattr(cfg.data, key)
+        if not path:
+            continue
+        if Path(path, "index.json").exists() or Path(path).is_dir():
+            from trilm.data.shards import TokenShards
+
+            try:
+                shards = TokenShards.open(path)
+                seqs = shards.num_sequences(cfg.sequence_length)
+                epochs = cfg.steps * cfg.global_batch / max(seqs, 1)
+                lines.append(
+                    f"data.{key:<14} {path}: {shards.num_tokens:,} tokens, {seqs:,} sequences"
+                    + (f", {epochs:.2f} epochs" if key == "train_dir" else "")
+                )
+            except ConfigError as exc:
+                lines.append(f"data.{key:<14} {exc}")
+        else:
+            lines.append(f"data.{key:<14} {path}: not prepared yet (trilm data prepare)")
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    cfg = load_config(args)
+    if args.dry_run:
+        text = dry_run(cfg)
+        from trilm.parallel import current_parallel
+
+        if current_parallel().rank == 0:
+            print(text)
+        return 0
+    from trilm.train.trainer import Trainer
+
+    summary = Trainer(cfg).fit()
+    from trilm.parallel import current_parallel
+
+    if current_parallel().rank == 0:
+        print(
+            f"done: {summary.steps} steps in {summary.run_dir} (resumed from step {summary.resumed_from}, "
+            f"skipped {summary.skipped_steps}); final train loss {summary.final_loss}"
+        )
+        for step, loss in sorted(summary.val_losses.items()):
+            print(f"  step {step:>6}  val loss {loss:.4f}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="pretrain", description="Pretrain a TriLM / FloatLM / BiLM")
+    build_parser(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except ConfigError as exc:
+        print(f"pretrain: error: {exc}", file=sys.stderr)
+        return 2

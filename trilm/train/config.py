@@ -1,0 +1,181 @@
+"""Configuration of a pretraining run (the resolved copy is saved in every run directory)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal
+
+from trilm.config import Config, ConfigError, require
+from trilm.data.sampler import DataConfig
+from trilm.model.config import ModelConfig, preset
+from trilm.parallel import ParallelConfig
+
+
+@dataclasses.dataclass
+class OptimConfig(Config):
+    """AdamW; weight decay applies to matrices (block linears, embedding, head), never to norm gains."""
+
+    lr: float = 1.5e-3
+    min_lr_ratio: float = 0.1
+    """The decay ends at lr · min_lr_ratio."""
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    """Global gradient-norm clip; 0 disables it."""
+
+    def validate(self) -> None:
+        require(self.lr > 0, f"lr: must be > 0, got {self.lr}")
+        require(0 <= self.min_lr_ratio <= 1, f"min_lr_ratio: must be in [0, 1], got {self.min_lr_ratio}")
+        require(0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, "beta1/beta2: must be in [0, 1)")
+        require(self.weight_decay >= 0, f"weight_decay: must be >= 0, got {self.weight_decay}")
+        require(self.grad_clip >= 0, f"grad_clip: must be >= 0, got {self.grad_clip}")
+
+
+@dataclasses.dataclass
+class ScheduleConfig(Config):
+    """Learning-rate shape and Spectra's step-indexed events (positions are fractions of the run).
+
+    Spectra's TriLM loss drops visibly halfway through training; the authors attribute it to a peak-LR drop
+    at ~½ and weight decay switched off at ~⅔ (spectra.md marks both [U]: reported, factors not published).
+    """
+
+    warmup: float = 0.01
+    """Warmup length: a fraction of the run when < 1, else a number of steps."""
+    decay: Literal["cosine", "linear", "constant"] = "cosine"
+    lr_drop_at: float | None = None
+    """Fraction of the run at which the learning rate is multiplied by ``lr_drop_factor`` (TriLM: 0.5)."""
+    lr_drop_factor: float = 0.5
+    weight_decay_off_at: float | None = None
+    """Fraction of the run from which weight decay is 0 (TriLM: 2/3)."""
+
+    def validate(self) -> None:
+        require(self.warmup >= 0, f"warmup: must be >= 0, got {self.warmup}")
+        for key in ("lr_drop_at", "weight_decay_off_at"):
+            value = getattr(self, key)
+            require(value is None or 0 < value < 1, f"{key}: must be a fraction in (0, 1), got {value}")
+        require(0 < self.lr_drop_factor <= 1, f"lr_drop_factor: must be in (0, 1], got {self.lr_drop_factor}")
+
+
+@dataclasses.dataclass
+class CheckpointConfig(Config):
+    """Model snapshots form the suite (all kept); resumable states are for restarts (last k kept)."""
+
+    snapshot_every: int = 1000
+    log_spaced: bool = True
+    """Also snapshot steps 0, 1, 2, 4, … up to ``log_spaced_until`` (Pythia's early checkpoints)."""
+    log_spaced_until: int = 512
+    state_every: int = 500
+    keep_last: int = 2
+
+    def validate(self) -> None:
+        require(self.snapshot_every > 0, f"snapshot_every: must be > 0, got {self.snapshot_every}")
+        require(self.state_every > 0, f"state_every: must be > 0, got {self.state_every}")
+        require(self.keep_last >= 1, f"keep_last: must be >= 1, got {self.keep_last}")
+
+
+@dataclasses.dataclass
+class LogConfig(Config):
+    every: int = 10
+    eval_every: int = 200
+    """Validation loss every N steps and at every snapshot; 0 = only at snapshots. The set is
+    ``data.valid_sequences`` fixed sequences of the validation split."""
+    tensorboard: bool = True
+    progress: bool = True
+    max_nonfinite: int = 5
+    """Abort after this many consecutive steps with a NaN/inf loss (each such step is skipped)."""
+
+    def validate(self) -> None:
+        require(self.every > 0, f"every: must be > 0, got {self.every}")
+        require(self.eval_every >= 0, f"eval_every: must be >= 0, got {self.eval_every}")
+        require(self.max_nonfinite >= 1, f"max_nonfinite: must be >= 1, got {self.max_nonfinite}")
+
+
+def _default_data() -> DataConfig:
+    return DataConfig(train_dir="data/train", valid_dir="data/validation")
+
+
+@dataclasses.dataclass
+class TrainConfig(Config):
+    run_dir: str = "runs/default"
+    seed: int = 1234
+    """Model initialisation seed (the data order has its own, ``data.seed``)."""
+    model: ModelConfig = dataclasses.field(default_factory=lambda: preset("trilm-tiny"))
+    data: DataConfig = dataclasses.field(default_factory=_default_data)
+    parallel: ParallelConfig = dataclasses.field(default_factory=ParallelConfig)
+    optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)
+    schedule: ScheduleConfig = dataclasses.field(default_factory=ScheduleConfig)
+    checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
+    log: LogConfig = dataclasses.field(default_factory=LogConfig)
+    tokens: int = 10_000_000
+    """Training tokens; steps = tokens // batch_tokens."""
+    batch_tokens: int = 65_536
+    """Global batch in tokens (Spectra: TriLM ≈1M, FloatLM ≈2M); sequences/step = batch_tokens // seq_len."""
+    micro_batch: int = 8
+    """Sequences per data-parallel rank per forward/backward; the rest is gradient accumulation."""
+    seq_len: int = 0
+    """0 = the model's context."""
+    zero_stage: Literal[0, 1, 2] = 1
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    """auto = bf16 on GPU, fp32 on CPU."""
+    compile: bool = False
+    """torch.compile the model (GPU)."""
+
+    def validate(self) -> None:
+        seq = self.sequence_length
+        require(
+            1 <= seq <= self.model.context,
+            f"seq_len: {seq} must be in [1, model.context={self.model.context}]",
+        )
+        require(self.batch_tokens > 0, f"batch_tokens: must be > 0, got {self.batch_tokens}")
+        require(
+            self.batch_tokens % seq == 0,
+            f"batch_tokens: {self.batch_tokens} is not a multiple of the sequence length {seq}",
+        )
+        require(self.micro_batch > 0, f"micro_batch: must be > 0, got {self.micro_batch}")
+        require(
+            self.tokens >= self.batch_tokens,
+            f"tokens: {self.tokens} is less than one batch ({self.batch_tokens} tokens)",
+        )
+        try:
+            self.model.check_tensor_parallel(self.parallel.tensor_parallel)
+        except ConfigError as exc:
+            raise ConfigError(str(exc)) from None
+
+    @property
+    def sequence_length(self) -> int:
+        return self.seq_len or self.model.context
+
+    @property
+    def global_batch(self) -> int:
+        return self.batch_tokens // self.sequence_length
+
+    @property
+    def steps(self) -> int:
+        return self.tokens // self.batch_tokens
+
+    def accumulation(self, dp_size: int) -> int:
+        """Micro-batches per step on each rank; raises when the batch does not split evenly."""
+        per_rank, rem = divmod(self.global_batch, dp_size)
+        if rem or per_rank % self.micro_batch:
+            raise ConfigError(
+                f"batch_tokens: {self.global_batch} sequences per step do not split into data-parallel "
+                f"size {dp_size} × micro_batch {self.micro_batch} × an integer accumulation"
+            )
+        return per_rank // self.micro_batch
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, prefix: str = "") -> TrainConfig:
+        """Like Config.from_dict, but ``model: {preset: trilm-99m, …}`` starts from a named preset."""
+        data = dict(data)
+        model = data.get("model")
+        if isinstance(model, dict) and "preset" in model:
+            model = dict(model)
+            try:
+                base = preset(model.pop("preset")).to_dict()
+            except ConfigError as exc:
+                raise ConfigError(f"{prefix}model.preset: {exc}") from None
+            quant = {**base.get("quant", {}), **model.pop("quant", {})}
+            data["model"] = {**base, **model, "quant": quant}
+        return super().from_dict(data, prefix=prefix)

@@ -1,0 +1,100 @@
+"""The DeepSpeed engine over the megatron-core tensor-parallel model.
+
+DeepSpeed owns data parallelism (ZeRO 0/1/2, gradient all-reduce, clipping, bf16 master weights);
+megatron-core owns tensor parallelism inside the model; :class:`trilm.parallel.DeepSpeedMPU` tells
+DeepSpeed which ranks form a model replica. Gradient accumulation is *unmanaged*: the trainer calls
+``backward`` per micro-batch and ``step`` once, so a step whose loss is not finite can be dropped without
+DeepSpeed's counters going out of phase.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import torch
+
+from trilm.parallel import DeepSpeedMPU, ParallelInfo
+from trilm.train.config import TrainConfig
+
+
+def use_bf16(cfg: TrainConfig) -> bool:
+    if cfg.precision == "auto":
+        return torch.cuda.is_available()
+    return cfg.precision == "bf16"
+
+
+def deepspeed_config(cfg: TrainConfig, accumulation: int, dp_size: int) -> dict:
+    return {
+        "train_micro_batch_size_per_gpu": cfg.micro_batch,
+        "gradient_accumulation_steps": accumulation,
+        "train_batch_size": cfg.micro_batch * accumulation * dp_size,
+        "gradient_clipping": cfg.optim.grad_clip,
+        "zero_optimization": {"stage": cfg.zero_stage},
+        "bf16": {"enabled": use_bf16(cfg)},
+        "managed_gradient_accumulation": False,
+        "zero_allow_untested_optimizer": True,
+        "steps_per_print": 2**62,
+        "wall_clock_breakdown": False,
+        "dump_state": False,
+    }
+
+
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """Matrices decay, vectors (norm gains) do not; the trainer rewrites lr/weight_decay every step."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return [
+        {"params": decay, "weight_decay": weight_decay, "decays": True},
+        {"params": no_decay, "weight_decay": 0.0, "decays": False},
+    ]
+
+
+def build_engine(model: torch.nn.Module, cfg: TrainConfig, accumulation: int, info: ParallelInfo):
+    import deepspeed
+    from deepspeed.runtime.utils import clip_grad_norm_
+
+    logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
+    os.environ.setdefault("LOCAL_RANK", "0")
+    optimizer = torch.optim.AdamW(
+        param_groups(model, cfg.optim.weight_decay),
+        lr=cfg.optim.lr,
+        betas=(cfg.optim.beta1, cfg.optim.beta2),
+        eps=cfg.optim.eps,
+    )
+    engine, *_ = deepspeed.initialize(
+        model=model,
+        optimizer=optimizer,
+        config=deepspeed_config(cfg, accumulation, info.dp_size),
+        mpu=DeepSpeedMPU(),
+    )
+    if cfg.zero_stage == 0 and not use_bf16(cfg) and cfg.optim.grad_clip > 0:
+        # DeepSpeed's fp32 stage-0 path clips but drops the norm; keep it so it can be logged.
+        def clip_and_record():
+            engine._global_grad_norm = clip_grad_norm_(
+                parameters=engine.module.parameters(), max_norm=cfg.optim.grad_clip, mpu=engine.mpu
+            )
+
+        engine.clip_fp32_gradients = clip_and_record
+    return engine
+
+
+def set_optimizer_hparams(engine, lr: float, weight_decay: float) -> None:
+    for group in engine.optimizer.param_groups:
+        group["lr"] = lr
+        group["weight_decay"] = weight_decay if group.get("decays", True) else 0.0
+
+
+def discard_gradients(engine) -> None:
+    """Forget the gradients accumulated in this step (used when a micro-batch loss was not finite)."""
+    engine.optimizer.zero_grad()
+    engine.zero_grad()
+    if hasattr(engine, "_unmanaged_backward_count"):
+        engine._unmanaged_backward_count = 0
+
+
+def global_grad_norm(engine) -> float | None:
+    norm = engine.get_global_grad_norm()
+    if norm is None:
+        return None
+    return float(norm)

@@ -1,0 +1,102 @@
+"""What a run will do, computed before anything heavy: the ``--dry-run`` report.
+
+The memory estimate is per device and counts what dominates at scale: weights, gradients and Adam state
+(sharded by ZeRO stage across data-parallel ranks and by tensor parallelism) plus the activations a
+micro-batch keeps for backward (without recomputation). It is an estimate, stated as such.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from trilm.model.flops import flops_per_token, parameter_counts
+from trilm.train.config import TrainConfig
+from trilm.train.engine import use_bf16
+from trilm.train.schedule import Schedule, snapshot_steps, state_steps
+
+
+@dataclasses.dataclass
+class RunPlan:
+    cfg: TrainConfig
+    dp_size: int
+    tp_size: int
+
+    @property
+    def accumulation(self) -> int:
+        return self.cfg.accumulation(self.dp_size)
+
+    def memory_gb(self) -> dict[str, float]:
+        cfg, tp, dp = self.cfg, self.tp_size, self.dp_size
+        params = parameter_counts(cfg.model).total / tp
+        half = use_bf16(cfg)
+        weight_bytes = 2 if half else 4
+        grads = params * (2 if half else 4)
+        master = params * 4 if half else 0
+        adam = params * 8
+        stage = cfg.zero_stage
+        if stage >= 1:
+            adam /= dp
+            master /= dp
+        if stage >= 2:
+            grads /= dp
+        m = cfg.model
+        tokens = cfg.micro_batch * cfg.sequence_length
+        act_per_layer = tokens * (10 * m.hidden + 3 * m.ffn) / tp * weight_bytes
+        logits = tokens * m.padded_vocab / tp * 4 * 2
+        acts = m.layers * act_per_layer + logits
+        out = {
+            "weights": params * weight_bytes,
+            "grads": grads,
+            "master+adam": master + adam,
+            "activations": acts,
+        }
+        out = {k: v / 1e9 for k, v in out.items()}
+        out["total"] = sum(out.values())
+        return out
+
+    def report(self) -> str:
+        cfg = self.cfg
+        counts = parameter_counts(cfg.model)
+        fpt = flops_per_token(cfg.model, cfg.sequence_length)
+        sched = Schedule(cfg.optim, cfg.schedule, cfg.steps)
+        snaps = snapshot_steps(cfg.checkpoint, cfg.steps)
+        states = state_steps(cfg.checkpoint, cfg.steps)
+        mem = self.memory_gb()
+        m = cfg.model
+        lines = [
+            f"run dir            {cfg.run_dir}",
+            f"model              {m.name} ({m.family}; hidden {m.hidden}, ffn {m.ffn}, heads {m.heads}, "
+            f"layers {m.layers}, vocab {m.padded_vocab})",
+            f"quantization       {m.weight_format} weights, scale group {m.quant.scale_group}, "
+            f"partitions {m.scale_partitions(self.tp_size)}, activations "
+            f"{m.quant.activation_bits or 'float'}",
+            f"parameters         {counts.total:,} (non-embedding {counts.nonembedding:,})",
+            f"FLOPs/token        {fpt:.4g} (training, seq {cfg.sequence_length})",
+            f"parallelism        TP {self.tp_size} × DP {self.dp_size}, ZeRO stage {cfg.zero_stage}, "
+            f"{'bf16' if use_bf16(cfg) else 'fp32'}",
+            f"batch              {cfg.batch_tokens:,} tokens = {cfg.global_batch} × {cfg.sequence_length}; "
+            f"micro-batch {cfg.micro_batch} × accumulation {self.accumulation} per DP rank",
+            f"steps              {cfg.steps:,} ({cfg.steps * cfg.batch_tokens:,} tokens, "
+            f"{cfg.steps * cfg.batch_tokens / counts.total:.1f} tokens/param, "
+            f"{fpt * cfg.steps * cfg.batch_tokens:.3g} FLOPs)",
+            f"lr schedule        peak {cfg.optim.lr:g}, warmup {sched.warmup_steps} steps, "
+            f"{cfg.schedule.decay} to {cfg.optim.lr * cfg.optim.min_lr_ratio:g}",
+        ]
+        for ev in sched.events():
+            lines.append(f"  event            step {ev.step}: {ev.name} ({ev.detail})")
+        lines += [
+            f"snapshots          {len(snaps)} at steps {_compact(snaps)}",
+            f"resumable states   every {cfg.checkpoint.state_every} steps (+ last), keep last "
+            f"{cfg.checkpoint.keep_last}: {_compact(states)}",
+            "memory / device    "
+            + ", ".join(f"{k} {v:.2f} GB" for k, v in mem.items())
+            + " (estimate, no activation recompute)",
+        ]
+        return "\n".join(lines)
+
+
+def _compact(steps: list[int], limit: int = 14) -> str:
+    if len(steps) <= limit:
+        return ", ".join(map(str, steps))
+    head = ", ".join(map(str, steps[: limit - 3]))
+    return f"{head}, …, {', '.join(map(str, steps[-2:]))}"

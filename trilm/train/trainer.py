@@ -1,0 +1,331 @@
+"""The pretraining loop: data → DeepSpeed engine → schedule → checkpoints → logs.
+
+Everything that decides *what* happens at a step (data, learning rate, weight decay, checkpoints) is a pure
+function of the step, so restarting the same command resumes from the newest complete state and ends with
+the weights an uninterrupted run would have (bitwise on CPU at the same world size).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from trilm.config import ConfigError
+from trilm.model.flops import flops_per_token, parameter_counts
+from trilm.model.io import save_model
+from trilm.model.transformer import Decoder
+from trilm.parallel import dp_group, init_parallel
+from trilm.train.checkpoint import RunDir, atomic_directory, latest_complete, prune_states
+from trilm.train.config import TrainConfig
+from trilm.train.engine import build_engine, discard_gradients, global_grad_norm, set_optimizer_hparams
+from trilm.train.metrics import MetricsLogger, Throughput, memory_gb
+from trilm.train.plan import RunPlan
+from trilm.train.schedule import Schedule, snapshot_steps, state_steps
+
+# Keys that may change between a run and its resume; anything else must match the saved config.
+_RESUMABLE_CHANGES = ("run_dir", "parallel", "micro_batch", "log", "checkpoint", "compile")
+
+
+class TrainingAborted(RuntimeError):
+    """Raised when training cannot continue (e.g. too many consecutive non-finite losses)."""
+
+
+@dataclasses.dataclass
+class TrainSummary:
+    run_dir: str
+    steps: int
+    resumed_from: int | None
+    skipped_steps: int
+    final_loss: float | None
+    val_losses: dict[int, float]
+    snapshots: list[int]
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig):
+        self.cfg = cfg
+        self.info = init_parallel(cfg.parallel)
+        self.run = RunDir(cfg.run_dir)
+        self.data = cfg.data.build(cfg.sequence_length)
+        self.plan = RunPlan(cfg, self.info.dp_size, self.info.tp_size)
+        self.accumulation = self.plan.accumulation
+        self.model_cfg = cfg.model.resolved(self.info.tp_size)
+        self._check_vocab()
+        self.schedule = Schedule(cfg.optim, cfg.schedule, cfg.steps)
+        self.is_main = self.info.rank == 0
+
+    def _check_vocab(self) -> None:
+        tok = self.data.tokenizer
+        if tok is not None and tok.vocab_size > self.model_cfg.padded_vocab:
+            raise ConfigError(
+                f"model.vocab_size: the tokenizer {self.cfg.data.tokenizer} has {tok.vocab_size} tokens, "
+                f"more than the model's embedding ({self.model_cfg.padded_vocab})"
+            )
+
+    # ---- setup -----------------------------------------------------------------------------------------
+    def _barrier(self) -> None:
+        if dist.get_world_size() > 1:
+            dist.barrier()
+
+    def _build(self):
+        torch.manual_seed(self.cfg.seed)
+        model = Decoder(self.model_cfg, self.info, seed=self.cfg.seed).to(self.info.device)
+        engine = build_engine(model, self.cfg, self.accumulation, self.info)
+        if self.cfg.compile:
+            engine.compile()
+        return engine
+
+    def _write_run_files(self) -> None:
+        if not self.is_main:
+            return
+        self.run.make()
+        self.cfg.replace(model=self.model_cfg).to_yaml(self.run.config)
+        tok = self.data.tokenizer
+        if tok is not None:
+            shutil.copyfile(self.cfg.data.tokenizer, self.run.root / "tokenizer.model")
+            (self.run.root / "tokenizer.json").write_text(json.dumps({"hash": tok.hash}))
+
+    def _check_same_run(self) -> None:
+        saved = TrainConfig.from_yaml(self.run.config).to_dict()
+        now = self.cfg.replace(model=self.model_cfg).to_dict()
+        changed = [k for k in now if k not in _RESUMABLE_CHANGES and saved.get(k) != now.get(k)]
+        if changed:
+            raise ConfigError(
+                f"{self.run.config}: refusing to resume: {', '.join(changed)} differ from the saved run; "
+                "use a new run_dir for a different run"
+            )
+
+    # ---- state ------------------------------------------------------------------------------------------
+    def _save_state(self, engine, step: int, counters: dict) -> None:
+        final = self.run.state_dir(step)
+        with atomic_directory(final, {"step": step}) as tmp:
+            engine.save_checkpoint(str(tmp.parent), tag=tmp.name, save_latest=False)
+            rng = {
+                "python": random.getstate(),
+                "numpy": np.random.get_state(),
+                "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            }
+            torch.save(rng, tmp / f"rng-rank{self.info.rank}.pt")
+            if self.is_main:
+                state = {
+                    "step": step,
+                    "tokens": step * self.cfg.batch_tokens,
+                    "data": self.data.train.state_dict(step * self.cfg.global_batch),
+                    "dp_size": self.info.dp_size,
+                    "tp_size": self.info.tp_size,
+                    **counters,
+                }
+                (tmp / "trainer_state.json").write_text(json.dumps(state, indent=2))
+        prune_states(self.run.state, self.cfg.checkpoint.keep_last)
+
+    def _load_state(self, engine, step: int, path: Path) -> dict:
+        state = json.loads((path / "trainer_state.json").read_text())
+        samples = self.data.train.check_resume(state["data"])
+        if samples != step * self.cfg.global_batch:
+            raise ConfigError(f"{path}: {samples} samples consumed does not match step {step}")
+        if state["dp_size"] != self.info.dp_size and self.cfg.zero_stage > 0:
+            raise ConfigError(
+                f"{path}: saved with data-parallel size {state['dp_size']} under ZeRO stage "
+                f"{self.cfg.zero_stage}, whose optimizer state is sharded by data-parallel rank; resume at "
+                f"DP={state['dp_size']} or train with zero_stage=0 to change the data-parallel size"
+            )
+        load_path, _ = engine.load_checkpoint(
+            str(path.parent), tag=path.name, load_optimizer_states=True, load_lr_scheduler_states=False
+        )
+        if load_path is None:
+            raise ConfigError(f"{path}: DeepSpeed could not load this state")
+        rng_file = path / f"rng-rank{self.info.rank}.pt"
+        if rng_file.exists():
+            rng = torch.load(rng_file, weights_only=False)
+            random.setstate(rng["python"])
+            np.random.set_state(rng["numpy"])
+            torch.set_rng_state(rng["torch"])
+            if rng["cuda"] is not None and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all(rng["cuda"])
+        return state
+
+    def _save_snapshot(self, engine, step: int, train_loss, val_loss) -> None:
+        counts = parameter_counts(self.model_cfg)
+        tokens = step * self.cfg.batch_tokens
+        tok = self.data.tokenizer
+        meta = {
+            "step": step,
+            "tokens": tokens,
+            "samples": step * self.cfg.global_batch,
+            "run": self.run.root.name,
+            "family": self.model_cfg.family,
+            "size": self.model_cfg.name,
+            "params": counts.total,
+            "nonembedding_params": counts.nonembedding,
+            "linear_params": counts.linear,
+            "scale_partitions": self.model_cfg.scale_partitions(self.info.tp_size),
+            "flops": flops_per_token(self.model_cfg, self.cfg.sequence_length) * tokens,
+            "tokenizer_hash": tok.hash if tok is not None else self.data.train.shards.tokenizer_hash,
+            "train_loss": train_loss,
+            "val_loss": val_loss,
+        }
+        with atomic_directory(self.run.snapshot(step), {"step": step}) as tmp:
+            save_model(engine.module, tmp, meta=meta)
+
+    # ---- evaluation -------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def validation_loss(self, engine) -> float | None:
+        valid = self.data.valid
+        if valid is None:
+            return None
+        engine.eval()
+        total = torch.zeros(2, dtype=torch.float64, device=self.info.device)
+        for batch in valid.batches(self.cfg.micro_batch, self.info.dp_rank, self.info.dp_size):
+            batch = batch.to(self.info.device)
+            loss = engine(batch[:, :-1], labels=batch[:, 1:])
+            total[0] += loss.double().sum()
+            total[1] += loss.numel()
+        engine.train()
+        dist.all_reduce(total, group=dp_group())
+        return float(total[0] / total[1])
+
+    def _micro_loss(self, engine, step: int, chunk: torch.Tensor) -> torch.Tensor:
+        return engine(chunk[:, :-1], labels=chunk[:, 1:]).mean()
+
+    def _all_finite(self, loss: torch.Tensor) -> bool:
+        flag = torch.isfinite(loss.detach()).to(torch.float32).reshape(1)
+        if dist.get_world_size() > 1:
+            dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        return bool(flag.item() > 0)
+
+    # ---- the loop ---------------------------------------------------------------------------------------
+    def fit(self) -> TrainSummary:
+        cfg = self.cfg
+        if self.is_main:
+            self.run.make()
+        self._barrier()
+        engine = self._build()
+        latest = latest_complete(self.run.state)
+        counters = {"skipped_steps": 0, "nonfinite_run": 0}
+        if latest is not None:
+            self._check_same_run()
+            start, path = latest
+            counters.update({k: v for k, v in self._load_state(engine, start, path).items() if k in counters})
+        else:
+            start = 0
+            self._write_run_files()
+        self._barrier()
+        logger = MetricsLogger(self.run.logs, self.is_main, cfg.log.tensorboard)
+        if latest is not None:
+            logger.event(start, "resume", f"from {latest[1]}", dp_size=self.info.dp_size)
+        snaps = set(snapshot_steps(cfg.checkpoint, cfg.steps))
+        states = set(state_steps(cfg.checkpoint, cfg.steps))
+        tokens_per_step = cfg.batch_tokens
+        meter = Throughput(flops_per_token(self.model_cfg, cfg.sequence_length), self.info.world_size)
+        val_losses: dict[int, float] = {}
+        last_loss = None
+        if start == 0 and 0 in snaps and not (self.run.snapshot(0) / "COMPLETE").exists():
+            val = self.validation_loss(engine)
+            if val is not None:
+                val_losses[0] = val
+            self._save_snapshot(engine, 0, None, val)
+        progress = self._progress(start)
+        try:
+            for step in range(start, cfg.steps):
+                for event in self.schedule.events_at(step):
+                    logger.event(step, event.name, event.detail)
+                lr, wd = self.schedule.lr(step), self.schedule.weight_decay(step)
+                set_optimizer_hparams(engine, lr, wd)
+                t0 = time.perf_counter()
+                batch = self.data.train.batch(step, cfg.global_batch, self.info.dp_rank, self.info.dp_size)
+                batch = batch.to(self.info.device, non_blocking=True)
+                t_data = time.perf_counter() - t0
+                losses, finite = [], True
+                for chunk in batch.split(cfg.micro_batch):
+                    loss = self._micro_loss(engine, step, chunk)
+                    if not self._all_finite(loss):
+                        finite = False
+                        break
+                    engine.backward(loss)
+                    losses.append(loss.detach())
+                if finite:
+                    engine.step()
+                    counters["nonfinite_run"] = 0
+                else:
+                    discard_gradients(engine)
+                    counters["skipped_steps"] += 1
+                    counters["nonfinite_run"] += 1
+                    logger.event(step, "nonfinite_loss", "step skipped (optimizer update dropped)")
+                    if counters["nonfinite_run"] >= cfg.log.max_nonfinite:
+                        raise TrainingAborted(
+                            f"loss was NaN/inf for {counters['nonfinite_run']} consecutive steps "
+                            f"(up to step {step}); the last complete state is "
+                            f"{latest_complete(self.run.state)}; lower optim.lr or check the data"
+                        )
+                done = step + 1
+                meter.add(tokens_per_step, time.perf_counter() - t0, t_data)
+                if finite:
+                    last_loss = self._mean_over_dp(torch.stack(losses).mean())
+                if done % cfg.log.every == 0 or done == cfg.steps:
+                    rates = meter.report()
+                    values = {
+                        "loss": last_loss,
+                        "lr": lr,
+                        "weight_decay": wd,
+                        "grad_norm": global_grad_norm(engine) if finite else None,
+                        "tokens": done * tokens_per_step,
+                        "memory_gb": memory_gb(),
+                        **rates,
+                    }
+                    logger.log(done, values)
+                    if progress is not None:
+                        progress.set_postfix(
+                            loss=f"{last_loss:.3f}" if last_loss else "nan",
+                            lr=f"{lr:.2e}",
+                            tok_s=f"{rates['tokens_per_s']:.0f}",
+                        )
+                val = None
+                if done in snaps or (cfg.log.eval_every and done % cfg.log.eval_every == 0):
+                    val = self.validation_loss(engine)
+                    if val is not None:
+                        val_losses[done] = val
+                        logger.log(done, {"val_loss": val})
+                if done in snaps:
+                    self._save_snapshot(engine, done, last_loss, val)
+                if done in states:
+                    self._save_state(engine, done, counters)
+                if progress is not None:
+                    progress.update(1)
+        finally:
+            if progress is not None:
+                progress.close()
+            logger.close()
+        return TrainSummary(
+            run_dir=str(self.run.root),
+            steps=cfg.steps,
+            resumed_from=latest[0] if latest else None,
+            skipped_steps=counters["skipped_steps"],
+            final_loss=last_loss,
+            val_losses=val_losses,
+            snapshots=sorted(snaps),
+        )
+
+    def _mean_over_dp(self, value: torch.Tensor) -> float:
+        value = value.detach().float().reshape(1)
+        if self.info.dp_size > 1:
+            dist.all_reduce(value, group=dp_group())
+            value /= self.info.dp_size
+        return float(value.item())
+
+    def _progress(self, start: int):
+        if not (self.is_main and self.cfg.log.progress):
+            return None
+        from tqdm.auto import tqdm
+
+        return tqdm(
+            total=self.cfg.steps, initial=start, desc=self.model_cfg.name, unit="step", dynamic_ncols=True
+        )
