@@ -146,7 +146,7 @@ def main(argv=None) -> int:
                 runs.append((time.perf_counter() - t0) * 1e6)
             return sorted(runs)[1], sorted(runs)[1]
         flushed = tt.do_bench(fn, warmup=args.warmup_ms, rep=args.rep_ms, return_mode="median")
-        graphed = tt.do_bench_cudagraph(fn, rep=max(10, args.rep_ms // 2), return_mode="median")
+        graphed = tt.do_bench_cudagraph(fn, rep=max(5, args.rep_ms // 4), return_mode="median")
         return flushed * 1e3, graphed * 1e3  # µs
 
     variants = [(kind, "fp32") for kind in args.formats]
