@@ -278,7 +278,7 @@ def gemv_kernel(
                 w0, w1, s_ptr, z_ptr, offs_k, offs_n, mask2, N, G, FMT, BITS, HAS_MEAN, NM_N, NM_M
             )
             acc += _sum(w * x[:, None], axis=0)
-    tl.atomic_add(y_ptr + m * N + offs_n, acc.to(y_ptr.dtype.element_ty), mask=mask_n)
+    tl.atomic_add(y_ptr + m * N + offs_n, acc.to(y_ptr.dtype.element_ty), mask=mask_n, sem="relaxed")
 
 
 @triton.jit(do_not_specialize=["M", "stride_xm", "MB", "SPLIT_K"])
@@ -371,7 +371,7 @@ def gemm_kernel(
     y_ptrs = y_ptr + offs_m[:, None] * N + offs_n[None, :]
     mask_y = mask_m[:, None] & mask_n[None, :]
     if USE_ATOMIC:
-        tl.atomic_add(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=mask_y)
+        tl.atomic_add(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=mask_y, sem="relaxed")
     else:
         tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=mask_y)
 
@@ -415,4 +415,4 @@ def sparse_add_kernel(
         m = m0 + i
         if m < M:
             xv = tl.load(x_ptr + m * stride_xm + c, mask=mask, other=0.0).to(tl.float32)
-            tl.atomic_add(y_ptr + m * N + r, delta * xv, mask=mask)
+            tl.atomic_add(y_ptr + m * N + r, delta * xv, mask=mask, sem="relaxed")
