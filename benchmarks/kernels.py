@@ -6,6 +6,7 @@ Launch (one GPU, about 3–4 minutes on an H200; writes benchmarks/results/kerne
     python benchmarks/kernels.py
     python benchmarks/kernels.py --quick                       # 2 shapes, batch 1 and 64 (~1 minute)
     python benchmarks/kernels.py --formats ternary int4 --shapes 8192x8192 --batches 1
+    python benchmarks/kernels.py --bits-table 4096x4096            # storage bits/weight per format, CPU
 
 Shapes are in_features × out_features (K × N) of LLaMA-7B/70B projections. Timing: ``triton.testing.do_bench``
 (zeroes a 256 MB buffer before every run, so weights come from HBM) and ``do_bench_cudagraph`` (launch
@@ -53,6 +54,30 @@ TARGETS = {  # issue 6 targets on an H200: (format, shape, batch, minimum speedu
     "int4 GEMV 8192x8192 ≥3x fp16": ("int4", "8192x8192", 1, 3.0, None),
 }
 
+BITS_NOMINAL = {  # value bits the method papers quote (trilm.formats.accounting), where one exists
+    "int2": "gptq_bits(2, 128) = 2.141",
+    "int3": "gptq_bits(3, 128) = 3.148",
+    "int4": "gptq_bits(4, 128) = 4.156",
+    "int4_act": "gptq_bits(4, 128) = 4.156",
+    "billm": "billm_bits(0.1) = 1.1",
+    "stbllm": "stbllm_bits(0.1, 4, 8) = 0.55",
+    "pbllm": "pbllm_bits(0.1) = 2.7",
+}
+BITS_LAYOUT = {
+    "ternary": "2-bit codes, per-row fp32 scales (g = K)",
+    "binary": "1-bit signs, per-row fp32 scales",
+    "binary_mean": "1-bit signs, per-row fp32 scale and mean",
+    "nm2:4": "keep-bitmap + 2 sign slots per 4, per-row fp32 scales",
+    "nm4:8": "keep-bitmap + 4 sign slots per 8, per-row fp32 scales",
+    "billm": "2 bit-planes, 2 column classes, fp16 table per 128 columns",
+    "stbllm": "3 bit-planes (4:8 pruned), 2 classes, fp16 table per 128 columns",
+    "int2": "2-bit, g128, fp16 scales, uint8 zeros",
+    "int3": "2-bit + 1-bit planes, g128, fp16 scales, uint8 zeros",
+    "int4": "4-bit, g128, fp16 scales, uint8 zeros",
+    "int4_act": "int4 g128 with act-order g_idx",
+    "pbllm": "1-bit + 10 % salient int8 (CSR, int16 columns), per-row tables",
+}
+
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -75,6 +100,11 @@ def parse_args(argv):
         help="check this script on CPU (tiny shape, wall-clock timing, fp32; set TRITON_INTERPRET=1 to run "
         "the kernels in the interpreter); numbers are meaningless",
     )
+    p.add_argument(
+        "--bits-table",
+        metavar="KxN",
+        help="only print the storage bits/weight of every format at this shape (CPU, no GPU needed)",
+    )
     args = p.parse_args(argv)
     if args.cpu_smoke:
         args.shapes, args.batches, args.native, args.gemlite = ["256x192"], [1, 16], False, False
@@ -95,8 +125,34 @@ def peak_bandwidth(name: str, override: float | None) -> float | None:
     return None
 
 
+def bits_table(shape: str) -> None:
+    """Markdown table of storage bits/weight per sample kind (docs/kernels.md quotes it)."""
+    from kernels.samples import KINDS, random_packed
+
+    k, n = (int(v) for v in shape.split("x"))
+    print(
+        f"| kind | format | layout | storage bits/weight | ideal vs fp16 | paper's nominal bits |  ({shape})"
+    )
+    print("|---|---|---|---|---|---|")
+    for kind in KINDS:
+        w = random_packed(kind, n, k)
+        bits = w.bits_per_weight()
+        row = (
+            kind,
+            f"`{w.FORMAT}`",
+            BITS_LAYOUT[kind],
+            f"{bits:.3f}",
+            f"{16 / bits:.2f}x",
+            BITS_NOMINAL.get(kind, ""),
+        )
+        print("| " + " | ".join(row) + " |")
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.bits_table:
+        bits_table(args.bits_table)
+        return 0
     import torch
     import torch.nn.functional as F
 
