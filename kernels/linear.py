@@ -1,0 +1,209 @@
+"""``QuantLinear``: one module for every packed format, dispatching to the kernel for its format.
+
+The model code swaps its linears for QuantLinear (see :func:`replace_linears`) and does not care which
+format a layer has: forward is ``x @ W^T (+ bias)`` for x of shape (..., K). The packed tensors are buffers,
+so ``.to(device)``, ``state_dict()`` and ``load_state_dict()`` work as usual; the format's meta travels as
+the module's extra state, and loading a state dict of another format or shape rebuilds the buffers.
+Inference only: the Triton path has no backward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from kernels.launch import GEMV_MAX_M, KernelWeight, interpreting, prepare, triton_matmul
+from trilm.formats import FORMATS, IntWeight, PackedWeight, from_tensors
+
+BACKENDS = ("auto", "triton", "torch")
+
+
+def resolve_backend(backend: str, x: torch.Tensor) -> str:
+    """'triton' on CUDA or under the CPU interpreter, else 'torch' (the dequantize-and-matmul fallback)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend != "auto":
+        return backend
+    return "triton" if (x.is_cuda or interpreting()) else "torch"
+
+
+class QuantLinear(nn.Module):
+    """A linear layer whose weight is a :class:`~trilm.formats.PackedWeight` of any format."""
+
+    def __init__(
+        self,
+        packed: PackedWeight,
+        bias: torch.Tensor | None = None,
+        *,
+        backend: str = "auto",
+        cache_dequantized: bool = False,
+        accumulate: str = "fp32",
+        gemv_max_m: int = GEMV_MAX_M,
+    ) -> None:
+        super().__init__()
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        if accumulate not in ("fp32", "native"):
+            raise ValueError(f"accumulate must be 'fp32' or 'native', got {accumulate!r}")
+        self.backend = backend
+        self.cache_dequantized = cache_dequantized
+        self.accumulate = accumulate
+        self.gemv_max_m = gemv_max_m
+        self._set_packed(packed)
+        if bias is not None and tuple(bias.shape) != (packed.out_features,):
+            raise ValueError(f"bias must have shape ({packed.out_features},), got {tuple(bias.shape)}")
+        self.register_buffer("bias", None if bias is None else bias.detach().clone())
+
+    # -- construction ---------------------------------------------------------------------------------------
+    @classmethod
+    def from_packed(
+        cls, packed: PackedWeight, bias: torch.Tensor | None = None, **kwargs: Any
+    ) -> QuantLinear:
+        return cls(packed, bias, **kwargs)
+
+    @classmethod
+    def from_float(
+        cls, weight: torch.Tensor, format: str, bias: torch.Tensor | None = None, **opts: Any
+    ) -> QuantLinear:
+        """Quantize a float weight (N, K) to an int format: ``format="int"``, opts bits, group_size, sym.
+
+        Ternary and binary weights come from the model as codes and scales (``TernaryWeight.pack``), never
+        from re-quantizing floats here."""
+        if format != "int":
+            raise ValueError(
+                f"from_float builds the int formats (GPTQ/OmniQuant grid) only, got {format!r}; pack "
+                "ternary, binary and the other formats from their codes (e.g. TernaryWeight.pack) and use "
+                "from_packed"
+            )
+        module_opts = {k: opts.pop(k) for k in ("backend", "cache_dequantized", "accumulate") if k in opts}
+        packed = IntWeight.from_float(weight.detach(), **opts)
+        return cls(packed, bias, **module_opts)
+
+    def _set_packed(self, packed: PackedWeight) -> None:
+        for name in list(self._buffers):
+            if name != "bias":
+                del self._buffers[name]
+        for name, tensor in packed.to_tensors().items():
+            self.register_buffer(name, tensor)
+        self._meta = {k: v for k, v in packed.meta().items() if k != "bits_per_weight"}
+        self.in_features = packed.in_features
+        self.out_features = packed.out_features
+        self._reset_caches()
+
+    def _reset_caches(self) -> None:
+        self._packed_cache: PackedWeight | None = None
+        self._kernel_cache: KernelWeight | None = None
+        self._dequant_cache: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
+
+    @property
+    def format(self) -> str:
+        return self._meta["format"]
+
+    @property
+    def packed(self) -> PackedWeight:
+        """The packed weight viewed over this module's current buffers."""
+        if self._packed_cache is None:
+            names = (*FORMATS[self.format].TENSORS, *FORMATS[self.format].OPTIONAL_TENSORS)
+            tensors = {n: self._buffers[n] for n in names if self._buffers.get(n) is not None}
+            self._packed_cache = from_tensors(tensors, self._meta)
+        return self._packed_cache
+
+    def _apply(self, fn, recurse=True):
+        out = super()._apply(fn, recurse)
+        self._reset_caches()
+        return out
+
+    # -- forward ------------------------------------------------------------------------------------------
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1] != self.in_features:
+            raise ValueError(f"{self}: expected input with last dim {self.in_features}, got {tuple(x.shape)}")
+        if resolve_backend(self.backend, x) == "torch":
+            y = F.linear(x, self._dequantized(x))
+        else:
+            if self._kernel_cache is None:
+                self._kernel_cache = prepare(self.packed)
+            x2 = x.reshape(-1, self.in_features)
+            path = "gemv" if x2.shape[0] <= self.gemv_max_m else "gemm"
+            y = triton_matmul(x2, self._kernel_cache, path=path, accumulate=self.accumulate)
+            y = y.reshape(*x.shape[:-1], self.out_features)
+        if self.bias is not None:
+            y = y + self.bias.to(y.dtype)
+        return y
+
+    def _dequantized(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype if x.is_floating_point() else torch.float32
+        key = (x.device, dtype)
+        if key in self._dequant_cache:
+            return self._dequant_cache[key]
+        w = self.packed.dequantize(torch.float32).to(device=x.device, dtype=dtype)
+        if self.cache_dequantized:
+            self._dequant_cache[key] = w
+        return w
+
+    # -- state dict -----------------------------------------------------------------------------------------
+    def get_extra_state(self) -> dict[str, Any]:
+        return dict(self._meta)
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        self._meta = dict(state)
+        self._reset_caches()
+
+    def _load_from_state_dict(
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    ):
+        meta = state_dict.get(prefix + "_extra_state")
+        if isinstance(meta, dict) and meta.get("format") in FORMATS:
+            cls = FORMATS[meta["format"]]
+            incoming = {
+                n: state_dict[prefix + n]
+                for n in (*cls.TENSORS, *cls.OPTIONAL_TENSORS)
+                if isinstance(state_dict.get(prefix + n), torch.Tensor)
+            }
+            try:
+                packed = from_tensors(incoming, meta)
+            except ValueError as exc:
+                error_msgs.append(f"{prefix or 'QuantLinear'}: {exc}")
+                return
+            self._set_packed(packed)
+            bias = state_dict.get(prefix + "bias")
+            if bias is not None and self.bias is None:
+                self.register_buffer("bias", torch.empty_like(bias))
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+        self._reset_caches()
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, format={self.format}, "
+            f"bits_per_weight={self.packed.bits_per_weight():.3f}, bias={self.bias is not None}"
+        )
+
+
+def replace_linears(
+    module: nn.Module,
+    select_fn: Callable[[str, nn.Module], bool],
+    make_quant_linear: Callable[[str, nn.Module], nn.Module],
+) -> list[str]:
+    """Replace each submodule where ``select_fn(qualified_name, child)`` holds by ``make_quant_linear(...)``.
+
+    Works on any ``nn.Linear``-like child (the selector decides), in place; returns the replaced names in
+    module order. Children of a replaced module are not visited.
+    """
+    replaced: list[str] = []
+
+    def visit(parent: nn.Module, prefix: str) -> None:
+        for name, child in list(parent.named_children()):
+            qualified = f"{prefix}{name}"
+            if select_fn(qualified, child):
+                setattr(parent, name, make_quant_linear(qualified, child))
+                replaced.append(qualified)
+            else:
+                visit(child, qualified + ".")
+
+    visit(module, "")
+    return replaced

@@ -1,0 +1,18 @@
+"""Kernel tests run in Triton's CPU interpreter unless marked ``gpu``; GPU tests run compiled on CUDA.
+
+``TRITON_INTERPRET`` is set per test (and restored after), and :mod:`kernels.launch` re-imports the kernel
+module when the setting changes, so interpreter and GPU tests can share one session.
+"""
+
+import pytest
+import torch
+
+
+@pytest.fixture(autouse=True)
+def _triton_mode(request, monkeypatch):
+    if request.node.get_closest_marker("gpu") is not None:
+        if not torch.cuda.is_available():
+            pytest.skip("needs a CUDA GPU")
+        monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    else:
+        monkeypatch.setenv("TRITON_INTERPRET", "1")

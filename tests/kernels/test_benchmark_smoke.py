@@ -1,0 +1,26 @@
+"""benchmarks/kernels.py runs end to end (CPU smoke mode: interpreter kernels, tiny shape), writes JSON."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_benchmark_script_cpu_smoke(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TRITON_INTERPRET": "1"}
+    cmd = [sys.executable, str(REPO / "benchmarks" / "kernels.py"), "--cpu-smoke", "--out", str(tmp_path)]
+    cmd += ["--formats", "ternary", "int3", "pbllm"]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (path,) = tmp_path.glob("kernels-cpu-smoke-*.json")
+    report = json.loads(path.read_text())
+    rows = [r for r in report["results"] if r["format"] != "fp16"]
+    assert {r["format"] for r in rows} == {"ternary", "int3", "pbllm"} and {r["batch"] for r in rows} == {
+        1,
+        16,
+    }
+    assert all(r["max_rel_err"] < 1e-5 and r["bits_per_weight"] < 16 for r in rows)
+    assert "targets" in report and "wrote" in out.stdout

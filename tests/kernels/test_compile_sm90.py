@@ -1,0 +1,25 @@
+"""The GPU code paths compile for an H100/H200 (sm_90) on a CPU-only machine: Triton lowers them to PTX and
+its bundled ptxas assembles a cubin. ``python -m kernels.compile_check`` sweeps every config and format; this
+test covers one GEMV and one GEMM config per format family in fp16, and bf16 for ternary and int4."""
+
+import pytest
+import torch
+
+from kernels import prepare
+from kernels.compile_check import compile_kernel
+from kernels.launch import GPU_GEMM, GPU_GEMV
+from kernels.samples import random_packed
+
+CASES = [(k, torch.float16) for k in ("ternary", "binary_mean", "nm2:4", "billm", "int3", "pbllm")]
+CASES += [("ternary", torch.bfloat16), ("int4", torch.bfloat16)]
+
+
+@pytest.mark.parametrize(("kind", "dtype"), CASES, ids=[f"{k}-{str(d)[6:]}" for k, d in CASES])
+def test_compiles_for_sm90(kind, dtype, monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET")
+    kw = prepare(random_packed(kind, 256, 512, scale_dtype=torch.float16))
+    gemv = compile_kernel(kw, "gemv", GPU_GEMV[0], dtype, cc=90)
+    gemm = compile_kernel(kw, "gemm", GPU_GEMM[0], dtype, cc=90, split_k=2)
+    for kernel in (gemv, gemm):
+        assert len(kernel.asm["cubin"]) > 0 and ".target sm_90a" in kernel.asm["ptx"]
+    assert ("red.global" in gemv.asm["ptx"] or "atom.global" in gemv.asm["ptx"]) and "mma" in gemm.asm["ptx"]

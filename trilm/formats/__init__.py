@@ -1,0 +1,52 @@
+"""The packing codec: one packed format per weight family, shared by export, kernels and the serving engine.
+
+| format | class | bits/weight (storage, metadata included) |
+|---|---|---|
+| ``ternary`` | :class:`TernaryWeight` | 2 + scale bits·(K/g)/K (2.004 per-row fp32 at K = 8192) |
+| ``binary`` | :class:`BinaryWeight` | 1 + (scale [+ mean] bits)/g |
+| ``nm_binary`` | :class:`NMBinaryWeight` | 1 + N/M + scale bits/g (2:4 → 1.5) |
+| ``multibinary`` | :class:`MultiBinaryWeight` | n_bits + table bits·classes·2^n_bits/block (BiLLM ≈ 3.0) |
+| ``int`` | :class:`IntWeight` | b + (scale bits + 8)/g (int4 g128 fp16 → 4.19) |
+| ``pbllm`` | :class:`PBLLMWeight` | 1 + salient share·(8 + 16) + row tables (10 % → ≈ 3.4) |
+
+Every class has ``pack(...)`` from integer codes, ``dequantize()``, ``to_tensors()/meta()`` and
+``from_tensors()``; :func:`save_packed`/:func:`load_packed` hold many layers in one safetensors file. This
+package imports nothing from the kernels or the model.
+"""
+
+from trilm.formats.accounting import billm_bits, billm_storing_bits, gptq_bits, pbllm_bits, stbllm_bits
+from trilm.formats.base import FORMATS, FormatError, PackedWeight, from_tensors
+from trilm.formats.binary import BinaryWeight
+from trilm.formats.intk import IntWeight, fit_uniform_grid, quantize_to_grid, quantize_uniform
+from trilm.formats.io import load_packed, save_packed
+from trilm.formats.multibinary import MultiBinaryWeight, ResidualGroup, residual_value
+from trilm.formats.nm import NMBinaryWeight, check_nm_pattern
+from trilm.formats.pbllm import PBLLMWeight
+from trilm.formats.ternary import TernaryWeight, partition_scales
+
+__all__ = [
+    "FORMATS",
+    "BinaryWeight",
+    "FormatError",
+    "IntWeight",
+    "MultiBinaryWeight",
+    "NMBinaryWeight",
+    "PBLLMWeight",
+    "PackedWeight",
+    "ResidualGroup",
+    "TernaryWeight",
+    "billm_bits",
+    "billm_storing_bits",
+    "check_nm_pattern",
+    "fit_uniform_grid",
+    "from_tensors",
+    "gptq_bits",
+    "load_packed",
+    "partition_scales",
+    "pbllm_bits",
+    "quantize_to_grid",
+    "quantize_uniform",
+    "residual_value",
+    "save_packed",
+    "stbllm_bits",
+]
