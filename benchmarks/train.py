@@ -1,7 +1,7 @@
 """Training-speed ratios measured side by side in one run.
 
     python benchmarks/train.py                       # CPU: TriLM/FloatLM step time, trilm vs HF Llama
-    python benchmarks/train.py --gpu --out results/  # GPU: MFU of FloatLM/TriLM-1.1B in bf16 (DeepSpeed path)
+    python benchmarks/train.py --engine --out benchmarks/results   # GPU: MFU of FloatLM/TriLM-1.1B, bf16
 
 CPU (targets): TriLM step time / FloatLM step time ≤ 1.10 (fake-quant must be cheap); trilm FloatLM
 training tokens/s ÷ transformers' ``LlamaForCausalLM`` with the same shape, batch and threads ≥ 1.0.
@@ -91,48 +91,53 @@ def cpu_benchmark(size: str, batch: int, seq: int, rounds: int, steps: int) -> d
     }
 
 
-def gpu_benchmark(size: str, micro_batch: int, seq: int, steps: int, compile_model: bool) -> dict:
+def engine_benchmark(size: str, micro_batch: int, seq: int, steps: int, compile_model: bool) -> dict:
+    """Step time and MFU through the trainer's own DeepSpeed engine (bf16 on GPU, fp32 on CPU)."""
+    from trilm.model.transformer import Decoder
     from trilm.parallel import init_parallel
     from trilm.train.config import TrainConfig
     from trilm.train.engine import build_engine, set_optimizer_hparams
     from trilm.train.metrics import device_name, peak_flops
 
     info = init_parallel()
+    cuda = info.device.type == "cuda"
+
+    def now() -> float:
+        if cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
     results = {}
     for family in ("floatlm", "trilm"):
         cfg = TrainConfig.from_dict(
             {
-                "model": {"preset": f"{family}-{size}"},
+                "model": {"preset": f"{family}-{size}", "context": max(seq, 128)},
                 "seq_len": seq,
                 "batch_tokens": micro_batch * seq,
                 "tokens": micro_batch * seq * steps,
                 "micro_batch": micro_batch,
                 "zero_stage": 0,
-                "precision": "bf16",
+                "precision": "bf16" if cuda else "fp32",
                 "compile": compile_model,
             }
         )
-        from trilm.model.transformer import Decoder
-
-        model = Decoder(cfg.model.resolved(1), info, seed=0).cuda()
+        model = Decoder(cfg.model.resolved(1), info, seed=0).to(info.device)
         engine = build_engine(model, cfg, 1, info)
         if compile_model:
             engine.compile()
         set_optimizer_hparams(engine, 1e-4, 0.1)
-        data = torch.randint(0, cfg.model.vocab_size, (micro_batch, seq + 1), device="cuda")
+        data = torch.randint(0, cfg.model.vocab_size, (micro_batch, seq + 1), device=info.device)
+
+        def step():
+            engine.backward(engine(data[:, :-1], labels=data[:, 1:]).mean())
+            engine.step()
+
         for _ in range(3):
-            engine.backward(engine(data[:, :-1], labels=data[:, 1:]).mean())
-            engine.step()
-        torch.cuda.synchronize()
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
+            step()
+        t = now()
         for _ in range(steps):
-            engine.backward(engine(data[:, :-1], labels=data[:, 1:]).mean())
-            engine.step()
-        end.record()
-        torch.cuda.synchronize()
-        seconds = start.elapsed_time(end) / 1000 / steps
+            step()
+        seconds = (now() - t) / steps
         tok_s = micro_batch * seq / seconds
         fpt = flops_per_token(cfg.model, seq)
         peak = peak_flops()
@@ -141,11 +146,12 @@ def gpu_benchmark(size: str, micro_batch: int, seq: int, steps: int, compile_mod
             "tokens_per_s": tok_s,
             "tflops": tok_s * fpt / 1e12,
             "mfu": tok_s * fpt / peak if peak else None,
-            "max_memory_gb": torch.cuda.max_memory_allocated() / 1e9,
+            "max_memory_gb": torch.cuda.max_memory_allocated() / 1e9 if cuda else None,
         }
         del engine, model
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
+        if cuda:
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
     return {
         "device": device_name(),
         "peak_flops": peak_flops(),
@@ -154,7 +160,7 @@ def gpu_benchmark(size: str, micro_batch: int, seq: int, steps: int, compile_mod
             "micro_batch": micro_batch,
             "seq": seq,
             "steps": steps,
-            "precision": "bf16",
+            "precision": "bf16" if cuda else "fp32",
             "compile": compile_model,
             "torch": torch.__version__,
         },
@@ -165,7 +171,11 @@ def gpu_benchmark(size: str, micro_batch: int, seq: int, steps: int, compile_mod
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--gpu", action="store_true", help="run the GPU MFU benchmark instead of the CPU ratios")
+    p.add_argument(
+        "--engine",
+        action="store_true",
+        help="step time and MFU through the DeepSpeed engine (the GPU benchmark; on CPU a smoke run)",
+    )
     p.add_argument("--size", default=None, help="preset size (CPU default micro, GPU default 1.1b)")
     p.add_argument("--batch", type=int, default=None)
     p.add_argument("--seq", type=int, default=None)
@@ -175,21 +185,18 @@ def main() -> int:
     p.add_argument("--out", default=None, help="directory for the results JSON")
     args = p.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    if args.gpu:
-        if not torch.cuda.is_available():
-            print("no CUDA device: the GPU benchmark needs one", file=sys.stderr)
-            return 2
-        res = gpu_benchmark(
+    if args.engine:
+        res = engine_benchmark(
             args.size or "1.1b", args.batch or 8, args.seq or 2048, args.steps * 4, args.compile
         )
         for fam, r in res["results"].items():
             print(
                 f"{fam:8s} {r['tokens_per_s']:>10.0f} tok/s  {r['tflops']:7.1f} TFLOP/s  MFU "
                 f"{(r['mfu'] or 0) * 100:5.1f}%  step {r['step_seconds'] * 1e3:7.1f} ms  "
-                f"mem {r['max_memory_gb']:.1f} GB"
+                f"mem {r['max_memory_gb'] or 0:.1f} GB"
             )
         print(f"TriLM / FloatLM step time: {res['trilm_over_floatlm_step_time']:.3f} (target ≤ 1.10)")
-        tag = "gpu-compile" if args.compile else "gpu"
+        tag = "engine-compile" if args.compile else "engine"
     else:
         res = cpu_benchmark(args.size or "micro", args.batch or 16, args.seq or 256, args.rounds, args.steps)
         for name, tok in res["tokens_per_s"].items():
