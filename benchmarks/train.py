@@ -91,6 +91,11 @@ def cpu_benchmark(size: str, batch: int, seq: int, rounds: int, steps: int) -> d
     }
 
 
+def _engine_step(engine, batch):
+    engine.backward(engine(batch[:, :-1], labels=batch[:, 1:]).mean())
+    engine.step()
+
+
 def engine_benchmark(size: str, micro_batch: int, seq: int, steps: int, compile_model: bool) -> dict:
     """Step time and MFU through the trainer's own DeepSpeed engine (bf16 on GPU, fp32 on CPU)."""
     from trilm.model.transformer import Decoder
@@ -128,15 +133,11 @@ def engine_benchmark(size: str, micro_batch: int, seq: int, steps: int, compile_
         set_optimizer_hparams(engine, 1e-4, 0.1)
         data = torch.randint(0, cfg.model.vocab_size, (micro_batch, seq + 1), device=info.device)
 
-        def step():
-            engine.backward(engine(data[:, :-1], labels=data[:, 1:]).mean())
-            engine.step()
-
         for _ in range(3):
-            step()
+            _engine_step(engine, data)
         t = now()
         for _ in range(steps):
-            step()
+            _engine_step(engine, data)
         seconds = (now() - t) / steps
         tok_s = micro_batch * seq / seconds
         fpt = flops_per_token(cfg.model, seq)
