@@ -184,7 +184,15 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--compile", action="store_true", help="GPU: torch.compile the model")
     p.add_argument("--out", default=None, help="directory for the results JSON")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="CPU threads for every contender (1: multi-threaded timings swing on a busy machine)",
+    )
     args = p.parse_args()
+    if not args.engine or not torch.cuda.is_available():
+        torch.set_num_threads(args.threads)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if args.engine:
         res = engine_benchmark(
