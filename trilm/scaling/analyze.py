@@ -19,22 +19,22 @@ import dataclasses
 import json
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from tqdm import tqdm
 
 from trilm.config import Config, require
 from trilm.scaling.bootstrap import (
     BootstrapResult,
-    bootstrap_fit,
+    bootstrap_many,
     leave_one_out,
     point_weights,
     unit_counts,
 )
-from trilm.scaling.compare import compare_pair
-from trilm.scaling.fit import HUBER_DELTA, FitError, FitResult, fit_law
+from trilm.scaling.compare import compare_observed, compare_pair
+from trilm.scaling.fit import HUBER_DELTA, FitError, FitResult, fit_many
 from trilm.scaling.table import ResultRow, family_kind, read_table
 
 FAMILY_ORDER = {"floatlm": 0, "trilm": 1, "bilm": 2, "quantlm": 3, "other": 4}
@@ -189,52 +189,71 @@ def _group_runs(rows: list[ResultRow]) -> dict[str, list[ResultRow]]:
     return dict(runs)
 
 
-def _fit_law(
-    label: str,
-    form: str,
-    inputs: dict[str, np.ndarray],
-    loss: np.ndarray,
-    labels: list[str],
-    cfg: AnalysisConfig,
-    *,
-    weights: np.ndarray | None = None,
-    units: list[str] | None = None,
-    loso_groups: list[str] | None = None,
-    notes: list[str],
-    bootstrap: bool = True,
-) -> LawFit:
-    fit = fit_law(form, inputs, loss, delta=cfg.delta, label=label)
-    notes.extend(f"{label}: {n}" for n in fit.notes)
-    law = LawFit(label=label, fit=fit, inputs=inputs, loss=loss, labels=labels)
-    if cfg.bootstrap > 0 and bootstrap:
-        try:
-            law.bootstrap = bootstrap_fit(
-                fit,
-                inputs,
-                loss,
-                n_resamples=cfg.bootstrap,
+@dataclasses.dataclass
+class _Spec:
+    """A law to fit, before fitting: its data, how to bootstrap it, and where the result goes."""
+
+    label: str
+    form: str
+    inputs: dict[str, np.ndarray]
+    loss: np.ndarray
+    labels: list[str]
+    attach: Callable[[LawFit], None]
+    weights: np.ndarray | None = None
+    loso_groups: list[str] | None = None
+    law: LawFit | None = None
+
+
+def _fit_specs(specs: list[_Spec], cfg: AnalysisConfig, strict: bool, notes: list[str]) -> None:
+    """Fit all specs, one batch per form; then bootstrap and leave-one-size-out, also batched."""
+    for form in ("N", "D", "ND"):
+        group = [s for s in specs if s.form == form]
+        if not group:
+            continue
+        results = fit_many(
+            form,
+            [(s.inputs, s.loss) for s in group],
+            labels=[s.label for s in group],
+            delta=cfg.delta,
+            errors="raise" if strict else "return",
+        )
+        for spec, result in zip(group, results):
+            if isinstance(result, FitError):
+                notes.append(f"{spec.label}: not fitted: {result}")
+                continue
+            notes.extend(f"{spec.label}: {n}" for n in result.notes)
+            spec.law = LawFit(
+                label=spec.label, fit=result, inputs=spec.inputs, loss=spec.loss, labels=spec.labels
+            )
+            spec.attach(spec.law)
+        boot = [s for s in group if s.law is not None and s.weights is not None]
+        if boot:
+            boots = bootstrap_many(
+                [s.law.fit for s in boot],
+                [(s.inputs, s.loss) for s in boot],
+                [s.weights for s in boot],
                 seed=cfg.seed,
                 level=cfg.level,
-                units=units,
-                weights=weights,
                 delta=cfg.delta,
-                label=label,
+                labels=[s.label for s in boot],
             )
-        except FitError as exc:
-            notes.append(f"{label}: no bootstrap interval: {exc}")
-    if cfg.loso and loso_groups is not None:
-        if len(set(loso_groups)) >= 4:
-            law.loso = leave_one_out(fit, inputs, loss, loso_groups, delta=cfg.delta, label=label)
-        else:
-            notes.append(
-                f"{label}: leave-one-size-out skipped: it needs at least 4 sizes, there are"
-                f" {len(set(loso_groups))}"
-            )
-    return law
-
-
-def _n_distinct(values: Any) -> int:
-    return len(set(np.asarray(values, dtype=float).tolist()))
+            for spec, result in zip(boot, boots):
+                if isinstance(result, FitError):
+                    notes.append(f"{spec.label}: no bootstrap interval: {result}")
+                else:
+                    spec.law.bootstrap = result
+        for spec in group:
+            if not cfg.loso or spec.law is None or spec.loso_groups is None:
+                continue
+            n_groups = len(set(spec.loso_groups))
+            if n_groups >= 4:
+                spec.law.loso = leave_one_out(
+                    spec.law.fit, spec.inputs, spec.loss, spec.loso_groups, delta=cfg.delta, label=spec.label
+                )
+            else:
+                notes.append(
+                    f"{spec.label}: leave-one-size-out skipped: it needs at least 4 sizes, has {n_groups}"
+                )
 
 
 def analyze(
@@ -286,18 +305,17 @@ def analyze(
         for i, sizes in enumerate(size_sets)
     }
     run_fits: dict[str, LawFit] = {}
-    work = [(name, kind) for name in families for kind in ("N", "ND") if cfg.form in ("auto", kind)]
-    work += [(run, "D") for run in runs if cfg.form in ("auto", "D")]
-    for name, kind in tqdm(work, desc="scaling fits", unit="fit", leave=False, disable=len(work) < 4):
-        if kind == "N":
-            sizes = tuple(sorted({r.size for r in families[name].finals}))
-            _fit_family_x(families[name], cfg, *draws[sizes], strict, notes)
-        elif kind == "ND":
-            _fit_family_nd(families[name], runs, cfg, strict, notes)
-        else:
-            law = _fit_run(name, runs[name], cfg, strict, notes)
-            if law is not None:
-                run_fits[name] = law
+    specs: list[_Spec] = []
+    for fa in families.values():
+        if cfg.form in ("auto", "N"):
+            sizes = tuple(sorted({r.size for r in fa.finals}))
+            specs += _family_x_specs(fa, cfg, *draws[sizes], strict, notes)
+        if cfg.form in ("auto", "ND"):
+            specs += _family_nd_specs(fa, runs, cfg, strict, notes)
+    if cfg.form in ("auto", "D"):
+        for run, items in runs.items():
+            specs += _run_specs(run, items, run_fits, cfg, strict, notes)
+    _fit_specs(specs, cfg, strict, notes)
 
     reference = cfg.reference or ("floatlm" if "floatlm" in families else next(iter(families)))
     if reference not in families:
@@ -326,14 +344,14 @@ def _skip(strict: bool, notes: list[str], message: str) -> None:
     notes.append(message)
 
 
-def _fit_family_x(
+def _family_x_specs(
     fa: FamilyAnalysis,
     cfg: AnalysisConfig,
     counts: np.ndarray,
     units: list[str],
     strict: bool,
     notes: list[str],
-) -> None:
+) -> list[_Spec]:
     finals = fa.finals
     sizes = sorted({r.size for r in finals}, key=lambda s: min(r.params for r in finals if r.size == s))
     if len(sizes) < 3:
@@ -343,7 +361,7 @@ def _fit_family_x(
             f"family {fa.family}: L(N) not fitted: it needs final checkpoints of at least 3"
             f" sizes to identify E + A/N^α, and has {len(sizes)} ({', '.join(sizes)})",
         )
-        return
+        return []
     budgets = {r.tokens for r in finals}
     if len(budgets) > 1:
         notes.append(
@@ -354,38 +372,27 @@ def _fit_family_x(
     loss = np.array([r.loss for r in finals])
     weights = point_weights(labels, counts, units)[: cfg.bootstrap] if cfg.bootstrap else None
     x = np.array([getattr(r, cfg.x) for r in finals], dtype=float)
-    fa.law_x = _fit_law(
-        f"{fa.family} L({_axis_name(cfg.x)})",
-        "N",
-        {"N": x},
-        loss,
-        labels,
-        cfg,
-        weights=weights,
-        loso_groups=labels,
-        notes=notes,
-    )
     bits = np.array([r.model_bits for r in finals])
-    fa.law_bits = _fit_law(
-        f"{fa.family} L(bits)",
-        "N",
-        {"N": bits},
-        loss,
-        labels,
-        cfg,
-        weights=weights,
-        loso_groups=None,
-        notes=notes,
-    )
+
+    def set_x(law: LawFit) -> None:
+        fa.law_x = law
+
+    def set_bits(law: LawFit) -> None:
+        fa.law_bits = law
+
+    return [
+        _Spec(f"{fa.family} L({_axis_name(cfg.x)})", "N", {"N": x}, loss, labels, set_x, weights, labels),
+        _Spec(f"{fa.family} L(bits)", "N", {"N": bits}, loss, labels, set_bits, weights),
+    ]
 
 
 def _axis_name(x: str) -> str:
     return "N" if x == "params" else "N_nonemb"
 
 
-def _fit_family_nd(
+def _family_nd_specs(
     fa: FamilyAnalysis, runs: dict[str, list[ResultRow]], cfg: AnalysisConfig, strict: bool, notes: list[str]
-) -> None:
+) -> list[_Spec]:
     if cfg.nd_points == "final":
         points = [r for r in fa.finals if r.tokens > 0]
     else:
@@ -405,29 +412,35 @@ def _fit_family_nd(
             f" {n_budgets} budgets, {len(points)} points. Intermediate checkpoints of one run are"
             " not separate-D runs",
         )
-        return
+        return []
     labels = [r.run if cfg.nd_points == "final" else f"{r.run}@{r.step}" for r in points]
     inputs = {
         "N": np.array([getattr(r, cfg.x) for r in points], dtype=float),
         "D": np.array([r.tokens for r in points]),
     }
-    units = [r.run for r in points]
-    fa.law_nd = _fit_law(
-        f"{fa.family} L(N, D)",
-        "ND",
-        inputs,
-        np.array([r.loss for r in points]),
-        labels,
-        cfg,
-        units=units,
-        loso_groups=[r.size for r in points],
-        notes=notes,
-    )
+    weights = None
+    if cfg.bootstrap:
+        units = [r.run for r in points]  # resample whole runs
+        counts, unit_list = unit_counts(units, cfg.bootstrap, cfg.seed)
+        weights = point_weights(units, counts, unit_list)
+
+    def set_nd(law: LawFit) -> None:
+        fa.law_nd = law
+
+    loss = np.array([r.loss for r in points])
+    return [
+        _Spec(f"{fa.family} L(N, D)", "ND", inputs, loss, labels, set_nd, weights, [r.size for r in points])
+    ]
 
 
-def _fit_run(
-    run: str, items: list[ResultRow], cfg: AnalysisConfig, strict: bool, notes: list[str]
-) -> LawFit | None:
+def _run_specs(
+    run: str,
+    items: list[ResultRow],
+    run_fits: dict[str, LawFit],
+    cfg: AnalysisConfig,
+    strict: bool,
+    notes: list[str],
+) -> list[_Spec]:
     points = [r for r in items if r.tokens > 0]
     if len(points) < len(items):
         notes.append(f"run {run}: {len(items) - len(points)} checkpoint(s) at D = 0 left out of L(D)")
@@ -438,20 +451,15 @@ def _fit_run(
             f"run {run}: L(D) not fitted: it needs at least 3 checkpoints with D > 0, has"
             f" {len({r.tokens for r in points})}",
         )
-        return None
-    labels = [f"step {r.step}" for r in points]
+        return []
+
+    def set_run(law: LawFit) -> None:
+        run_fits[run] = law
+
     # No bootstrap: checkpoints of one run are one trajectory, not independent samples of L(D).
-    return _fit_law(
-        f"{run} L(D)",
-        "D",
-        {"D": np.array([r.tokens for r in points])},
-        np.array([r.loss for r in points]),
-        labels,
-        cfg,
-        loso_groups=None,
-        notes=notes,
-        bootstrap=False,
-    )
+    inputs = {"D": np.array([r.tokens for r in points])}
+    loss = np.array([r.loss for r in points])
+    return [_Spec(f"{run} L(D)", "D", inputs, loss, [f"step {r.step}" for r in points], set_run)]
 
 
 def _compare(
@@ -459,9 +467,16 @@ def _compare(
 ) -> list[dict[str, Any]]:
     ref = families[reference]
     out = []
+
+    def observed(fa: FamilyAnalysis) -> list[dict[str, Any]]:
+        return [{"size": r.size, "params": r.params, "bits": r.model_bits, "loss": r.loss} for r in fa.finals]
+
     for name, fa in families.items():
         if name == reference:
             continue
+        raw = compare_observed(reference, name, observed(ref), observed(fa))
+        if raw["shared_sizes"]:
+            out.append(raw)
         for axis, attr, value in (
             ("params", "law_x", lambda r: getattr(r, cfg.x)),
             ("bits", "law_bits", lambda r: r.model_bits),
@@ -470,8 +485,8 @@ def _compare(
             if mine is None or theirs is None:
                 missing = [f for f, law in ((name, mine), (reference, theirs)) if law is None]
                 notes.append(
-                    f"comparison {name} vs {reference} on {axis}: not made, no L(x) fit for"
-                    f" {' and '.join(missing)}"
+                    f"comparison of fitted curves {name} vs {reference} on {axis}: not made, no L(x) fit for"
+                    f" {' and '.join(missing)} (observed losses at shared sizes are compared instead)"
                 )
                 continue
             points = [{"size": r.size, "x": float(value(r)), "loss": r.loss} for r in fa.finals]

@@ -27,8 +27,9 @@ from trilm.scaling.fit import (
     FitResult,
     Form,
     HuberObjective,
-    fit_law,
+    fit_many,
     get_form,
+    pad_datasets,
     predict_log,
     validate_inputs,
 )
@@ -155,50 +156,119 @@ def bootstrap_fit(
     ``restart_grid`` (default: only for forms with ≤ 3 parameters) adds screened starts from the form's
     coarse grid.
     """
-    if not 0 < level < 1:
-        raise FitError(f"bootstrap: level must be in (0, 1), got {level}")
-    form: Form = get_form(fit.form)
-    log_x, log_y = validate_inputs(form, inputs, loss, label=label)
-    n = log_y.size
     if weights is None:
-        counts, unit_list = unit_counts(range(n) if units is None else units, n_resamples, seed)
-        weights = point_weights(list(range(n)) if units is None else list(units), counts, unit_list)
-    weights = np.asarray(weights, dtype=float)
-    if weights.ndim != 2 or weights.shape[1] != n:
-        raise FitError(f"bootstrap: weights must be (resamples, {n}), got {weights.shape}")
-    n_total = weights.shape[0]
-
-    ok = (weights > 0).sum(axis=1) >= form.n_params
-    for j in range(log_x.shape[0]):
-        values, inverse = np.unique(log_x[j], return_inverse=True)
-        present = np.zeros((n_total, values.size))
-        np.add.at(present.T, inverse, (weights > 0).T.astype(float))
-        ok &= (present > 0).sum(axis=1) >= 3
-    good = np.flatnonzero(ok)
-    n_degenerate = int(n_total - good.size)
-    if good.size == 0:
-        raise FitError(
-            f"{label or form.title}: every bootstrap resample is degenerate (fewer than 3 distinct"
-            " values of an input); there are too few sizes for a bootstrap"
-        )
-
-    if restart_grid is None:
-        restart_grid = form.n_params <= 3
-    thetas, converged = _refit(form, log_x, log_y, weights[good], fit.theta, restart_grid, delta)
-    thetas, indices = thetas[converged], good[converged]
-    n_failed = int((~converged).sum())
-    if thetas.shape[0] == 0:
-        raise FitError(f"{label or form.title}: no bootstrap resample converged ({n_failed} tried)")
-    return BootstrapResult(
-        form=form.name,
-        thetas=thetas,
-        indices=indices,
-        n_resamples=n_total,
-        n_degenerate=n_degenerate,
-        n_failed=n_failed,
+        n = np.asarray(loss).size
+        point_units = list(range(n)) if units is None else list(units)
+        counts, unit_list = unit_counts(point_units, n_resamples, seed)
+        weights = point_weights(point_units, counts, unit_list)
+    result = bootstrap_many(
+        [fit],
+        [(inputs, loss)],
+        [weights],
         seed=seed,
         level=level,
-    )
+        restart_grid=restart_grid,
+        delta=delta,
+        labels=[label],
+    )[0]
+    if isinstance(result, FitError):
+        raise result
+    return result
+
+
+def bootstrap_many(
+    fits: list[FitResult],
+    datasets: list[tuple[dict[str, Any], Any]],
+    weights: list[np.ndarray],
+    *,
+    seed: int = 0,
+    level: float = 0.95,
+    restart_grid: bool | None = None,
+    delta: float = HUBER_DELTA,
+    labels: list[str] | None = None,
+) -> list[BootstrapResult | FitError]:
+    """Bootstrap several fits of one form together: one batch for all their resamples.
+
+    ``weights[i]`` is ``(R_i, n_i)``, the resample counts of dataset ``i``'s points. Returns, per fit, its
+    :class:`BootstrapResult`, or the :class:`FitError` saying why it has none (every resample degenerate,
+    or none converged).
+    """
+    if not 0 < level < 1:
+        raise FitError(f"bootstrap: level must be in (0, 1), got {level}")
+    if not fits:
+        return []
+    form: Form = get_form(fits[0].form)
+    labels = list(labels) if labels is not None else [""] * len(fits)
+    logs, goods, counts = [], [], []
+    results: list[BootstrapResult | FitError | None] = [None] * len(fits)
+    for i, ((inputs, loss), w, label) in enumerate(zip(datasets, weights, labels)):
+        log_x, log_y = validate_inputs(form, inputs, loss, label=label)
+        w = np.asarray(w, dtype=float)
+        if w.ndim != 2 or w.shape[1] != log_y.size:
+            raise FitError(
+                f"{label or form.title}: bootstrap weights must be (resamples, {log_y.size}), got {w.shape}"
+            )
+        good = np.flatnonzero(_identifiable(form, log_x, w))
+        if good.size == 0:
+            results[i] = FitError(
+                f"{label or form.title}: every bootstrap resample is degenerate (fewer than 3 distinct"
+                " values of an input); there are too few sizes for a bootstrap"
+            )
+        logs.append((log_x, log_y))
+        goods.append(good)
+        counts.append(w)
+    live = [i for i in range(len(fits)) if results[i] is None]
+    if live:
+        if len(live) == 1:
+            log_x, log_y = logs[live[0]]  # one dataset: shared data, no padding
+        else:
+            log_x, log_y, _ = pad_datasets([logs[i] for i in live])
+        n_max = log_y.shape[-1]
+        row_w = np.zeros((sum(goods[i].size for i in live), n_max))
+        row_data = np.repeat(np.arange(len(live)), [goods[i].size for i in live])
+        at = 0
+        for i in live:
+            n_i = logs[i][1].size
+            row_w[at : at + goods[i].size, :n_i] = counts[i][goods[i]]
+            at += goods[i].size
+        warm = np.concatenate([np.tile(fits[i].theta, (goods[i].size, 1)) for i in live])
+        if restart_grid is None:
+            restart_grid = form.n_params <= 3
+        thetas, converged = _refit(form, log_x, log_y, row_w, row_data, warm, restart_grid, delta)
+        at = 0
+        for i in live:
+            part = slice(at, at + goods[i].size)
+            at += goods[i].size
+            ok = converged[part]
+            n_failed = int((~ok).sum())
+            if not ok.any():
+                results[i] = FitError(
+                    f"{labels[i] or form.title}: no bootstrap resample converged ({n_failed} tried)"
+                )
+                continue
+            results[i] = BootstrapResult(
+                form=form.name,
+                thetas=thetas[part][ok],
+                indices=goods[i][ok],
+                n_resamples=int(counts[i].shape[0]),
+                n_degenerate=int(counts[i].shape[0] - goods[i].size),
+                n_failed=n_failed,
+                seed=seed,
+                level=level,
+            )
+    return [r for r in results if r is not None]
+
+
+def _identifiable(form: Form, log_x: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Resamples with enough drawn points and at least 3 distinct values of every input."""
+    drawn = weights > 0
+    ok = drawn.sum(axis=1) >= form.n_params
+    for j in range(log_x.shape[0]):
+        values, inverse = np.unique(log_x[j], return_inverse=True)
+        present = np.zeros((weights.shape[0], values.size))
+        np.add.at(present.T, inverse, drawn.T.astype(float))
+        ok &= (present > 0).sum(axis=1) >= 3
+    return ok
 
 
 def _refit(
@@ -206,42 +276,53 @@ def _refit(
     log_x: np.ndarray,
     log_y: np.ndarray,
     weights: np.ndarray,
+    data_rows: np.ndarray,
     warm: np.ndarray,
     restart_grid: bool,
     delta: float,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Best converged refit per weight row: from ``warm``, and with ``restart_grid`` from the grid too.
+    """Best converged refit per weight row: from its ``warm`` start, and with ``restart_grid`` the grid too.
 
-    Grid starts (the form's coarse grid) are screened: every start runs ``SCREEN_ITER`` iterations, then the
-    ``SCREEN_KEEP`` lowest per resample continue to convergence. A few sizes give a rugged objective (a
-    Huber kink per point), so the warm start alone sometimes stops in a worse local minimum; screening keeps
-    the grid's protection at a fraction of its cost.
+    Row ``r`` fits dataset ``data_rows[r]`` of the padded ``log_x (K, M, n)``, ``log_y (M, n)`` (or of the one
+    shared dataset ``log_x (K, n)``, ``log_y (n,)``) with point
+    weights ``weights[r]``. Grid starts (the form's coarse grid) are screened: every start runs
+    ``SCREEN_ITER`` iterations, then the ``SCREEN_KEEP`` lowest per row continue to convergence. A few sizes
+    give a rugged objective (a Huber kink per point), so the warm start alone sometimes stops in a worse
+    local minimum; screening keeps the grid's protection at a fraction of its cost.
     """
-    n_res = weights.shape[0]
-    objective = HuberObjective(form, log_x, log_y, delta=delta, weights=weights)
-    warm_res = optim.minimize_batched(objective.fun_grad, np.tile(warm, (n_res, 1)))
+    n_rows = weights.shape[0]
+    rows = np.arange(n_rows)
+
+    def objective(row_of_problem: np.ndarray) -> HuberObjective:
+        return HuberObjective(
+            form,
+            log_x,
+            log_y,
+            delta=delta,
+            weights=weights,
+            data_index=data_rows[row_of_problem],
+            weight_index=row_of_problem,
+        )
+
+    warm_res = optim.minimize_batched(objective(rows).fun_grad, warm)
     cand_x = warm_res.x[:, None, :]
     cand_f = np.where(warm_res.converged, warm_res.fun, np.inf)[:, None]
     if restart_grid:
         grid = form.coarse_grid()
         n_start = grid.shape[0]
-        screen_obj = HuberObjective(
-            form, log_x, log_y, delta=delta, weights=np.repeat(weights, n_start, axis=0)
+        screen_rows = np.repeat(rows, n_start)
+        screen = optim.minimize_batched(
+            objective(screen_rows).fun_grad, np.tile(grid, (n_rows, 1)), max_iter=SCREEN_ITER
         )
-        screen = optim.minimize_batched(screen_obj.fun_grad, np.tile(grid, (n_res, 1)), max_iter=SCREEN_ITER)
-        screen_f = np.where(np.isfinite(screen.fun), screen.fun, np.inf).reshape(n_res, n_start)
+        screen_f = np.where(np.isfinite(screen.fun), screen.fun, np.inf).reshape(n_rows, n_start)
         keep = np.argsort(screen_f, axis=1)[:, :SCREEN_KEEP]
-        rows = (np.arange(n_res)[:, None] * n_start + keep).ravel()
-        cont_obj = HuberObjective(
-            form, log_x, log_y, delta=delta, weights=np.repeat(weights, keep.shape[1], axis=0)
-        )
-        cont = optim.minimize_batched(cont_obj.fun_grad, screen.x[rows])
-        cont_f = np.where(cont.converged & np.isfinite(cont.fun), cont.fun, np.inf).reshape(n_res, -1)
-        cand_x = np.concatenate([cand_x, cont.x.reshape(n_res, keep.shape[1], -1)], axis=1)
+        picked = (rows[:, None] * n_start + keep).ravel()
+        cont = optim.minimize_batched(objective(np.repeat(rows, keep.shape[1])).fun_grad, screen.x[picked])
+        cont_f = np.where(cont.converged & np.isfinite(cont.fun), cont.fun, np.inf).reshape(n_rows, -1)
+        cand_x = np.concatenate([cand_x, cont.x.reshape(n_rows, keep.shape[1], -1)], axis=1)
         cand_f = np.concatenate([cand_f, cont_f], axis=1)
     best = np.argmin(cand_f, axis=1)
-    chosen = np.arange(n_res)
-    return cand_x[chosen, best], np.isfinite(cand_f[chosen, best])
+    return cand_x[rows, best], np.isfinite(cand_f[rows, best])
 
 
 def leave_one_out(
@@ -258,7 +339,7 @@ def leave_one_out(
     Each entry: the group, how many points it had, the mean observed and predicted loss, the relative error
     ``predicted / observed − 1`` (mean over the group's points), whether the group lay outside the range of
     the remaining sizes (a true extrapolation), or ``skipped`` with the reason the refit was impossible.
-    The refits start from the full-data fit and from the form's grid.
+    All refits run as one batch, each from the full-data fit and from the form's grid.
     """
     form = get_form(fit.form)
     y = np.asarray(loss, dtype=float).ravel()
@@ -266,34 +347,32 @@ def leave_one_out(
     groups = list(groups)
     if len(groups) != y.size:
         raise FitError(f"{label or form.title}: {len(groups)} group labels for {y.size} points")
-    starts = np.vstack([fit.theta[None, :], form.default_grid()])
+    distinct = list(dict.fromkeys(groups))
+    held = [np.array([g == group for g in groups]) for group in distinct]
+    refits = fit_many(
+        form,
+        [({v: c[~h] for v, c in cols.items()}, y[~h]) for h in held],
+        labels=[f"{label} without {group}" for group in distinct],
+        delta=delta,
+        warm=np.tile(fit.theta, (len(distinct), 1)),
+        errors="return",
+    )
     out = []
-    for group in dict.fromkeys(groups):
-        held = np.array([g == group for g in groups])
-        entry: dict[str, Any] = {"group": group, "n_points": int(held.sum())}
-        try:
-            refit = fit_law(
-                form,
-                {v: c[~held] for v, c in cols.items()},
-                y[~held],
-                delta=delta,
-                grid=starts,
-                label=f"{label} without {group}",
+    first = form.variables[0]
+    for group, h, refit in zip(distinct, held, refits):
+        entry: dict[str, Any] = {"group": group, "n_points": int(h.sum())}
+        if isinstance(refit, FitError):
+            entry["skipped"] = str(refit)
+        else:
+            pred = refit.predict(**{v: c[h] for v, c in cols.items()})
+            entry.update(
+                observed=float(np.mean(y[h])),
+                predicted=float(np.mean(pred)),
+                rel_error=float(np.mean(pred / y[h] - 1.0)),
+                extrapolation=bool(
+                    np.all(cols[first][h] > cols[first][~h].max())
+                    or np.all(cols[first][h] < cols[first][~h].min())
+                ),
             )
-        except FitError as exc:
-            entry["skipped"] = str(exc)
-            out.append(entry)
-            continue
-        pred = refit.predict(**{v: c[held] for v, c in cols.items()})
-        first = form.variables[0]
-        entry.update(
-            observed=float(np.mean(y[held])),
-            predicted=float(np.mean(pred)),
-            rel_error=float(np.mean(pred / y[held] - 1.0)),
-            extrapolation=bool(
-                np.all(cols[first][held] > cols[first][~held].max())
-                or np.all(cols[first][held] < cols[first][~held].min())
-            ),
-        )
         out.append(entry)
     return out

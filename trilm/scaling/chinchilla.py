@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trilm.scaling.fit import FitResult, fit_law
 from trilm.scaling.table import TableError
 
 CSV_NAME = "chinchilla_svg_extracted_data.csv"
@@ -86,22 +87,23 @@ def reproduce(
     *,
     n_resamples: int = 4000,
     seed: int = 42,
+    fit: FitResult | None = None,
 ) -> dict:
     """Fit L(N, D) on the 240 points from Hoffmann's grid, bootstrap it, compare with Epoch's estimates.
 
     Returns (and with ``out_dir`` writes as ``fit.json`` + ``report.md`` + ``loss_nd.png/svg``) the fit,
     the bootstrap standard errors and intervals, and for each parameter the distance to Epoch's estimate
-    in units of Epoch's standard error.
+    in units of Epoch's standard error. ``fit`` reuses a fit already made on the same data.
     """
     import json
 
     from trilm.scaling.analyze import LawFit
     from trilm.scaling.bootstrap import bootstrap_fit
-    from trilm.scaling.fit import fit_law
 
     data = load_chinchilla(path)
     inputs = {"N": data.N, "D": data.D}
-    fit = fit_law("ND", inputs, data.loss, label="Chinchilla L(N, D)")
+    if fit is None:
+        fit = fit_law("ND", inputs, data.loss, label="Chinchilla L(N, D)")
     boot = bootstrap_fit(fit, inputs, data.loss, n_resamples=n_resamples, seed=seed) if n_resamples else None
     summary = boot.summary() if boot else {}
     rows = {}

@@ -164,3 +164,37 @@ def compare_pair(
         matches.append(entry)
     out["matches"] = matches
     return out
+
+
+def compare_observed(
+    reference: str, family: str, ref_points: list[dict[str, Any]], fam_points: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Final losses of two families at the sizes both have, without any fit.
+
+    Points are ``{"size", "params", "bits", "loss"}``; with several runs of one size the lowest loss is
+    used. Needs no minimum number of sizes, so it is what a tiny suite gets.
+    """
+
+    def best(points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for p in points:
+            if p["size"] not in out or p["loss"] < out[p["size"]]["loss"]:
+                out[p["size"]] = p
+        return out
+
+    ref, fam = best(ref_points), best(fam_points)
+    rows = []
+    for size in sorted(set(ref) & set(fam), key=lambda s: ref[s]["params"]):
+        r, f = ref[size], fam[size]
+        rows.append(
+            {
+                "size": size,
+                "params": f["params"],
+                "reference_loss": r["loss"],
+                "loss": f["loss"],
+                "difference": f["loss"] - r["loss"],
+                "reference_bits": r["bits"],
+                "bits": f["bits"],
+            }
+        )
+    return {"axis": "observed", "reference": reference, "family": family, "shared_sizes": rows}

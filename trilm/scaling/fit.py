@@ -120,8 +120,11 @@ def predict_log(form: Form, theta: np.ndarray, log_x: np.ndarray) -> np.ndarray:
 class HuberObjective:
     """Σᵢ wᵢ·Huber_δ(log L̂ᵢ − log Lᵢ) and its analytic gradient, for a batch of parameter vectors.
 
-    ``weights`` is ``None`` (every point once) or ``(R, n)`` per-problem point weights, e.g. bootstrap
-    resample counts; ``fun_grad(theta, idx)`` uses row ``idx`` of it for each problem.
+    Data are shared by all problems (``log_x (K, n)``, ``log_y (n,)``) or given per data row
+    (``log_x (K, M, n)``, ``log_y (M, n)``: several datasets padded to one length, the padding weighted 0).
+    ``weights`` is ``None`` (every point once) or ``(R, n)``: bootstrap counts or padding masks.
+    ``data_index`` and ``weight_index`` map each problem to its data row and weight row (default: problem
+    ``i`` uses row ``i``), so many starts share one dataset without copying it.
     """
 
     def __init__(
@@ -132,36 +135,46 @@ class HuberObjective:
         *,
         delta: float = HUBER_DELTA,
         weights: np.ndarray | None = None,
+        data_index: np.ndarray | None = None,
+        weight_index: np.ndarray | None = None,
     ) -> None:
         self.form = form
         self.log_x = np.asarray(log_x, dtype=float)
         self.log_y = np.asarray(log_y, dtype=float)
+        self.per_row = self.log_y.ndim == 2
         self.delta = float(delta)
         self.weights = None if weights is None else np.asarray(weights, dtype=float)
+        self.data_index = None if data_index is None else np.asarray(data_index)
+        self.weight_index = None if weight_index is None else np.asarray(weight_index)
 
     def fun_grad(self, theta: np.ndarray, idx: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Objective ``(B,)`` and gradient ``(B, P)``; ``idx`` picks weight rows (default: all, in order)."""
+        """Objective ``(B,)`` and gradient ``(B, P)`` of problems ``idx`` (default: 0…B−1) at ``theta``."""
         theta = np.atleast_2d(theta)
-        weights = self.weights
-        if weights is not None and idx is not None:
-            weights = weights[idx]
+        if idx is None:
+            idx = np.arange(theta.shape[0])
         # Blocks of ~64k elements keep the temporaries in cache: about 4x faster than one big batch.
-        rows = max(1, BLOCK_ELEMENTS // max(1, self.log_y.size))
+        rows = max(1, BLOCK_ELEMENTS // max(1, self.log_y.shape[-1]))
         if theta.shape[0] <= rows:
-            return self._block(theta, weights)
+            return self._block(theta, idx)
         f = np.empty(theta.shape[0])
         g = np.empty_like(theta)
         for s in range(0, theta.shape[0], rows):
-            f[s : s + rows], g[s : s + rows] = self._block(
-                theta[s : s + rows], None if weights is None else weights[s : s + rows]
-            )
+            f[s : s + rows], g[s : s + rows] = self._block(theta[s : s + rows], idx[s : s + rows])
         return f, g
 
-    def _block(self, theta: np.ndarray, w: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    def _block(self, theta: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         k = len(self.form.variables)
+        if self.per_row:
+            rows = idx if self.data_index is None else self.data_index[idx]
+            log_x, log_y = self.log_x[:, rows], self.log_y[rows]
+        else:
+            log_x, log_y = self.log_x, self.log_y
+        w = None
+        if self.weights is not None:
+            w = self.weights[idx if self.weight_index is None else self.weight_index[idx]]
         e = theta[:, -1, None]
         # Power-law terms u_j = a_j − α_j·x_j; the constant term is e. Stable log-sum-exp via the max.
-        us = [theta[:, 2 * j, None] - theta[:, 2 * j + 1, None] * self.log_x[j] for j in range(k)]
+        us = [theta[:, 2 * j, None] - theta[:, 2 * j + 1, None] * log_x[j] for j in range(k)]
         top = np.maximum(us[0], e)
         for u in us[1:]:
             np.maximum(top, u, out=top)
@@ -175,7 +188,7 @@ class HuberObjective:
             total += p
         resid = np.log(total)
         resid += top
-        resid -= self.log_y
+        resid -= log_y
         d = self.delta
         clipped = np.clip(resid, -d, d)
         # Huber(r) = c·(r − c/2) with c = clip(r, −δ, δ): r²/2 inside the band, δ(|r| − δ/2) outside.
@@ -190,10 +203,27 @@ class HuberObjective:
         for j, p in enumerate(ps):
             p *= clipped
             g[:, 2 * j] = p.sum(axis=1)
-            g[:, 2 * j + 1] = -(p @ self.log_x[j])
+            g[:, 2 * j + 1] = -np.einsum("bn,bn->b", p, log_x[j]) if self.per_row else -(p @ log_x[j])
         p_e *= clipped
         g[:, -1] = p_e.sum(axis=1)
         return f, g
+
+
+def pad_datasets(logs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Stack datasets ``[(log_x (K, n_d), log_y (n_d,)), …]`` into padded ``(K, M, n)``, ``(M, n)`` and a
+    0/1 mask ``(M, n)``; padding repeats each dataset's first point so every value stays finite."""
+    n_max = max(ly.size for _, ly in logs)
+    k = logs[0][0].shape[0]
+    log_x = np.empty((k, len(logs), n_max))
+    log_y = np.empty((len(logs), n_max))
+    mask = np.zeros((len(logs), n_max))
+    for i, (lx, ly) in enumerate(logs):
+        log_x[:, i] = lx[:, :1]
+        log_y[i] = ly[0]
+        log_x[:, i, : ly.size] = lx
+        log_y[i, : ly.size] = ly
+        mask[i, : ly.size] = 1.0
+    return log_x, log_y, mask
 
 
 @dataclasses.dataclass
@@ -266,7 +296,7 @@ def validate_inputs(
         if bad.size:
             i = int(bad[0])
             raise FitError(
-                f"{where}{name} must be positive and finite; point {i} has {name}={arr[i]!r}"
+                f"{where}{name} must be positive and finite; point {i} has {name}={float(arr[i])!r}"
                 f" ({bad.size} bad value{'s' if bad.size > 1 else ''})"
             )
     if y.size < form.n_params:
@@ -299,16 +329,74 @@ def fit_law(
     ``grid`` is an ``(S, P)`` array of log-space starts (default: Hoffmann's grid for the form). Raises
     :class:`FitError` on bad input or when the best start did not converge.
     """
+    result = fit_many(form, [(inputs, loss)], labels=[label], delta=delta, grid=grid, max_iter=max_iter)[0]
+    assert isinstance(result, FitResult)
+    return result
+
+
+def fit_many(
+    form: str | Form,
+    datasets: list[tuple[dict[str, Any], Any]],
+    *,
+    labels: list[str] | None = None,
+    delta: float = HUBER_DELTA,
+    grid: np.ndarray | None = None,
+    warm: np.ndarray | None = None,
+    max_iter: int = 2000,
+    errors: str = "raise",
+) -> list[FitResult | FitError]:
+    """Fit one form to several datasets ``[(inputs, loss), …]`` in one batched optimization.
+
+    Every dataset gets the grid's starts (and its row of ``warm (n_datasets, P)`` as one more start); the
+    datasets are padded to a common length, so one L-BFGS batch serves them all and the per-iteration
+    overhead is paid once. With ``errors="return"`` a dataset that is invalid or does not converge yields
+    its :class:`FitError` in the list instead of raising.
+    """
     form = get_form(form) if isinstance(form, str) else form
-    log_x, log_y = validate_inputs(form, inputs, loss, label=label)
+    labels = list(labels) if labels is not None else [""] * len(datasets)
     starts = form.default_grid() if grid is None else np.atleast_2d(np.asarray(grid, dtype=float))
     if starts.shape[1] != form.n_params:
-        raise FitError(
-            f"{label or form.title}: grid has {starts.shape[1]} columns, the form has {form.n_params}"
+        raise FitError(f"{form.title}: grid has {starts.shape[1]} columns, the form has {form.n_params}")
+    results: list[FitResult | FitError | None] = [None] * len(datasets)
+    valid, logs = [], []
+    for i, ((inputs, loss), label) in enumerate(zip(datasets, labels)):
+        try:
+            logs.append(validate_inputs(form, inputs, loss, label=label))
+            valid.append(i)
+        except FitError as exc:
+            if errors == "raise":
+                raise
+            results[i] = exc
+    if valid:
+        n_start = starts.shape[0] + (warm is not None)
+        x0 = np.concatenate(
+            [np.vstack([starts, warm[i][None]]) if warm is not None else starts for i in valid]
         )
-    objective = HuberObjective(form, log_x, log_y, delta=delta)
-    res = optim.minimize_batched(objective.fun_grad, starts, max_iter=max_iter)
-    return _best_of(form, res, log_x, log_y, delta=delta, label=label)
+        if len(valid) == 1:
+            objective = HuberObjective(form, logs[0][0], logs[0][1], delta=delta)
+        else:
+            log_x, log_y, mask = pad_datasets(logs)
+            rows = np.repeat(np.arange(len(valid)), n_start)
+            objective = HuberObjective(
+                form, log_x, log_y, delta=delta, weights=mask, data_index=rows, weight_index=rows
+            )
+        res = optim.minimize_batched(objective.fun_grad, x0, max_iter=max_iter)
+        for j, i in enumerate(valid):
+            part = slice(j * n_start, (j + 1) * n_start)
+            sub = optim.BatchResult(
+                x=res.x[part],
+                fun=res.fun[part],
+                grad=res.grad[part],
+                n_iter=res.n_iter[part],
+                status=res.status[part],
+            )
+            try:
+                results[i] = _best_of(form, sub, logs[j][0], logs[j][1], delta=delta, label=labels[i])
+            except FitError as exc:
+                if errors == "raise":
+                    raise
+                results[i] = exc
+    return [r for r in results if r is not None]
 
 
 def _best_of(

@@ -103,14 +103,15 @@ def plot_loss_vs(report: Report, out_dir: Path, axis: str) -> dict[str, str]:
     ax.set_ylabel(f"{report.eval_name} (nats)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="upper right")
-    fig.text(
-        0.01,
-        0.0,
-        "solid: fit over the data, dashed: extrapolation, band: bootstrap "
-        f"{int(report.config.level * 100)}% interval",
-        fontsize=7,
-        color="0.35",
-    )
+    if any(getattr(fa, attr) is not None for fa in report.families.values()):
+        fig.text(
+            0.01,
+            0.0,
+            "solid: fit over the data, dashed: extrapolation, band: bootstrap "
+            f"{int(report.config.level * 100)}% interval",
+            fontsize=7,
+            color="0.35",
+        )
     return _save(fig, out_dir, f"loss_vs_{axis}")
 
 

@@ -43,7 +43,11 @@ def _law_table(title: str, laws: list[tuple[str, LawFit]], names: list[str], lev
     lines = [
         f"### {title}",
         "",
-        f"Estimates with {int(level * 100)}% percentile bootstrap intervals.",
+        (
+            f"Estimates with {int(level * 100)}% percentile bootstrap intervals."
+            if any(law.bootstrap is not None for _, law in laws)
+            else "Point estimates (no bootstrap)."
+        ),
         "",
         "| " + " | ".join(head) + " |",
         "|" + "---|" * len(head),
@@ -95,7 +99,25 @@ def _loso(laws: list[tuple[str, LawFit]]) -> list[str]:
     return [*lines, ""]
 
 
+def _observed(c: dict[str, Any]) -> list[str]:
+    ref, fam = display_name(c["reference"]), display_name(c["family"])
+    lines = [
+        f"### {fam} vs {ref}: observed final losses at shared sizes",
+        "",
+        f"| size | params | {ref} loss | {fam} loss | difference | {ref} bits | {fam} bits |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in c["shared_sizes"]:
+        lines.append(
+            f"| {r['size']} | {fmt(r['params'])} | {fmt(r['reference_loss'])} | {fmt(r['loss'])} |"
+            f" {r['difference']:+.4f} | {fmt(r['reference_bits'])} | {fmt(r['bits'])} |"
+        )
+    return [*lines, ""]
+
+
 def _comparison(c: dict[str, Any]) -> list[str]:
+    if c["axis"] == "observed":
+        return _observed(c)
     ref, fam = display_name(c["reference"]), display_name(c["family"])
     unit = "params" if c["axis"] == "params" else "bits"
     lo, hi = c["search_range"]

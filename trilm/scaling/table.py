@@ -133,7 +133,7 @@ class ResultRow:
     def __post_init__(self) -> None:
         problem = self.problem()
         if problem:
-            raise TableError(f"{self.source + ': ' if self.source else ''}{problem}")
+            raise TableError(f"{self.source}, {problem}" if self.source else problem)
 
     def problem(self) -> str | None:
         """A message naming the first invalid field, or None."""
