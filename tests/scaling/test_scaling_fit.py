@@ -147,3 +147,18 @@ def test_fit_that_did_not_converge_is_an_error_not_a_number():
     n = np.geomspace(1e7, 1e10, 9)
     with pytest.raises(FitError, match=r"did not converge from any of 150 starts.*raise max_iter"):
         fit_law("N", {"N": n}, _law(n=n), max_iter=2)
+
+
+def test_extreme_parameters_fall_back_to_the_per_point_shift():
+    # α = 300 spreads the power-law term over ~1,500 nats across the points: a per-problem shift underflows.
+    form = FORMS["ND"]
+    n, d = np.geomspace(1e7, 1e10, 8), np.geomspace(1e9, 1e12, 8)
+    log_x, log_y = validate_inputs(form, {"N": n, "D": d}, _law(n=n, d=d))
+    objective = HuberObjective(form, log_x, log_y)
+    theta = np.array([[6000.0, 300.0, 7.0, 0.3, 0.5], [6.0, 0.34, 6.0, 0.28, 0.5]])
+    f, g = objective.fun_grad(theta)
+    with np.errstate(over="raise", invalid="raise", divide="raise"):
+        f_ref, g_ref, _ = objective._eval(theta, log_x, log_y, None, per_problem_shift=False)
+    assert np.isfinite(f).all() and np.isfinite(g).all()
+    np.testing.assert_allclose(f, f_ref, rtol=1e-12)
+    np.testing.assert_allclose(g, g_ref, rtol=1e-10, atol=1e-14)
