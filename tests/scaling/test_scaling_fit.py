@@ -158,7 +158,8 @@ def test_extreme_parameters_fall_back_to_the_per_point_shift():
     theta = np.array([[6000.0, 300.0, 7.0, 0.3, 0.5], [6.0, 0.34, 6.0, 0.28, 0.5]])
     f, g = objective.fun_grad(theta)
     with np.errstate(over="raise", invalid="raise", divide="raise"):
-        f_ref, g_ref, _ = objective._eval(theta, log_x, log_y, None, per_problem_shift=False)
+        work = np.empty((7, 2, log_y.size))
+        f_ref, g_ref, _ = objective._eval(theta, log_x, log_y, None, work, per_problem_shift=False)
     assert np.isfinite(f).all() and np.isfinite(g).all()
     np.testing.assert_allclose(f, f_ref, rtol=1e-12)
     np.testing.assert_allclose(g, g_ref, rtol=1e-10, atol=1e-14)

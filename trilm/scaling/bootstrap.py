@@ -339,7 +339,8 @@ def leave_one_out(
     Each entry: the group, how many points it had, the mean observed and predicted loss, the relative error
     ``predicted / observed − 1`` (mean over the group's points), whether the group lay outside the range of
     the remaining sizes (a true extrapolation), or ``skipped`` with the reason the refit was impossible.
-    All refits run as one batch, each from the full-data fit and from the form's grid.
+    All refits run as one batch, each from the full-data fit (removing one size moves the optimum a little)
+    and from the form's coarse grid.
     """
     form = get_form(fit.form)
     y = np.asarray(loss, dtype=float).ravel()
@@ -354,6 +355,7 @@ def leave_one_out(
         [({v: c[~h] for v, c in cols.items()}, y[~h]) for h in held],
         labels=[f"{label} without {group}" for group in distinct],
         delta=delta,
+        grid=form.coarse_grid(),
         warm=np.tile(fit.theta, (len(distinct), 1)),
         errors="return",
     )

@@ -95,8 +95,8 @@ def minimize_batched(
 ) -> BatchResult:
     """Minimize ``B`` independent problems from the starts ``x0 (B, P)``; see the module docstring.
 
-    ``max_iter`` is one limit for all problems or one per problem. The working arrays hold only the
-    problems still running (compacted when some finish), so late iterations cost what the stragglers cost.
+    ``max_iter`` is one limit for all problems or one per problem. The working arrays are compacted to
+    the running problems whenever half have finished, so late iterations cost what the stragglers cost.
     """
     x_out = np.array(x0, dtype=float, copy=True)
     if x_out.ndim != 2:
@@ -112,7 +112,9 @@ def minimize_batched(
     limit = np.broadcast_to(np.asarray(max_iter, dtype=int), (n_prob,)).copy()
     status[(status < 0) & (limit <= 0)] = MAX_ITER
 
-    # Working set: the problems still running, in contiguous arrays.
+    # Working set: contiguous arrays of the problems that were running at the last compaction. Finished
+    # problems stay in them (masked out) until fewer than half are live, so the big history arrays are not
+    # copied every iteration.
     ids = np.flatnonzero(status < 0)
     x, f, g, lim = x_out[ids], f_out[ids], g_out[ids], limit[ids]
     s_hist = np.zeros((history, ids.size, n_par))
@@ -120,34 +122,42 @@ def minimize_batched(
     rho = np.zeros((history, ids.size))
     gamma = np.ones(ids.size)
     has_history = np.zeros(ids.size, dtype=bool)
+    live = np.ones(ids.size, dtype=bool)
     order: list[int] = []
     it = 0
-    while ids.size:
-        d = -_two_loop(g, s_hist, y_hist, rho, order, gamma)
-        slope = np.einsum("bp,bp->b", g, d)
+    while live.any():
+        if live.sum() < 0.5 * live.size:
+            ids, x, f, g, lim = ids[live], x[live], f[live], g[live], lim[live]
+            s_hist, y_hist, rho = s_hist[:, live], y_hist[:, live], rho[:, live]
+            gamma, has_history, live = gamma[live], has_history[live], live[live]
+        act = np.flatnonzero(live)
+        with np.errstate(all="ignore"):
+            d = -_two_loop(g, s_hist, y_hist, rho, order, gamma)[act]
+        xa, fa, ga = x[act], f[act], g[act]
+        slope = np.einsum("bp,bp->b", ga, d)
         not_descent = ~(slope < 0) | ~np.isfinite(slope)
         if not_descent.any():
-            d[not_descent] = -g[not_descent]
-            slope[not_descent] = -np.einsum("bp,bp->b", g[not_descent], g[not_descent])
-            rho[:, not_descent] = 0.0
-            has_history[not_descent] = False
-        t = np.ones(ids.size)
-        first = ~has_history
-        t[first] = np.minimum(1.0, 1.0 / np.maximum(np.abs(g[first]).sum(axis=1), 1e-300))
+            d[not_descent] = -ga[not_descent]
+            slope[not_descent] = -np.einsum("bp,bp->b", ga[not_descent], ga[not_descent])
+            rho[:, act[not_descent]] = 0.0
+            has_history[act[not_descent]] = False
+        t = np.ones(act.size)
+        first = ~has_history[act]
+        t[first] = np.minimum(1.0, 1.0 / np.maximum(np.abs(ga[first]).sum(axis=1), 1e-300))
 
-        lo = np.zeros(ids.size)
-        hi = np.full(ids.size, np.inf)
-        done = np.zeros(ids.size, dtype=bool)
-        x_new, f_new, g_new = x.copy(), f.copy(), g.copy()
-        arm_x, arm_f, arm_g = x.copy(), f.copy(), g.copy()
+        lo = np.zeros(act.size)
+        hi = np.full(act.size, np.inf)
+        done = np.zeros(act.size, dtype=bool)
+        x_new, f_new, g_new = xa.copy(), fa.copy(), ga.copy()
+        arm_x, arm_f, arm_g = xa.copy(), fa.copy(), ga.copy()
         for _ in range(max_line_search):
             srch = np.flatnonzero(~done)
             if srch.size == 0:
                 break
-            xt = x[srch] + t[srch, None] * d[srch]
-            ft, gt = fun_grad(xt, ids[srch])
+            xt = xa[srch] + t[srch, None] * d[srch]
+            ft, gt = fun_grad(xt, ids[act[srch]])
             finite = np.isfinite(ft) & np.isfinite(gt).all(axis=1)
-            armijo = finite & (ft <= f[srch] + c1 * t[srch] * slope[srch])
+            armijo = finite & (ft <= fa[srch] + c1 * t[srch] * slope[srch])
             curv = np.einsum("bp,bp->b", gt, d[srch]) >= c2 * slope[srch]
             ok = armijo & curv
             acc = srch[ok]
@@ -171,8 +181,8 @@ def minimize_batched(
         stuck = ~done & ~moved_armijo
 
         it += 1
-        step = x_new - x
-        dy = g_new - g
+        step = x_new - xa
+        dy = g_new - ga
         sy = np.einsum("bp,bp->b", step, dy)
         yy = np.einsum("bp,bp->b", dy, dy)
         upd = ~stuck & (sy > np.finfo(float).eps * yy)
@@ -180,33 +190,32 @@ def minimize_batched(
         if len(order) == history:
             order.pop()
         order.insert(0, slot)
-        s_hist[slot], y_hist[slot] = step, dy
-        rho[slot] = np.where(upd, 1.0 / np.where(upd, sy, 1.0), 0.0)
-        gamma = np.where(upd, sy / np.where(upd, yy, 1.0), gamma)
-        has_history |= upd
+        s_hist[slot, act], y_hist[slot, act] = step, dy
+        rho[slot] = 0.0
+        rho[slot, act] = np.where(upd, 1.0 / np.where(upd, sy, 1.0), 0.0)
+        gamma[act] = np.where(upd, sy / np.where(upd, yy, 1.0), gamma[act])
+        has_history[act] |= upd
 
-        decrease = f - f_new
-        scale = np.maximum(np.maximum(np.abs(f), np.abs(f_new)), f_floor)
-        x, f, g = x_new, f_new, g_new
-        st = np.full(ids.size, -1)
+        decrease = fa - f_new
+        scale = np.maximum(np.maximum(np.abs(fa), np.abs(f_new)), f_floor)
+        x[act], f[act], g[act] = x_new, f_new, g_new
+        st = np.full(act.size, -1)
         st[~stuck & (decrease <= ftol * scale)] = CONVERGED_FTOL
-        st[~stuck & (np.abs(g).max(axis=1) <= gtol)] = CONVERGED_GTOL
+        st[~stuck & (np.abs(g_new).max(axis=1) <= gtol)] = CONVERGED_GTOL
         # A failed search with a history retries once along the steepest descent; without one it stops.
-        retry = stuck & has_history
-        rho[:, retry] = 0.0
-        has_history[retry] = False
-        gamma[retry] = 1.0
+        retry = stuck & has_history[act]
+        rho[:, act[retry]] = 0.0
+        has_history[act[retry]] = False
+        gamma[act[retry]] = 1.0
         final = stuck & ~retry
-        st[final] = np.where(np.abs(g[final]).max(axis=1) <= gtol, CONVERGED_GTOL, LINE_SEARCH_FAILED)
-        st[(st < 0) & (it >= lim)] = MAX_ITER
+        st[final] = np.where(np.abs(g_new[final]).max(axis=1) <= gtol, CONVERGED_GTOL, LINE_SEARCH_FAILED)
+        st[(st < 0) & (it >= lim[act])] = MAX_ITER
 
         finished = st >= 0
         if finished.any():
-            fin_ids = ids[finished]
-            x_out[fin_ids], f_out[fin_ids], g_out[fin_ids] = x[finished], f[finished], g[finished]
-            status[fin_ids], n_iter[fin_ids] = st[finished], it
-            keep = ~finished
-            ids, x, f, g, lim = ids[keep], x[keep], f[keep], g[keep], lim[keep]
-            s_hist, y_hist, rho = s_hist[:, keep], y_hist[:, keep], rho[:, keep]
-            gamma, has_history = gamma[keep], has_history[keep]
+            fin = act[finished]
+            out = ids[fin]
+            x_out[out], f_out[out], g_out[out] = x[fin], f[fin], g[fin]
+            status[out], n_iter[out] = st[finished], it
+            live[fin] = False
     return BatchResult(x=x_out, fun=f_out, grad=g_out, n_iter=n_iter, status=status)
