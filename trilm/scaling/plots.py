@@ -34,6 +34,13 @@ def family_colors(families: list[str]) -> dict[str, str]:
     return out
 
 
+def _plain_minor_ticks(ax: Any) -> None:
+    """No labels on minor log ticks: over one or two decades matplotlib labels them and they collide."""
+    from matplotlib.ticker import NullFormatter
+
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
 def _save(fig: Figure, out_dir: Path, stem: str) -> dict[str, str]:
     files = {}
     for ext in ("png", "svg"):
@@ -92,6 +99,7 @@ def plot_loss_vs(report: Report, out_dir: Path, axis: str) -> dict[str, str]:
             order = np.argsort(x)
             ax.plot(x[order], y[order], color=color, lw=0.8, alpha=0.6)
     ax.set_xscale("log")
+    _plain_minor_ticks(ax)
     if axis == "params":
         ax.set_xlabel(
             "non-embedding parameters" if report.config.x == "nonembedding_params" else "parameters N"
@@ -132,6 +140,7 @@ def plot_training_curves(report: Report, out_dir: Path) -> dict[str, str]:
             (items for items in report.runs.values() if items[0].family == name),
             key=lambda items: (items[0].params, items[-1].tokens),
         )
+        labelled: set[str] = set()
         for items in runs:
             pts = [r for r in items if r.tokens > 0]
             if not pts:
@@ -139,8 +148,9 @@ def plot_training_curves(report: Report, out_dir: Path) -> dict[str, str]:
             frac = 0.5 if lp_hi == lp_lo else (np.log(items[0].params) - lp_lo) / (lp_hi - lp_lo)
             color = cmap(0.1 + 0.8 * frac)
             d = np.array([r.tokens for r in pts])
-            shared = sum(other[0].size == items[0].size for other in runs) > 1
-            label = f"{items[0].size} ({items[0].run})" if shared else items[0].size
+            # One legend entry per size: runs of one size (other token budgets) share its colour.
+            label = None if items[0].size in labelled else items[0].size
+            labelled.add(items[0].size)
             ax.plot(d, [r.loss for r in pts], "o-", ms=3, lw=1.2, color=color, label=label)
             law = report.run_fits.get(items[0].run)
             if law is not None:
@@ -151,7 +161,8 @@ def plot_training_curves(report: Report, out_dir: Path) -> dict[str, str]:
         ax.set_ylabel(f"{report.eval_name} (nats)")
         ax.set_title(f"{display_name(name)}: training curves (dashed: L(D) fits)", fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=6)
+        _plain_minor_ticks(ax)
+        ax.legend(fontsize=6, ncol=2 if len(labelled) > 6 else 1, title="size", title_fontsize=6)
     for ax in axes[len(fams) :]:
         ax.set_visible(False)
     fig.tight_layout()
@@ -178,6 +189,7 @@ def draw_nd(ax: Any, law: LawFit, title: str) -> None:
             color=cmap(0.9 * (np.log(value) - ln.min()) / span),
         )
     ax.set_xscale("log")
+    _plain_minor_ticks(ax)
     ax.set_xlabel("training tokens D")
     ax.set_ylabel("loss (nats)")
     ax.set_title(title, fontsize=10)
