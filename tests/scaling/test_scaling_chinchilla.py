@@ -1,0 +1,81 @@
+"""Regression test of the fitter on Epoch AI's digitized Chinchilla data (spectra.md §9).
+
+The CSV is not in the repository (unclear licence); CI keeps it in ``shared/reference/data`` beside the
+checkout. The tests skip, saying so, only if that file is missing.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from trilm.scaling.bootstrap import bootstrap_fit
+from trilm.scaling.chinchilla import (
+    EPOCH_ESTIMATES,
+    EPOCH_STANDARD_ERRORS,
+    default_csv_path,
+    load_chinchilla,
+    render_comparison,
+    reproduce,
+)
+from trilm.scaling.fit import fit_law
+
+CSV = default_csv_path()
+needs_csv = pytest.mark.skipif(not CSV.is_file(), reason=f"Epoch's Chinchilla CSV is not at {CSV}")
+
+
+@pytest.fixture(scope="module")
+def chinchilla_fit():
+    data = load_chinchilla(CSV)
+    return data, fit_law("ND", {"N": data.N, "D": data.D}, data.loss)
+
+
+@needs_csv
+def test_loader_drops_the_five_highest_losses():
+    data = load_chinchilla(CSV)
+    assert data.loss.size == 240 and data.dropped_loss.size == 5
+    assert data.dropped_loss.min() >= data.loss.max()
+    assert ((data.D * 6 * data.N) / data.flops).round(12).tolist() == [1.0] * 240
+
+
+@needs_csv
+def test_fit_reproduces_epoch_estimates_within_their_standard_errors(chinchilla_fit):
+    _, fit = chinchilla_fit
+    assert fit.converged and fit.n_starts == 4500 and fit.n_points == 240
+    for name, estimate in EPOCH_ESTIMATES.items():
+        assert abs(fit.params[name] - estimate) < EPOCH_STANDARD_ERRORS[name], name
+    # Epoch's exact replication on Hoffmann's grid (spectra.md §9): A 477.8, B 2143.9, E 1.817,
+    # α 0.3473, β 0.3672.
+    assert fit.params["A"] == pytest.approx(477.8, rel=2e-3)
+    assert fit.params["B"] == pytest.approx(2143.9, rel=2e-3)
+    assert fit.params["E"] == pytest.approx(1.817, abs=1e-3)
+    assert fit.params["alpha"] == pytest.approx(0.3473, abs=2e-4)
+    assert fit.params["beta"] == pytest.approx(0.3672, abs=2e-4)
+
+
+@needs_csv
+def test_bootstrap_standard_errors_match_epoch(chinchilla_fit):
+    data, fit = chinchilla_fit
+    boot = bootstrap_fit(fit, {"N": data.N, "D": data.D}, data.loss, n_resamples=500, seed=42)
+    assert boot.n_ok == 500 and boot.n_failed == 0 and boot.n_degenerate == 0
+    summary = boot.summary()
+    for name in ("E", "alpha", "beta", "A"):
+        assert summary[name]["se"] == pytest.approx(EPOCH_STANDARD_ERRORS[name], rel=0.25), name
+    for name, estimate in EPOCH_ESTIMATES.items():
+        assert summary[name]["lo"] < estimate < summary[name]["hi"], name
+
+
+@needs_csv
+def test_reproduce_writes_the_comparison(tmp_path, chinchilla_fit):
+    result = reproduce(CSV, tmp_path, n_resamples=0, fit=chinchilla_fit[1])
+    assert all(abs(r["z_vs_epoch"]) < 1 for r in result["comparison"].values())
+    text = (tmp_path / "report.md").read_text()
+    assert "| alpha | 0.3473 |" in text and text == render_comparison(result)
+    assert (tmp_path / "loss_nd.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (tmp_path / "loss_nd.svg").stat().st_size > 1000
+
+
+def test_missing_csv_is_a_clear_error(tmp_path):
+    from trilm.scaling.table import TableError
+
+    with pytest.raises(TableError, match="is not there; pass its path"):
+        load_chinchilla(tmp_path / "absent.csv")

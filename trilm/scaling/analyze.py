@@ -1,0 +1,522 @@
+"""One call from results tables to fits, comparisons, ``fit.json``, ``report.md`` and plots.
+
+``analyze(paths, out_dir)`` reads the tables, keeps one evaluation, and per family fits
+
+- L(x) on the final checkpoint of every run, with x the parameter count (or non-embedding count), and the
+  same law against the model size in bits;
+- L(N, D) on the final checkpoints when the family has separate runs with at least 3 token budgets
+  (intermediate checkpoints of one run are not separate-D runs: the LR schedule confounds D);
+- L(D) along each run, over its checkpoints with D > 0, for the training-dynamics view.
+
+``form="auto"`` fits what the data support and writes a note for what it skipped and why; an explicit form
+is strict and raises :class:`~trilm.scaling.fit.FitError` when a family or run cannot be fitted. Families
+are then compared with a reference family (FloatLM by default) on both axes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from trilm.config import Config, require
+from trilm.scaling.bootstrap import (
+    BootstrapResult,
+    bootstrap_many,
+    leave_one_out,
+    point_weights,
+    unit_counts,
+)
+from trilm.scaling.compare import compare_observed, compare_pair
+from trilm.scaling.fit import HUBER_DELTA, FitError, FitResult, fit_many
+from trilm.scaling.table import ResultRow, family_kind, read_table
+
+FAMILY_ORDER = {"floatlm": 0, "trilm": 1, "bilm": 2, "quantlm": 3, "other": 4}
+
+
+@dataclasses.dataclass
+class AnalysisConfig(Config):
+    """What to fit and how; ``trilm scaling fit`` maps its flags onto these fields."""
+
+    form: Literal["auto", "N", "D", "ND"] = "auto"
+    eval: str = ""
+    """evaluation to analyse; empty: ``val_loss`` if present, else the only one in the table"""
+    x: Literal["params", "nonembedding_params"] = "params"
+    bootstrap: int = 1000
+    seed: int = 0
+    level: float = 0.95
+    reference: str = ""
+    """family the others are compared with; empty: ``floatlm`` if present, else the first family"""
+    families: list[str] = dataclasses.field(default_factory=list)
+    nd_points: Literal["final", "all"] = "final"
+    loso: bool = True
+    plots: bool = True
+    delta: float = HUBER_DELTA
+
+    def validate(self) -> None:
+        require(self.bootstrap >= 0, f"bootstrap: must be ≥ 0, got {self.bootstrap}")
+        require(0 < self.level < 1, f"level: must be in (0, 1), got {self.level}")
+        require(self.delta > 0, f"delta: must be > 0, got {self.delta}")
+
+
+@dataclasses.dataclass
+class LawFit:
+    """A fit plus what was computed around it: the data, the bootstrap and the leave-one-size-out errors."""
+
+    label: str
+    fit: FitResult
+    inputs: dict[str, np.ndarray]
+    loss: np.ndarray
+    labels: list[str]
+    bootstrap: BootstrapResult | None = None
+    loso: list[dict[str, Any]] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = self.fit.to_dict()
+        out["label"] = self.label
+        out["points"] = [
+            {"label": lab, **{k: float(v[i]) for k, v in self.inputs.items()}, "loss": float(self.loss[i])}
+            for i, lab in enumerate(self.labels)
+        ]
+        if self.bootstrap is not None:
+            out["bootstrap"] = self.bootstrap.to_dict()
+        if self.loso is not None:
+            out["leave_one_size_out"] = self.loso
+        return out
+
+
+@dataclasses.dataclass
+class FamilyAnalysis:
+    family: str
+    finals: list[ResultRow]
+    law_x: LawFit | None = None
+    law_bits: LawFit | None = None
+    law_nd: LawFit | None = None
+
+
+@dataclasses.dataclass
+class Report:
+    """Everything ``analyze`` computed; ``to_dict()`` is what ``fit.json`` holds."""
+
+    config: AnalysisConfig
+    tables: list[str]
+    eval_name: str
+    n_rows: int
+    families: dict[str, FamilyAnalysis]
+    runs: dict[str, list[ResultRow]]
+    run_fits: dict[str, LawFit]
+    comparisons: list[dict[str, Any]]
+    notes: list[str]
+    files: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        fams = {}
+        for name, fa in self.families.items():
+            fams[name] = {
+                "kind": family_kind(name),
+                "final_checkpoints": [r.to_record() for r in fa.finals],
+                "L(x)": fa.law_x.to_dict() if fa.law_x else None,
+                "L(bits)": fa.law_bits.to_dict() if fa.law_bits else None,
+                "L(N,D)": fa.law_nd.to_dict() if fa.law_nd else None,
+            }
+        return _jsonable(
+            {
+                "config": self.config.to_dict(),
+                "tables": self.tables,
+                "eval": self.eval_name,
+                "n_rows": self.n_rows,
+                "x_axis": self.config.x,
+                "families": fams,
+                "runs_L(D)": {run: fit.to_dict() for run, fit in self.run_fits.items()},
+                "comparisons": self.comparisons,
+                "notes": self.notes,
+                "files": self.files,
+            }
+        )
+
+
+def _jsonable(value: Any) -> Any:
+    """Plain JSON: NaN becomes null, ±inf the strings "inf"/"-inf", numpy scalars Python numbers."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return [_jsonable(v) for v in value.tolist()]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value
+
+
+def _family_sort_key(name: str) -> tuple[int, str]:
+    return FAMILY_ORDER[family_kind(name)], name
+
+
+def _choose_eval(rows: list[ResultRow], wanted: str) -> str:
+    names = sorted({r.eval for r in rows})
+    if wanted:
+        if wanted not in names:
+            raise FitError(f"no rows with eval {wanted!r}; the tables have {', '.join(names) or 'no rows'}")
+        return wanted
+    if "val_loss" in names:
+        return "val_loss"
+    if len(names) == 1:
+        return names[0]
+    raise FitError(f"the tables hold several evaluations ({', '.join(names)}); choose one with --eval")
+
+
+def _group_runs(rows: list[ResultRow]) -> dict[str, list[ResultRow]]:
+    runs: dict[str, list[ResultRow]] = defaultdict(list)
+    for r in rows:
+        runs[r.run].append(r)
+    for run, items in runs.items():
+        items.sort(key=lambda r: (r.step, r.tokens))
+        for field in ("family", "size", "params"):
+            values = {getattr(r, field) for r in items}
+            if len(values) > 1:
+                raise FitError(
+                    f"run {run!r} has rows with different {field}: {sorted(map(str, values))}"
+                    f" (e.g. {items[0].source} and {items[-1].source})"
+                )
+    return dict(runs)
+
+
+@dataclasses.dataclass
+class _Spec:
+    """A law to fit, before fitting: its data, how to bootstrap it, and where the result goes."""
+
+    label: str
+    form: str
+    inputs: dict[str, np.ndarray]
+    loss: np.ndarray
+    labels: list[str]
+    attach: Callable[[LawFit], None]
+    weights: np.ndarray | None = None
+    loso_groups: list[str] | None = None
+    law: LawFit | None = None
+
+
+def _fit_specs(specs: list[_Spec], cfg: AnalysisConfig, strict: bool, notes: list[str]) -> None:
+    """Fit all specs, one batch per form; then bootstrap and leave-one-size-out, also batched."""
+    for form in ("N", "D", "ND"):
+        group = [s for s in specs if s.form == form]
+        if not group:
+            continue
+        results = fit_many(
+            form,
+            [(s.inputs, s.loss) for s in group],
+            labels=[s.label for s in group],
+            delta=cfg.delta,
+            errors="raise" if strict else "return",
+        )
+        for spec, result in zip(group, results):
+            if isinstance(result, FitError):
+                notes.append(f"{spec.label}: not fitted: {result}")
+                continue
+            notes.extend(f"{spec.label}: {n}" for n in result.notes)
+            spec.law = LawFit(
+                label=spec.label, fit=result, inputs=spec.inputs, loss=spec.loss, labels=spec.labels
+            )
+            spec.attach(spec.law)
+        boot = [s for s in group if s.law is not None and s.weights is not None]
+        if boot:
+            boots = bootstrap_many(
+                [s.law.fit for s in boot],
+                [(s.inputs, s.loss) for s in boot],
+                [s.weights for s in boot],
+                seed=cfg.seed,
+                level=cfg.level,
+                delta=cfg.delta,
+                labels=[s.label for s in boot],
+            )
+            for spec, result in zip(boot, boots):
+                if isinstance(result, FitError):
+                    notes.append(f"{spec.label}: no bootstrap interval: {result}")
+                else:
+                    spec.law.bootstrap = result
+        for spec in group:
+            if not cfg.loso or spec.law is None or spec.loso_groups is None:
+                continue
+            n_groups = len(set(spec.loso_groups))
+            if n_groups >= 4:
+                spec.law.loso = leave_one_out(
+                    spec.law.fit, spec.inputs, spec.loss, spec.loso_groups, delta=cfg.delta, label=spec.label
+                )
+            else:
+                notes.append(
+                    f"{spec.label}: leave-one-size-out skipped: it needs at least 4 sizes, has {n_groups}"
+                )
+
+
+def analyze(
+    tables: str | Path | list[str | Path],
+    out_dir: str | Path | None = None,
+    config: AnalysisConfig | None = None,
+    **overrides: Any,
+) -> Report:
+    """Fit, compare and (with ``out_dir``) write ``fit.json``, ``report.md`` and plots; return the Report.
+
+    ``overrides`` are :class:`AnalysisConfig` fields, e.g. ``analyze(["results.csv"], "out", form="N",
+    bootstrap=200, seed=1)``.
+    """
+    cfg = config or AnalysisConfig()
+    if overrides:
+        cfg = AnalysisConfig.from_dict({**cfg.to_dict(), **overrides})
+    paths = [tables] if isinstance(tables, str | Path) else list(tables)
+    if not paths:
+        raise FitError("no results table given")
+    rows = read_table(*paths)
+    if not rows:
+        raise FitError(f"{', '.join(map(str, paths))}: the results table has no rows")
+    eval_name = _choose_eval(rows, cfg.eval)
+    rows = [r for r in rows if r.eval == eval_name]
+    if cfg.families:
+        unknown = sorted(set(cfg.families) - {r.family for r in rows})
+        if unknown:
+            raise FitError(
+                f"families {unknown} are not in the table (it has {sorted({r.family for r in rows})})"
+            )
+        rows = [r for r in rows if r.family in cfg.families]
+    runs = _group_runs(rows)
+    notes: list[str] = []
+    strict = cfg.form != "auto"
+
+    by_family: dict[str, list[ResultRow]] = defaultdict(list)
+    for items in runs.values():
+        by_family[items[-1].family].append(items[-1])
+    families = {
+        f: FamilyAnalysis(family=f, finals=sorted(by_family[f], key=lambda r: (r.params, r.tokens)))
+        for f in sorted(by_family, key=_family_sort_key)
+    }
+
+    # Families measured at the same set of sizes share their resample draws (a paired bootstrap); a family
+    # with another set of sizes gets its own draws (an independent bootstrap, also valid for a difference).
+    size_sets = sorted({tuple(sorted({r.size for r in fa.finals})) for fa in families.values()})
+    draws = {
+        sizes: unit_counts(sizes, max(cfg.bootstrap, 1), cfg.seed + 1000 * i)
+        for i, sizes in enumerate(size_sets)
+    }
+    run_fits: dict[str, LawFit] = {}
+    specs: list[_Spec] = []
+    for fa in families.values():
+        if cfg.form in ("auto", "N"):
+            sizes = tuple(sorted({r.size for r in fa.finals}))
+            specs += _family_x_specs(fa, cfg, *draws[sizes], strict, notes)
+        if cfg.form in ("auto", "ND"):
+            specs += _family_nd_specs(fa, runs, cfg, strict, notes)
+    if cfg.form in ("auto", "D"):
+        for run, items in runs.items():
+            specs += _run_specs(run, items, run_fits, cfg, strict, notes)
+    _fit_specs(specs, cfg, strict, notes)
+
+    reference = cfg.reference or ("floatlm" if "floatlm" in families else next(iter(families)))
+    if reference not in families:
+        raise FitError(f"reference family {reference!r} is not in the table (it has {sorted(families)})")
+    comparisons = _compare(families, reference, cfg, notes)
+
+    report = Report(
+        config=cfg,
+        tables=[str(p) for p in paths],
+        eval_name=eval_name,
+        n_rows=len(rows),
+        families=families,
+        runs=runs,
+        run_fits=run_fits,
+        comparisons=comparisons,
+        notes=notes,
+    )
+    if out_dir is not None:
+        write_outputs(report, Path(out_dir))
+    return report
+
+
+def _skip(strict: bool, notes: list[str], message: str) -> None:
+    if strict:
+        raise FitError(message)
+    notes.append(message)
+
+
+def _family_x_specs(
+    fa: FamilyAnalysis,
+    cfg: AnalysisConfig,
+    counts: np.ndarray,
+    units: list[str],
+    strict: bool,
+    notes: list[str],
+) -> list[_Spec]:
+    finals = fa.finals
+    sizes = sorted({r.size for r in finals}, key=lambda s: min(r.params for r in finals if r.size == s))
+    if len(sizes) < 3:
+        _skip(
+            strict,
+            notes,
+            f"family {fa.family}: L(N) not fitted: it needs final checkpoints of at least 3"
+            f" sizes to identify E + A/N^α, and has {len(sizes)} ({', '.join(sizes)})",
+        )
+        return []
+    budgets = {r.tokens for r in finals}
+    if len(budgets) > 1:
+        notes.append(
+            f"family {fa.family}: the final checkpoints have {len(budgets)} different token budgets;"
+            " L(N) mixes them (L(N, D) separates the two)"
+        )
+    labels = [r.size for r in finals]
+    loss = np.array([r.loss for r in finals])
+    weights = point_weights(labels, counts, units)[: cfg.bootstrap] if cfg.bootstrap else None
+    x = np.array([getattr(r, cfg.x) for r in finals], dtype=float)
+    bits = np.array([r.model_bits for r in finals])
+
+    def set_x(law: LawFit) -> None:
+        fa.law_x = law
+
+    def set_bits(law: LawFit) -> None:
+        fa.law_bits = law
+
+    return [
+        _Spec(f"{fa.family} L({_axis_name(cfg.x)})", "N", {"N": x}, loss, labels, set_x, weights, labels),
+        _Spec(f"{fa.family} L(bits)", "N", {"N": bits}, loss, labels, set_bits, weights),
+    ]
+
+
+def _axis_name(x: str) -> str:
+    return "N" if x == "params" else "N_nonemb"
+
+
+def _family_nd_specs(
+    fa: FamilyAnalysis, runs: dict[str, list[ResultRow]], cfg: AnalysisConfig, strict: bool, notes: list[str]
+) -> list[_Spec]:
+    if cfg.nd_points == "final":
+        points = [r for r in fa.finals if r.tokens > 0]
+    else:
+        points = [r for items in runs.values() for r in items if r.family == fa.family and r.tokens > 0]
+        notes.append(
+            f"family {fa.family}: L(N, D) uses intermediate checkpoints (nd_points=all); the LR schedule"
+            " of each run confounds D, so treat its β with care"
+        )
+    n_sizes = len({r.params for r in points})
+    n_budgets = len({r.tokens for r in points})
+    if n_sizes < 3 or n_budgets < 3 or len(points) < 5:
+        _skip(
+            strict,
+            notes,
+            f"family {fa.family}: L(N, D) not fitted: it needs runs of at least 3 sizes and 3"
+            f" token budgets (5 points); the {cfg.nd_points} checkpoints give {n_sizes} sizes,"
+            f" {n_budgets} budgets, {len(points)} points. Intermediate checkpoints of one run are"
+            " not separate-D runs",
+        )
+        return []
+    labels = [r.run if cfg.nd_points == "final" else f"{r.run}@{r.step}" for r in points]
+    inputs = {
+        "N": np.array([getattr(r, cfg.x) for r in points], dtype=float),
+        "D": np.array([r.tokens for r in points]),
+    }
+    weights = None
+    if cfg.bootstrap:
+        units = [r.run for r in points]  # resample whole runs
+        counts, unit_list = unit_counts(units, cfg.bootstrap, cfg.seed)
+        weights = point_weights(units, counts, unit_list)
+
+    def set_nd(law: LawFit) -> None:
+        fa.law_nd = law
+
+    loss = np.array([r.loss for r in points])
+    return [
+        _Spec(f"{fa.family} L(N, D)", "ND", inputs, loss, labels, set_nd, weights, [r.size for r in points])
+    ]
+
+
+def _run_specs(
+    run: str,
+    items: list[ResultRow],
+    run_fits: dict[str, LawFit],
+    cfg: AnalysisConfig,
+    strict: bool,
+    notes: list[str],
+) -> list[_Spec]:
+    points = [r for r in items if r.tokens > 0]
+    if len(points) < len(items):
+        notes.append(f"run {run}: {len(items) - len(points)} checkpoint(s) at D = 0 left out of L(D)")
+    if len({r.tokens for r in points}) < 3:
+        _skip(
+            strict,
+            notes,
+            f"run {run}: L(D) not fitted: it needs at least 3 checkpoints with D > 0, has"
+            f" {len({r.tokens for r in points})}",
+        )
+        return []
+
+    def set_run(law: LawFit) -> None:
+        run_fits[run] = law
+
+    # No bootstrap: checkpoints of one run are one trajectory, not independent samples of L(D).
+    inputs = {"D": np.array([r.tokens for r in points])}
+    loss = np.array([r.loss for r in points])
+    return [_Spec(f"{run} L(D)", "D", inputs, loss, [f"step {r.step}" for r in points], set_run)]
+
+
+def _compare(
+    families: dict[str, FamilyAnalysis], reference: str, cfg: AnalysisConfig, notes: list[str]
+) -> list[dict[str, Any]]:
+    ref = families[reference]
+    out = []
+
+    def observed(fa: FamilyAnalysis) -> list[dict[str, Any]]:
+        return [{"size": r.size, "params": r.params, "bits": r.model_bits, "loss": r.loss} for r in fa.finals]
+
+    for name, fa in families.items():
+        if name == reference:
+            continue
+        raw = compare_observed(reference, name, observed(ref), observed(fa))
+        if raw["shared_sizes"]:
+            out.append(raw)
+        for axis, attr, value in (
+            ("params", "law_x", lambda r: getattr(r, cfg.x)),
+            ("bits", "law_bits", lambda r: r.model_bits),
+        ):
+            mine, theirs = getattr(fa, attr), getattr(ref, attr)
+            if mine is None or theirs is None:
+                missing = [f for f, law in ((name, mine), (reference, theirs)) if law is None]
+                notes.append(
+                    f"comparison of fitted curves {name} vs {reference} on {axis}: not made, no L(x) fit for"
+                    f" {' and '.join(missing)} (observed losses at shared sizes are compared instead)"
+                )
+                continue
+            points = [{"size": r.size, "x": float(value(r)), "loss": r.loss} for r in fa.finals]
+            x_ref = np.array([value(r) for r in ref.finals], dtype=float)
+            out.append(
+                compare_pair(
+                    reference,
+                    name,
+                    theirs.fit,
+                    mine.fit,
+                    points,
+                    x_ref,
+                    boot_ref=theirs.bootstrap,
+                    boot_fam=mine.bootstrap,
+                    axis=axis,
+                    level=cfg.level,
+                )
+            )
+    return out
+
+
+def write_outputs(report: Report, out_dir: Path) -> None:
+    """Write ``fit.json``, ``report.md`` and (unless disabled) the PNG and SVG plots into ``out_dir``."""
+    from trilm.scaling import plots
+    from trilm.scaling import report as report_md
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if report.config.plots:
+        report.files.update(plots.write_all(report, out_dir))
+    report.files["json"] = str(out_dir / "fit.json")
+    report.files["markdown"] = str(out_dir / "report.md")
+    (out_dir / "fit.json").write_text(json.dumps(report.to_dict(), indent=1) + "\n")
+    (out_dir / "report.md").write_text(report_md.render(report, out_dir))

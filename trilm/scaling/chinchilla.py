@@ -1,0 +1,166 @@
+"""The Chinchilla data digitized by Epoch AI, and Epoch's estimates: the fitter's regression test.
+
+Epoch AI ("Chinchilla Scaling: A replication attempt", Besiroglu et al. 2024) extracted 245 (model size,
+training FLOP, loss) points from Fig. 4 of Hoffmann et al. (2022), dropped the 5 highest-loss points and
+fitted approach 3 to the remaining 240 with D = FLOP / (6 N). The CSV is not shipped with trilm (its licence
+is unclear); the repository's CI finds it at ``../shared/reference/data/`` next to the checkout.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+
+from trilm.scaling.fit import FitResult, fit_law
+from trilm.scaling.table import TableError
+
+CSV_NAME = "chinchilla_svg_extracted_data.csv"
+
+# Epoch AI's estimates and standard errors (their Table 1): the targets of the reproduction.
+EPOCH_ESTIMATES = {"E": 1.817, "A": 482.01, "B": 2085.43, "alpha": 0.3478, "beta": 0.3659}
+EPOCH_STANDARD_ERRORS = {"E": 0.0257, "A": 124.52, "B": 1293.28, "alpha": 0.0154, "beta": 0.0206}
+# Hoffmann et al.'s published approach-3 fit, for comparison.
+HOFFMANN_ESTIMATES = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
+
+
+def default_csv_path() -> Path:
+    """``shared/reference/data/<CSV_NAME>`` beside the checkout (CI) or beside one of its ancestors.
+
+    CI keeps ``shared/`` next to the checkout root; a git worktree may sit one level deeper, so the nearest
+    ancestor that has the file wins. Returns the CI location when none has it.
+    """
+    repo_root = Path(__file__).resolve().parents[2]
+    relative = Path("shared") / "reference" / "data" / CSV_NAME
+    for ancestor in repo_root.parents:
+        if (ancestor / relative).is_file():
+            return ancestor / relative
+    return repo_root.parent / relative
+
+
+@dataclasses.dataclass
+class ChinchillaData:
+    """Model sizes N, training tokens D = FLOP / 6N, FLOP and final losses, plus the dropped points."""
+
+    N: np.ndarray
+    D: np.ndarray
+    flops: np.ndarray
+    loss: np.ndarray
+    dropped_loss: np.ndarray
+
+
+def load_chinchilla(path: str | Path | None = None, *, drop_highest: int = 5) -> ChinchillaData:
+    """Read Epoch's CSV (columns ``Model Size``, ``Training FLOP``, ``loss``) and drop the highest losses."""
+    path = Path(path) if path is not None else default_csv_path()
+    if not path.is_file():
+        raise TableError(f"{path}: the Chinchilla data (Epoch AI's {CSV_NAME}) is not there; pass its path")
+    n, c, loss = [], [], []
+    with path.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        for column in ("Model Size", "Training FLOP", "loss"):
+            if column not in (reader.fieldnames or []):
+                raise TableError(f"{path}: missing column {column!r}")
+        for record in reader:
+            where = f"{path} line {reader.line_num}"
+            try:
+                values = [float(record[k]) for k in ("Model Size", "Training FLOP", "loss")]
+            except (TypeError, ValueError):
+                raise TableError(f"{where}: a value is not a number") from None
+            if not all(np.isfinite(values)) or min(values) <= 0:
+                raise TableError(f"{where}: values must be positive and finite, got {values}")
+            n.append(values[0])
+            c.append(values[1])
+            loss.append(values[2])
+    order = np.argsort(loss, kind="stable")
+    keep, drop = order[: len(order) - drop_highest], order[len(order) - drop_highest :]
+    N, C, L = np.array(n), np.array(c), np.array(loss)
+    return ChinchillaData(
+        N=N[keep], D=C[keep] / (6 * N[keep]), flops=C[keep], loss=L[keep], dropped_loss=L[drop]
+    )
+
+
+def reproduce(
+    path: str | Path | None = None,
+    out_dir: str | Path | None = None,
+    *,
+    n_resamples: int = 4000,
+    seed: int = 42,
+    fit: FitResult | None = None,
+) -> dict:
+    """Fit L(N, D) on the 240 points from Hoffmann's grid, bootstrap it, compare with Epoch's estimates.
+
+    Returns (and with ``out_dir`` writes as ``fit.json`` + ``report.md`` + ``loss_nd.png/svg``) the fit,
+    the bootstrap standard errors and intervals, and for each parameter the distance to Epoch's estimate
+    in units of Epoch's standard error. ``fit`` reuses a fit already made on the same data.
+    """
+    import json
+
+    from trilm.scaling.analyze import LawFit
+    from trilm.scaling.bootstrap import bootstrap_fit
+
+    data = load_chinchilla(path)
+    inputs = {"N": data.N, "D": data.D}
+    if fit is None:
+        fit = fit_law("ND", inputs, data.loss, label="Chinchilla L(N, D)")
+    boot = bootstrap_fit(fit, inputs, data.loss, n_resamples=n_resamples, seed=seed) if n_resamples else None
+    summary = boot.summary() if boot else {}
+    rows = {}
+    for name, epoch in EPOCH_ESTIMATES.items():
+        value = fit.params[name]
+        rows[name] = {
+            "ours": value,
+            "ours_se": summary.get(name, {}).get("se"),
+            "ours_interval": [summary[name]["lo"], summary[name]["hi"]] if name in summary else None,
+            "epoch": epoch,
+            "epoch_se": EPOCH_STANDARD_ERRORS[name],
+            "z_vs_epoch": (value - epoch) / EPOCH_STANDARD_ERRORS[name],
+            "hoffmann": HOFFMANN_ESTIMATES[name],
+        }
+    result = {
+        "n_points": int(data.loss.size),
+        "dropped_losses": data.dropped_loss.tolist(),
+        "fit": fit.to_dict(),
+        "bootstrap": boot.to_dict() if boot else None,
+        "comparison": rows,
+    }
+    if out_dir is not None:
+        from matplotlib.figure import Figure
+
+        from trilm.scaling.plots import draw_nd
+
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "fit.json").write_text(json.dumps(result, indent=1) + "\n")
+        (out / "report.md").write_text(render_comparison(result))
+        law = LawFit(label="Chinchilla", fit=fit, inputs=inputs, loss=data.loss, labels=[""] * data.loss.size)
+        fig = Figure(figsize=(7, 4.8))
+        draw_nd(fig.subplots(), law, "Chinchilla (Epoch's 240 points): L(N, D) fit, lines at 8 sizes")
+        for ext in ("png", "svg"):
+            fig.savefig(out / f"loss_nd.{ext}", dpi=150 if ext == "png" else None, bbox_inches="tight")
+    return result
+
+
+def render_comparison(result: dict) -> str:
+    """Markdown table: our estimates, bootstrap SEs and intervals next to Epoch's and Hoffmann's."""
+    lines = [
+        "# Chinchilla approach 3: reproduction of Epoch AI's estimates",
+        "",
+        f"{result['n_points']} points (5 highest losses dropped), D = FLOP / 6N, Huber δ = 1e-3 summed over"
+        f" log residuals, L-BFGS from Hoffmann's {result['fit']['n_starts']} starts.",
+        "",
+        "| param | ours | bootstrap SE | 95% interval | Epoch | Epoch SE | (ours − Epoch) / Epoch SE"
+        " | Hoffmann |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in result["comparison"].items():
+        interval = (
+            f"[{r['ours_interval'][0]:.4g}, {r['ours_interval'][1]:.4g}]" if r["ours_interval"] else "–"
+        )
+        se = f"{r['ours_se']:.4g}" if r["ours_se"] is not None else "–"
+        lines.append(
+            f"| {name} | {r['ours']:.4g} | {se} | {interval} | {r['epoch']:.4g} | {r['epoch_se']:.4g} |"
+            f" {r['z_vs_epoch']:+.3f} | {r['hoffmann']:.4g} |"
+        )
+    return "\n".join(lines) + "\n"

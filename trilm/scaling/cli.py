@@ -1,0 +1,111 @@
+"""``trilm scaling``: fit scaling laws over results tables, compare families, write a report and plots.
+
+Launch::
+
+    trilm scaling fit runs/suite/results.csv --out runs/suite/scaling            # auto: what the data support
+    trilm scaling fit a.csv b.json --form N --bootstrap 1000 --seed 0 --reference floatlm
+    trilm scaling chinchilla --out outputs/chinchilla                            # reproduce Epoch AI's fit
+
+``fit`` writes ``fit.json`` (parameters, intervals, residuals, comparisons), ``report.md`` and PNG + SVG plots
+into ``--out`` (default: ``scaling/`` next to the first table).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from trilm.scaling.analyze import AnalysisConfig, analyze
+from trilm.scaling.fit import HUBER_DELTA
+
+
+def build_parser(parser: argparse.ArgumentParser, command: str = "scaling") -> None:
+    sub = parser.add_subparsers(dest="action", required=True, metavar="{fit,chinchilla}")
+    fit = sub.add_parser(
+        "fit",
+        help="fit L(N), L(D), L(N, D) over results tables; compare families; plot",
+        description="Fit scaling laws (Chinchilla approach 3) over results tables.",
+    )
+    fit.add_argument(
+        "tables", nargs="+", type=Path, metavar="RESULTS", help="results tables (.csv, .json, .jsonl)"
+    )
+    fit.add_argument(
+        "--form",
+        choices=["auto", "N", "D", "ND"],
+        default="auto",
+        help="law to fit: N = L(N) per family (and vs bits), D = L(D) per run, ND = L(N, D) per"
+        " family; auto fits what the data support and notes the rest (default)",
+    )
+    fit.add_argument(
+        "--out", type=Path, default=None, help="output directory (default: <first table dir>/scaling)"
+    )
+    fit.add_argument("--eval", default="", help="evaluation name (default: val_loss, or the only one)")
+    fit.add_argument(
+        "--x",
+        choices=["params", "nonembedding_params"],
+        default="params",
+        help="parameter axis of L(N) and L(N, D)",
+    )
+    fit.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (0: none)")
+    fit.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    fit.add_argument("--level", type=float, default=0.95, help="interval level")
+    fit.add_argument("--reference", default="", help="family to compare with (default: floatlm)")
+    fit.add_argument("--families", nargs="*", default=[], help="only these families")
+    fit.add_argument(
+        "--nd-points",
+        choices=["final", "all"],
+        default="final",
+        help="L(N, D) on final checkpoints of runs (default) or all checkpoints",
+    )
+    fit.add_argument("--no-loso", action="store_true", help="skip leave-one-size-out refits")
+    fit.add_argument("--no-plots", action="store_true", help="skip the plots")
+    fit.add_argument("--delta", type=float, default=HUBER_DELTA, help="Huber δ on log-loss residuals")
+
+    chin = sub.add_parser(
+        "chinchilla",
+        help="reproduce Epoch AI's approach-3 fit of the Chinchilla data",
+        description="Fit L(N, D) to Epoch AI's 240 Chinchilla points; compare with their estimates.",
+    )
+    chin.add_argument("--csv", type=Path, default=None, help="Epoch's chinchilla_svg_extracted_data.csv")
+    chin.add_argument(
+        "--out", type=Path, default=None, help="write fit.json, report.md, loss_nd.png/svg here"
+    )
+    chin.add_argument("--bootstrap", type=int, default=4000, help="bootstrap resamples (Epoch: 4000)")
+    chin.add_argument("--seed", type=int, default=42, help="bootstrap seed")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.action == "chinchilla":
+        from trilm.scaling.chinchilla import render_comparison, reproduce
+
+        result = reproduce(args.csv, args.out, n_resamples=args.bootstrap, seed=args.seed)
+        print(render_comparison(result))
+        if args.out:
+            print(f"wrote {args.out}/fit.json, report.md, loss_nd.png/svg")
+        return 0
+    cfg = AnalysisConfig(
+        form=args.form,
+        eval=args.eval,
+        x=args.x,
+        bootstrap=args.bootstrap,
+        seed=args.seed,
+        level=args.level,
+        reference=args.reference,
+        families=list(args.families),
+        nd_points=args.nd_points,
+        loso=not args.no_loso,
+        plots=not args.no_plots,
+        delta=args.delta,
+    )
+    out = args.out or args.tables[0].parent / "scaling"
+    report = analyze(args.tables, out, cfg)
+    fitted = sum(bool(fa.law_x) + bool(fa.law_nd) for fa in report.families.values()) + len(report.run_fits)
+    print(
+        f"{fitted} fit(s) over {len(report.families)} famil{'y' if len(report.families) == 1 else 'ies'};"
+        f" {len(report.notes)} note(s)"
+    )
+    for note in report.notes:
+        print(f"  note: {note}")
+    for name in sorted(report.files):
+        print(f"wrote {report.files[name]}")
+    return 0

@@ -1,0 +1,200 @@
+"""Family comparison on one-variable laws L(x): where two curves cross, and which size of a reference
+family matches a model's loss.
+
+Spectra's question is whether TriLM approaches FloatLM at equal parameters and beats it at equal size in
+bits. With ``x`` the parameter count this answers the first, with ``x`` the model size in bits the second.
+Uncertainty comes from paired bootstrap resamples (the same sizes drawn for both families): every
+derived number is recomputed on each resample pair and reported as a percentile interval.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+
+from trilm.scaling.bootstrap import BootstrapResult
+from trilm.scaling.fit import FitResult, get_form, predict_log
+
+
+def _curve_log(thetas: np.ndarray, log_x: np.ndarray) -> np.ndarray:
+    return predict_log(get_form("N"), thetas, log_x[None, :])
+
+
+def crossings_theta(
+    theta_a: np.ndarray, theta_b: np.ndarray, lo: float, hi: float, n_grid: int = 512
+) -> list[float]:
+    """All x in [lo, hi] where two one-variable laws (log-space vectors ``[a, α, e]``) predict equal loss.
+
+    Sign changes of log L_a − log L_b on a log-spaced grid are refined by bisection to 1e-10 in log x.
+    """
+    log_x = np.linspace(np.log(lo), np.log(hi), n_grid)
+    diff = _curve_log(theta_a[None], log_x)[0] - _curve_log(theta_b[None], log_x)[0]
+    out = []
+    for i in np.flatnonzero(np.sign(diff[:-1]) * np.sign(diff[1:]) < 0):
+        left, right = log_x[i], log_x[i + 1]
+        d_left = diff[i]
+        while right - left > 1e-10:
+            mid = 0.5 * (left + right)
+            d_mid = (
+                _curve_log(theta_a[None], np.array([mid]))[0, 0]
+                - _curve_log(theta_b[None], np.array([mid]))[0, 0]
+            )
+            if np.sign(d_mid) == np.sign(d_left):
+                left, d_left = mid, d_mid
+            else:
+                right = mid
+        out.append(float(np.exp(0.5 * (left + right))))
+    return out
+
+
+def matched_x(theta_ref: np.ndarray, loss: np.ndarray | float) -> np.ndarray | float:
+    """The x at which the reference law reaches ``loss``: (A / (L − E))^(1/α); inf when L ≤ E.
+
+    ``theta_ref`` is one vector ``[a, α, e]`` (with a scalar loss: returns a float) or ``(R, 3)`` with one
+    loss per row.
+    """
+    theta = np.asarray(theta_ref, dtype=float)
+    single = theta.ndim == 1 and np.ndim(loss) == 0
+    theta = np.atleast_2d(theta)
+    a, alpha, e = theta[:, 0], theta[:, 1], theta[:, 2]
+    excess = np.asarray(loss, dtype=float) - np.exp(e)
+    reachable = (excess > 0) & (alpha > 0)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        x = np.exp((a - np.log(np.where(reachable, excess, 1.0))) / np.where(reachable, alpha, 1.0))
+    x = np.where(reachable, x, np.inf)
+    return float(x[0]) if single else x
+
+
+def _paired(
+    boot_a: BootstrapResult | None, boot_b: BootstrapResult | None
+) -> tuple[np.ndarray, np.ndarray] | None:
+    if boot_a is None or boot_b is None:
+        return None
+    common, ia, ib = np.intersect1d(boot_a.indices, boot_b.indices, return_indices=True)
+    if common.size == 0:
+        return None
+    return boot_a.thetas[ia], boot_b.thetas[ib]
+
+
+def _interval(values: np.ndarray, level: float) -> list[float]:
+    tail = 100 * (1 - level) / 2
+    # Linear interpolation towards an infinite value gives NaN; take order statistics then.
+    method = "linear" if np.isfinite(values).all() else "inverted_cdf"
+    lo, hi = np.percentile(values, [tail, 100 - tail], method=method)
+    return [float(lo), float(hi)]
+
+
+def compare_pair(
+    reference: str,
+    family: str,
+    fit_ref: FitResult,
+    fit_fam: FitResult,
+    points: list[dict[str, Any]],
+    x_ref: np.ndarray,
+    *,
+    boot_ref: BootstrapResult | None = None,
+    boot_fam: BootstrapResult | None = None,
+    axis: str = "params",
+    level: float = 0.95,
+) -> dict[str, Any]:
+    """Compare ``family`` with ``reference`` on one axis.
+
+    ``points`` are the family's models (``{"size", "x", "loss"}``), ``x_ref`` the reference's data x values.
+    Returns the crossings of the two fitted curves (searched from a tenth of the smallest to a thousand
+    times the largest model of either family; ``within_data`` when both fits interpolate there), which
+    family is lower between crossings, and for each model of ``family`` the reference x whose fitted loss
+    equals the family's fitted loss at the model's x, with paired-bootstrap intervals.
+    """
+    x_fam = np.array([p["x"] for p in points], dtype=float)
+    lo = 0.1 * min(x_fam.min(), np.min(x_ref))
+    hi = 1000.0 * max(x_fam.max(), np.max(x_ref))
+    both_lo, both_hi = max(x_fam.min(), np.min(x_ref)), min(x_fam.max(), np.max(x_ref))
+    cross = crossings_theta(fit_fam.theta, fit_ref.theta, lo, hi)
+    edges = [lo, *cross, hi]
+    segments = []
+    for left, right in itertools.pairwise(edges):
+        mid = np.sqrt(left * right)
+        lower = family if fit_fam.predict(N=mid) < fit_ref.predict(N=mid) else reference
+        segments.append({"from": float(left), "to": float(right), "lower": lower})
+    out: dict[str, Any] = {
+        "axis": axis,
+        "reference": reference,
+        "family": family,
+        "search_range": [float(lo), float(hi)],
+        "crossings": [{"x": x, "within_data": bool(both_lo <= x <= both_hi)} for x in cross],
+        "lower_family_by_range": segments,
+    }
+    pairs = _paired(boot_fam, boot_ref)
+    if pairs is not None:
+        th_fam, th_ref = pairs
+        first = np.array(
+            [
+                (c[0] if (c := crossings_theta(tf, tr, lo, hi, n_grid=128)) else np.nan)
+                for tf, tr in zip(th_fam, th_ref)
+            ]
+        )
+        found = np.isfinite(first)
+        out["bootstrap_crossing"] = {
+            "n_pairs": int(first.size),
+            "fraction_with_crossing": float(found.mean()),
+            "first_crossing_interval": _interval(first[found], level) if found.sum() >= 2 else None,
+        }
+    matches = []
+    for p in points:
+        fam_loss = float(fit_fam.predict(N=p["x"]))
+        ref_x = matched_x(fit_ref.theta, fam_loss)
+        entry = {
+            "size": p["size"],
+            "x": float(p["x"]),
+            "loss": float(p["loss"]),
+            "fitted_loss": fam_loss,
+            "reference_x": ref_x,
+            "ratio": ref_x / float(p["x"]),
+            "reference_loss_at_x": float(fit_ref.predict(N=p["x"])),
+        }
+        if pairs is not None:
+            th_fam, th_ref = pairs
+            boot_loss = np.exp(_curve_log(th_fam, np.array([np.log(p["x"])]))[:, 0])
+            boot_x = matched_x(th_ref, boot_loss)
+            finite = np.isfinite(boot_x)
+            entry["reference_x_interval"] = _interval(boot_x, level)
+            entry["fraction_unreachable"] = float(1 - finite.mean())
+        matches.append(entry)
+    out["matches"] = matches
+    return out
+
+
+def compare_observed(
+    reference: str, family: str, ref_points: list[dict[str, Any]], fam_points: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Final losses of two families at the sizes both have, without any fit.
+
+    Points are ``{"size", "params", "bits", "loss"}``; with several runs of one size the lowest loss is
+    used. Needs no minimum number of sizes, so it is what a tiny suite gets.
+    """
+
+    def best(points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for p in points:
+            if p["size"] not in out or p["loss"] < out[p["size"]]["loss"]:
+                out[p["size"]] = p
+        return out
+
+    ref, fam = best(ref_points), best(fam_points)
+    rows = []
+    for size in sorted(set(ref) & set(fam), key=lambda s: ref[s]["params"]):
+        r, f = ref[size], fam[size]
+        rows.append(
+            {
+                "size": size,
+                "params": f["params"],
+                "reference_loss": r["loss"],
+                "loss": f["loss"],
+                "difference": f["loss"] - r["loss"],
+                "reference_bits": r["bits"],
+                "bits": f["bits"],
+            }
+        )
+    return {"axis": "observed", "reference": reference, "family": family, "shared_sizes": rows}
