@@ -116,4 +116,13 @@ def run(args) -> int:
 
 
 def _analysis(root: Path, summaries: dict) -> str:
-    return "(scaling analysis not available)"
+    from trilm.eval.suite import write_suite_table
+    from trilm.scaling import analyze
+
+    table = root / "results.csv"
+    added, skipped = write_suite_table([s.run_dir for _, s in summaries.values()], table)
+    report = analyze([table], root / "analysis", bootstrap=200, seed=0)
+    lines = [f"results table {table}: {added} rows added, {skipped} already there"]
+    lines += [f"  {name}: {path}" for name, path in sorted(report.files.items())]
+    lines += [f"  note: {note}" for note in report.notes]
+    return "\n".join(lines)

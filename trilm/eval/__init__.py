@@ -1,0 +1,1 @@
+"""Evaluation of checkpoint suites; writes the results table the scaling tools read."""
