@@ -1,4 +1,4 @@
-"""The main job end to end at a reduced token budget: data → TriLM + FloatLM → loss table → samples → scaling."""
+"""The main job end to end at a reduced budget: data → TriLM + FloatLM → loss table → samples → scaling."""
 
 import json
 

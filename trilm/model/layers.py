@@ -198,7 +198,7 @@ class SwiGLU(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.w_gate_up(x).split(self.local_ffn, dim=-1)
-        return self.w_down(F.silu(gate) * up)
+        return self.w_down(F.silu(gate.contiguous()) * up)
 
 
 class Block(nn.Module):

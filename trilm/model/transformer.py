@@ -14,9 +14,9 @@ import hashlib
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 from megatron.core import tensor_parallel
 from megatron.core.tensor_parallel.layers import set_tensor_model_parallel_attributes
-import torch.nn.functional as F
 from torch import nn
 
 from trilm.model.config import ModelConfig
