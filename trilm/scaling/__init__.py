@@ -8,9 +8,10 @@ Pure numpy/matplotlib (no torch). The one-call entry point is :func:`analyze`::
 and the command line is ``trilm scaling fit RESULTS… --out DIR`` (see :mod:`trilm.scaling.cli`).
 """
 
-from trilm.scaling.analyze import AnalysisConfig, Report, analyze
+from trilm.scaling.analyze import analyze
 from trilm.scaling.bootstrap import BootstrapResult, bootstrap_fit, leave_one_out
 from trilm.scaling.fit import FORMS, HUBER_DELTA, FitError, FitResult, fit_law
+from trilm.scaling.results import AnalysisConfig, Report
 from trilm.scaling.table import (
     TERNARY_BITS,
     ResultRow,

@@ -17,143 +17,25 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
-from trilm.config import Config, require
 from trilm.scaling.bootstrap import (
-    BootstrapResult,
     bootstrap_many,
     leave_one_out,
     point_weights,
     unit_counts,
 )
 from trilm.scaling.compare import compare_observed, compare_pair
-from trilm.scaling.fit import HUBER_DELTA, FitError, FitResult, fit_many
+from trilm.scaling.fit import FitError, fit_many
+from trilm.scaling.results import AnalysisConfig, FamilyAnalysis, LawFit, Report
 from trilm.scaling.table import ResultRow, family_kind, read_table
 
 FAMILY_ORDER = {"floatlm": 0, "trilm": 1, "bilm": 2, "quantlm": 3, "other": 4}
-
-
-@dataclasses.dataclass
-class AnalysisConfig(Config):
-    """What to fit and how; ``trilm scaling fit`` maps its flags onto these fields."""
-
-    form: Literal["auto", "N", "D", "ND"] = "auto"
-    eval: str = ""
-    """evaluation to analyse; empty: ``val_loss`` if present, else the only one in the table"""
-    x: Literal["params", "nonembedding_params"] = "params"
-    bootstrap: int = 1000
-    seed: int = 0
-    level: float = 0.95
-    reference: str = ""
-    """family the others are compared with; empty: ``floatlm`` if present, else the first family"""
-    families: list[str] = dataclasses.field(default_factory=list)
-    nd_points: Literal["final", "all"] = "final"
-    loso: bool = True
-    plots: bool = True
-    delta: float = HUBER_DELTA
-
-    def validate(self) -> None:
-        require(self.bootstrap >= 0, f"bootstrap: must be ≥ 0, got {self.bootstrap}")
-        require(0 < self.level < 1, f"level: must be in (0, 1), got {self.level}")
-        require(self.delta > 0, f"delta: must be > 0, got {self.delta}")
-
-
-@dataclasses.dataclass
-class LawFit:
-    """A fit plus what was computed around it: the data, the bootstrap and the leave-one-size-out errors."""
-
-    label: str
-    fit: FitResult
-    inputs: dict[str, np.ndarray]
-    loss: np.ndarray
-    labels: list[str]
-    bootstrap: BootstrapResult | None = None
-    loso: list[dict[str, Any]] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        out = self.fit.to_dict()
-        out["label"] = self.label
-        out["points"] = [
-            {"label": lab, **{k: float(v[i]) for k, v in self.inputs.items()}, "loss": float(self.loss[i])}
-            for i, lab in enumerate(self.labels)
-        ]
-        if self.bootstrap is not None:
-            out["bootstrap"] = self.bootstrap.to_dict()
-        if self.loso is not None:
-            out["leave_one_size_out"] = self.loso
-        return out
-
-
-@dataclasses.dataclass
-class FamilyAnalysis:
-    family: str
-    finals: list[ResultRow]
-    law_x: LawFit | None = None
-    law_bits: LawFit | None = None
-    law_nd: LawFit | None = None
-
-
-@dataclasses.dataclass
-class Report:
-    """Everything ``analyze`` computed; ``to_dict()`` is what ``fit.json`` holds."""
-
-    config: AnalysisConfig
-    tables: list[str]
-    eval_name: str
-    n_rows: int
-    families: dict[str, FamilyAnalysis]
-    runs: dict[str, list[ResultRow]]
-    run_fits: dict[str, LawFit]
-    comparisons: list[dict[str, Any]]
-    notes: list[str]
-    files: dict[str, str] = dataclasses.field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        fams = {}
-        for name, fa in self.families.items():
-            fams[name] = {
-                "kind": family_kind(name),
-                "final_checkpoints": [r.to_record() for r in fa.finals],
-                "L(x)": fa.law_x.to_dict() if fa.law_x else None,
-                "L(bits)": fa.law_bits.to_dict() if fa.law_bits else None,
-                "L(N,D)": fa.law_nd.to_dict() if fa.law_nd else None,
-            }
-        return _jsonable(
-            {
-                "config": self.config.to_dict(),
-                "tables": self.tables,
-                "eval": self.eval_name,
-                "n_rows": self.n_rows,
-                "x_axis": self.config.x,
-                "families": fams,
-                "runs_L(D)": {run: fit.to_dict() for run, fit in self.run_fits.items()},
-                "comparisons": self.comparisons,
-                "notes": self.notes,
-                "files": self.files,
-            }
-        )
-
-
-def _jsonable(value: Any) -> Any:
-    """Plain JSON: NaN becomes null, ±inf the strings "inf"/"-inf", numpy scalars Python numbers."""
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return [_jsonable(v) for v in value.tolist()]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    return value
 
 
 def _family_sort_key(name: str) -> tuple[int, str]:

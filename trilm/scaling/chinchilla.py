@@ -97,8 +97,8 @@ def reproduce(
     """
     import json
 
-    from trilm.scaling.analyze import LawFit
     from trilm.scaling.bootstrap import bootstrap_fit
+    from trilm.scaling.results import LawFit
 
     data = load_chinchilla(path)
     inputs = {"N": data.N, "D": data.D}

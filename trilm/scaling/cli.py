@@ -15,8 +15,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from trilm.scaling.analyze import AnalysisConfig, analyze
+from trilm.scaling.analyze import analyze
 from trilm.scaling.fit import HUBER_DELTA
+from trilm.scaling.results import AnalysisConfig
 
 
 def build_parser(parser: argparse.ArgumentParser, command: str = "scaling") -> None:

@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 from trilm.scaling.table import family_kind
 
 if TYPE_CHECKING:
-    from trilm.scaling.analyze import LawFit, Report
+    from trilm.scaling.results import LawFit, Report
 
 KIND_COLORS = {"floatlm": "tab:blue", "trilm": "tab:red", "bilm": "tab:green"}
 OTHER_COLORS = ["tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan", "tab:gray", "tab:orange"]

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from trilm.scaling.plots import display_name
 
 if TYPE_CHECKING:
-    from trilm.scaling.analyze import LawFit, Report
+    from trilm.scaling.results import LawFit, Report
 
 
 def fmt(value: Any, digits: int = 4) -> str:
