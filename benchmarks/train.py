@@ -40,7 +40,9 @@ def _trainer_step(model, opt, batch):
 
 
 def _hf_step(model, opt, batch):
-    loss = model(input_ids=batch[:, :-1], labels=batch[:, 1:]).loss
+    # transformers shifts labels itself: the same next-token loss over the same window as _trainer_step
+    inputs = batch[:, :-1]
+    loss = model(input_ids=inputs, labels=inputs).loss
     loss.backward()
     opt.step()
     opt.zero_grad(set_to_none=True)

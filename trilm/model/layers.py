@@ -170,16 +170,13 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
-        hd = self.head_dim
-        qkv = self.wqkv(x)
-        q, k, v = qkv.split([self.local_heads * hd, self.local_kv * hd, self.local_kv * hd], dim=-1)
-        q = q.view(b, s, self.local_heads, hd).transpose(1, 2)
-        k = k.view(b, s, self.local_kv, hd).transpose(1, 2)
-        v = v.view(b, s, self.local_kv, hd).transpose(1, 2)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        out = F.scaled_dot_product_attention(
-            q, k, v, is_causal=True, enable_gqa=self.local_kv != self.local_heads
-        )
+        hd, heads, kv = self.head_dim, self.local_heads, self.local_kv
+        qkv = self.wqkv(x).view(b, s, heads + 2 * kv, hd)
+        # q and k are rotated together: one set of elementwise ops over both
+        qk = apply_rotary(qkv[:, :, : heads + kv].transpose(1, 2), cos, sin)
+        q, k = qk.split([heads, kv], dim=1)
+        v = qkv[:, :, heads + kv :].transpose(1, 2)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=kv != heads)
         return self.wo(out.transpose(1, 2).reshape(b, s, self.local_heads * hd))
 
 
