@@ -1,6 +1,9 @@
 """The main job end to end at a reduced budget: data → TriLM + FloatLM → loss table → samples → scaling."""
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -36,3 +39,15 @@ def test_quickstart_pipeline(tmp_path, capsys):
     )
     assert again == pytest.approx(trilm[5].loss, rel=1e-5)
     assert len(suite_rows(tmp_path / "floatlm-tiny")) == 5
+
+    # the thin checkpoint tool indexes the same suite and appends nothing new to the table
+    tool = Path(__file__).resolve().parents[1] / "checkpoints_tools/suite_index.py"
+    run = subprocess.run(
+        [sys.executable, str(tool), str(tmp_path / "trilm-tiny"), "--table", str(tmp_path / "results.csv")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "0 rows added, 5 already present" in run.stdout
+    index = json.loads((tmp_path / "trilm-tiny/suite_index.json").read_text())
+    assert [e["step"] for e in index] == [0, 1, 2, 4, 5] and index[-1]["tokens"] == 5 * 8192

@@ -1,0 +1,55 @@
+"""Index a run's checkpoint suite and append it to a results table.
+
+    python checkpoints_tools/suite_index.py runs/quickstart/trilm-tiny [more runs…] --table runs/results.csv
+
+Prints step → tokens → validation loss → snapshot path for every complete snapshot, writes
+``suite_index.json`` into each run directory, and appends the snapshots' rows to the results table that
+``trilm scaling fit`` reads (rows already present are skipped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from trilm.eval.suite import suite_rows, write_suite_table
+from trilm.train.checkpoint import complete_steps
+
+
+def index_run(run_dir: Path) -> list[dict]:
+    entries = []
+    for step, path in complete_steps(run_dir / "snapshots"):
+        meta = json.loads((path / "config.json").read_text()).get("meta", {})
+        entries.append(
+            {"step": step, "tokens": meta.get("tokens"), "val_loss": meta.get("val_loss"), "path": str(path)}
+        )
+    (run_dir / "suite_index.json").write_text(json.dumps(entries, indent=2))
+    return entries
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="+", type=Path, help="run directories (with snapshots/)")
+    parser.add_argument("--table", type=Path, default=None, help="results table to append to (CSV or JSON)")
+    args = parser.parse_args()
+    for run in args.runs:
+        if not (run / "snapshots").is_dir():
+            print(f"{run}: no snapshots/ directory (is it a trilm run directory?)", file=sys.stderr)
+            return 2
+        print(f"{run}:")
+        for e in index_run(run):
+            loss = "-" if e["val_loss"] is None else f"{e['val_loss']:.4f}"
+            print(f"  step {e['step']:>7}  tokens {e['tokens']:>14,}  val loss {loss:>8}  {e['path']}")
+    if args.table:
+        added, skipped = write_suite_table(args.runs, args.table)
+        rows = sum(len(suite_rows(r)) for r in args.runs)
+        print(f"{args.table}: {added} rows added, {skipped} already present ({rows} snapshots with a loss)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
