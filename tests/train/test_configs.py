@@ -1,0 +1,31 @@
+"""Every shipped run config loads, validates and plans (the ladder's dry run, without launching anything)."""
+
+from pathlib import Path
+
+import pytest
+
+from trilm.model.config import SPECTRA_SIZES
+from trilm.train.config import TrainConfig
+from trilm.train.plan import RunPlan
+
+CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs/train").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
+def test_run_config_plans(path):
+    cfg = TrainConfig.from_yaml(path)
+    tp = cfg.parallel.tensor_parallel
+    report = RunPlan(cfg, dp_size=8 if cfg.tokens > 1e9 else 1, tp_size=tp).report()
+    assert f"steps              {cfg.steps:,}" in report
+    family, size = path.stem.split("-", 1)
+    if size in SPECTRA_SIZES:
+        assert cfg.model.name == path.stem and tp == SPECTRA_SIZES[size][4]
+        assert cfg.batch_tokens == (2_097_152 if family == "floatlm" else 1_048_576)
+        assert cfg.tokens == 300_000_000_000
+        assert (cfg.schedule.lr_drop_at is not None) == (family != "floatlm")
+
+
+def test_the_ladder_is_complete():
+    names = {p.stem for p in CONFIGS}
+    assert {f"{f}-{s}" for f in ("trilm", "floatlm") for s in SPECTRA_SIZES} <= names
+    assert {"quickstart-trilm", "quickstart-floatlm"} <= names
