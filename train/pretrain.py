@@ -2,8 +2,8 @@
 
 Launch (the same script everywhere; restarting the same command resumes from the newest complete state):
 
-    python train/pretrain.py --config configs/train/trilm-tiny.yaml                 # 1 process (CPU or GPU)
-    python train/pretrain.py --config configs/train/trilm-tiny.yaml --dry-run       # plan only
+    python train/pretrain.py --config configs/train/quickstart-trilm.yaml           # 1 process, CPU or GPU
+    python train/pretrain.py --config configs/train/quickstart-trilm.yaml --dry-run # plan only
     torchrun --nproc_per_node 2 train/pretrain.py --config C.yaml parallel.tensor_parallel=2
     deepspeed --num_gpus 8 train/pretrain.py --config configs/train/trilm-1.1b.yaml
     deepspeed --hostfile configs/launch/hostfile train/pretrain.py --config C.yaml   # N nodes

@@ -51,8 +51,8 @@ def _loss_table(summaries: dict) -> str:
     families = list(summaries)
     head = f"{'step':>6} {'tokens':>9}  " + "  ".join(f"{f:>10}" for f in families)
     lines = [head, "-" * len(head)]
+    cfg = next(iter(summaries.values()))[0]
     for step in steps:
-        cfg = next(iter(summaries.values()))[0]
         row = f"{step:>6} {step * cfg.batch_tokens:>9,}  "
         row += "  ".join(
             f"{summaries[f][1].val_losses[step]:>10.4f}"

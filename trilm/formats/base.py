@@ -10,6 +10,7 @@ reference.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 from typing import Any, ClassVar, Self
 
@@ -31,7 +32,7 @@ def register(cls: type[PackedWeight]) -> type[PackedWeight]:
 
 
 @dataclasses.dataclass(eq=False)
-class PackedWeight:
+class PackedWeight(abc.ABC):
     """Base of every packed format. Subclasses are dataclasses whose Tensor fields are listed in TENSORS."""
 
     FORMAT: ClassVar[str] = ""
@@ -57,12 +58,12 @@ class PackedWeight:
         self.validate()
 
     # -- per-format ---------------------------------------------------------------------------------------
-    def validate(self) -> None:
+    def validate(self) -> None:  # noqa: B027 - optional hook: formats without extra checks inherit it
         """Raise :class:`FormatError` naming the field when shapes, dtypes or settings disagree."""
 
+    @abc.abstractmethod
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """The float weight (N, K) this packed weight stands for, computed in fp32 then cast."""
-        raise NotImplementedError
 
     # -- shared -------------------------------------------------------------------------------------------
     @property

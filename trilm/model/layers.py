@@ -42,11 +42,15 @@ class _ShardSpec:
     part_sizes: tuple[int, ...]
     shard_dim: int | None
 
-    def shard(self, full: dict[str, torch.Tensor], tp: int, rank: int) -> torch.Tensor:
-        pieces = [full[name] for name in self.parts]
+    def load_part(self, name: str, full: torch.Tensor, tp: int, rank: int) -> None:
+        """Copy this rank's slice of the canonical tensor ``name`` into the (possibly fused) local weight."""
         if self.shard_dim is None:
-            return pieces[0]
-        return torch.cat([p.chunk(tp, dim=self.shard_dim)[rank] for p in pieces], dim=self.shard_dim)
+            self.weight.copy_(full)
+            return
+        index = self.parts.index(name)
+        offset = sum(size // tp for size in self.part_sizes[:index])
+        piece = full.chunk(tp, dim=self.shard_dim)[rank]
+        self.weight.narrow(self.shard_dim, offset, self.part_sizes[index] // tp).copy_(piece)
 
     def unshard(self, gathered: list[torch.Tensor]) -> dict[str, torch.Tensor]:
         """Canonical tensors from the local shards of all ranks (in rank order)."""

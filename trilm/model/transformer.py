@@ -74,6 +74,7 @@ class Decoder(nn.Module):
             cfg.hidden, {"head.weight": cfg.padded_vocab}, head_layout, None, config=mp
         )
         self.rotary = Rotary(cfg.head_dim, cfg.context, cfg.rope_theta)
+        self._owners = {name: m for m in self.shard_modules() for name in m.parts}
         for m in self.shard_modules():
             if m.shard_dim is not None:  # grad-norm and optimizer code count sharded weights once per rank
                 set_tensor_model_parallel_attributes(m.weight, True, m.shard_dim, 1)
@@ -112,21 +113,10 @@ class Decoder(nn.Module):
                 m.weight.fill_(1.0)
 
     def _load_one(self, name: str, full: torch.Tensor) -> None:
-        for m in self.shard_modules():
-            if name in m.parts:
-                if len(m.parts) == 1:
-                    m.weight.copy_(m.shard({name: full}, self.tp_size, self.tp_rank))
-                else:
-                    offset, local = 0, None
-                    for part, size in zip(m.parts, m.part_sizes):
-                        local = size // self.tp_size
-                        if part == name:
-                            piece = full.chunk(self.tp_size, dim=m.shard_dim)[self.tp_rank]
-                            m.weight.narrow(m.shard_dim, offset, local).copy_(piece)
-                            return
-                        offset += local
-                return
-        raise KeyError(name)
+        owner = self._owners[name]
+        owner.load_part(
+            name, full.to(device=owner.weight.device, dtype=owner.weight.dtype), self.tp_size, self.tp_rank
+        )
 
     @torch.no_grad()
     def load_full_state_dict(self, state: dict[str, torch.Tensor], strict: bool = True) -> None:
@@ -141,11 +131,7 @@ class Decoder(nn.Module):
             tensor = state[name]
             if tuple(tensor.shape) != shape:
                 raise ValueError(f"{name}: shape {tuple(tensor.shape)} does not match the model's {shape}")
-            for m in self.shard_modules():
-                if name in m.parts:
-                    dev, dtype = m.weight.device, m.weight.dtype
-                    break
-            self._load_one(name, tensor.to(device=dev, dtype=dtype))
+            self._load_one(name, tensor)
 
     @torch.no_grad()
     def full_state_dict(self) -> dict[str, torch.Tensor]:

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from trilm.config import ConfigError
+from trilm.data.shards import TokenShards
+from trilm.parallel import current_parallel, init_parallel
 from trilm.train.config import TrainConfig
+from trilm.train.plan import RunPlan
 
 
 def build_parser(parser: argparse.ArgumentParser, command: str = "train") -> None:
     parser.add_argument(
-        "--config", required=True, help="run YAML (TrainConfig), e.g. configs/train/trilm-tiny.yaml"
+        "--config", required=True, help="run YAML (TrainConfig), e.g. configs/train/quickstart-trilm.yaml"
     )
     parser.add_argument(
         "overrides", nargs="*", help="dotted overrides, e.g. tokens=1e6 parallel.tensor_parallel=2"
@@ -23,45 +27,38 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "train") -> Non
 
 
 def load_config(args) -> TrainConfig:
-    overrides = list(args.overrides)
-    return TrainConfig.from_yaml(args.config, overrides)
+    return TrainConfig.from_yaml(args.config, list(args.overrides))
+
+
+def _data_line(key: str, path: str, cfg: TrainConfig) -> str:
+    if not Path(path).is_dir():
+        return f"data.{key:<14} {path}: not prepared yet (trilm data prepare)"
+    try:
+        shards = TokenShards.open(path)
+    except ConfigError as exc:
+        return f"data.{key:<14} {exc}"
+    seqs = shards.num_sequences(cfg.sequence_length)
+    line = f"data.{key:<14} {path}: {shards.num_tokens:,} tokens, {seqs:,} sequences"
+    if key == "train_dir":
+        line += f", {cfg.steps * cfg.global_batch / max(seqs, 1):.2f} epochs"
+    return line
 
 
 def dry_run(cfg: TrainConfig) -> str:
     """The plan without building the model or touching the run directory."""
-    from pathlib import Path
-
-    from trilm.parallel import init_parallel
-    from trilm.train.plan import RunPlan
-
     info = init_parallel(cfg.parallel)
-    plan = RunPlan(cfg, info.dp_size, info.tp_size)
     lines = [
         "# resolved config",
         cfg.replace(model=cfg.model.resolved(info.tp_size)).to_yaml().rstrip(),
         "",
         "# plan",
+        RunPlan(cfg, info.dp_size, info.tp_size).report(),
     ]
-    lines.append(plan.report())
-    for key in ("train_dir", "valid_dir"):
-        path = getattr(cfg.data, key)
-        if not path:
-            continue
-        if Path(path, "index.json").exists() or Path(path).is_dir():
-            from trilm.data.shards import TokenShards
-
-            try:
-                shards = TokenShards.open(path)
-                seqs = shards.num_sequences(cfg.sequence_length)
-                epochs = cfg.steps * cfg.global_batch / max(seqs, 1)
-                lines.append(
-                    f"data.{key:<14} {path}: {shards.num_tokens:,} tokens, {seqs:,} sequences"
-                    + (f", {epochs:.2f} epochs" if key == "train_dir" else "")
-                )
-            except ConfigError as exc:
-                lines.append(f"data.{key:<14} {exc}")
-        else:
-            lines.append(f"data.{key:<14} {path}: not prepared yet (trilm data prepare)")
+    lines += [
+        _data_line(key, path, cfg)
+        for key, path in (("train_dir", cfg.data.train_dir), ("valid_dir", cfg.data.valid_dir))
+        if path
+    ]
     return "\n".join(lines)
 
 
@@ -69,16 +66,12 @@ def run(args) -> int:
     cfg = load_config(args)
     if args.dry_run:
         text = dry_run(cfg)
-        from trilm.parallel import current_parallel
-
         if current_parallel().rank == 0:
             print(text)
         return 0
     from trilm.train.trainer import Trainer
 
     summary = Trainer(cfg).fit()
-    from trilm.parallel import current_parallel
-
     if current_parallel().rank == 0:
         print(
             f"done: {summary.steps} steps in {summary.run_dir} (resumed from step {summary.resumed_from}, "
