@@ -104,7 +104,7 @@ class MetricsLogger:
         self.metrics.flush()
         if self.tb is not None:
             for key, value in values.items():
-                if isinstance(value, int | float) and value is not None:
+                if isinstance(value, int | float):
                     self.tb.add_scalar(key, value, step)
 
     def event(self, step: int, name: str, detail: str = "", **extra: Any) -> None:
