@@ -144,7 +144,8 @@ def test_text_stop_strings_stream_and_seed(tmp_path, tokenizer):
     by_id = engine.generate(
         prompt, SamplingParams(temperature=0, max_tokens=30, stop_token_ids=(first,), ignore_eos=True)
     )[0]
-    assert by_id.finish_reason == "stop" and by_id.token_ids == free.token_ids[: free.token_ids.index(first) + 1]
+    assert by_id.finish_reason == "stop"
+    assert by_id.token_ids == free.token_ids[: free.token_ids.index(first) + 1]
 
     sampled = SamplingParams(temperature=1.0, top_k=50, top_p=0.95, seed=11, max_tokens=20, ignore_eos=True)
     alone = engine.generate(prompt, sampled)[0]

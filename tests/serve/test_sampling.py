@@ -70,7 +70,7 @@ def test_seeded_rows_do_not_depend_on_the_batch():
     alone = sample(logits[:1], params[:1], [make_generator(7)], 50)
     batched = sample(logits, params, [make_generator(p.seed) for p in params], 50)
     assert batched[0] == alone[0]
-    mixed = [SamplingParams(temperature=0)] + params[:1]
+    mixed = [SamplingParams(temperature=0), *params[:1]]
     assert sample(logits[[1, 0]], mixed, [make_generator(0), make_generator(7)], 50)[1] == alone[0]
 
 
