@@ -124,13 +124,14 @@ class RequestHandle:
 
     def _publish(self, delta: Delta) -> None:
         self.text_parts.append(delta.text)
+        if delta.finish_reason is not None:
+            self.finish_reason = delta.finish_reason
+            self._done.set()
         if self._on_delta is not None:
             self._on_delta(delta)
         self._queue.put(delta)
         if delta.finish_reason is not None:
-            self.finish_reason = delta.finish_reason
             self._queue.put(_DONE)
-            self._done.set()
 
 
 class _Sequence:
@@ -199,6 +200,8 @@ class Engine:
         self._wakeup = threading.Event()
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self.finished: dict[str, int] = {"stop": 0, "length": 0, "cancelled": 0, "error": 0}
+        """Requests ended so far, by finish reason."""
 
     # -- construction ---------------------------------------------------------------------------------
     @classmethod
@@ -402,11 +405,13 @@ class Engine:
             if seq.text is not None:
                 text += seq.text.finish()
             seq.slot = -1
+            self.finished[reason] += 1
         handle._publish(Delta(text, [token], reason))
         return reason is not None
 
     def _finish(self, seq: _Sequence, reason: str) -> None:
         seq.slot = -1
+        self.finished[reason] += 1
         text = seq.text.finish() if seq.text is not None and reason != "cancelled" else ""
         seq.handle._publish(Delta(text, [], reason))
 
@@ -463,7 +468,7 @@ class Engine:
             self._take_inbox()
             for seq in [*self.waiting, *self.running]:
                 seq.handle.error = f"{type(exc).__name__}: {exc}"
-                seq.handle._publish(Delta("", [], "error"))
+                self._finish(seq, "error")
             self.waiting.clear()
             self.running = []
 
