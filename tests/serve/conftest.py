@@ -79,6 +79,7 @@ def write_snapshot(
 def greedy_reference(model, prompt: list[int], n: int, vocab: int = VOCAB) -> list[int]:
     """Greedy decoding with the plain full forward (no cache): the whole sequence again every token."""
     ids = list(prompt)
+    device = next(model.parameters()).device
     for _ in range(n):
-        ids.append(int(model(torch.tensor([ids]))[0, -1, :vocab].argmax()))
+        ids.append(int(model(torch.tensor([ids], device=device))[0, -1, :vocab].argmax()))
     return ids[len(prompt) :]
