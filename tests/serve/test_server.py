@@ -256,3 +256,20 @@ def test_sse_wire_format(served):
     assert events[-1] == "data: [DONE]"
     first = json.loads(events[0].removeprefix("data: "))
     assert first["object"] == "text_completion" and first["model"] == MODEL
+
+
+def test_engine_failure_fails_its_requests_not_the_server(served, client, monkeypatch):
+    engine, _ = served
+
+    def broken_decode():
+        raise RuntimeError("injected decode failure")
+
+    monkeypatch.setattr(engine, "_decode", broken_decode)
+    args = dict(model=MODEL, prompt="In", max_tokens=5, temperature=0, extra_body={"ignore_eos": True})
+    with pytest.raises(openai.InternalServerError, match="injected decode failure"):
+        client.completions.create(**args)
+    with pytest.raises(openai.APIError, match="injected decode failure"):
+        list(client.completions.create(**args, stream=True))
+    monkeypatch.undo()
+    assert client.completions.create(**args).choices[0].finish_reason == "length"
+    assert engine.finished["error"] == 2

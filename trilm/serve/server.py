@@ -144,7 +144,7 @@ def create_app(engine: Engine, model_id: str, *, manage_engine: bool = True) -> 
                         )
                     yield "data: [DONE]\n\n"
 
-            return StreamingResponse(events(), media_type="text/event-stream")
+            return StreamingResponse(_guarded(events()), media_type="text/event-stream")
         async with run:
             await run.wait(request)
         choices = [
@@ -214,7 +214,7 @@ def create_app(engine: Engine, model_id: str, *, manage_engine: bool = True) -> 
                         )
                     yield "data: [DONE]\n\n"
 
-            return StreamingResponse(events(), media_type="text/event-stream")
+            return StreamingResponse(_guarded(events()), media_type="text/event-stream")
         async with run:
             await run.wait(request)
         choices = [
@@ -275,6 +275,16 @@ def _check(engine: Engine, ids: list[int], params, prompt_field: str = "prompt")
 
 def _finish(delta: Delta) -> str | None:
     return None if delta.finish_reason is None else ("length" if delta.finish_reason == "length" else "stop")
+
+
+async def _guarded(events: AsyncIterator[str]) -> AsyncIterator[str]:
+    """An error after the response has started goes to the client as an SSE error event."""
+    try:
+        async for event in events:
+            yield event
+    except APIError as exc:
+        yield _sse(exc.body())
+        yield "data: [DONE]\n\n"
 
 
 def _sse(payload: dict) -> str:
