@@ -8,6 +8,7 @@ from trilm.formats import IntWeight
 from trilm.infer import from_state_dict, load_inference_model
 from trilm.model.snapshot import SnapshotMeta, write_packed_snapshot
 from trilm.serve import Engine, RequestError, SamplingParams
+from trilm.serve.graphs import DecodeGraphs
 
 GREEDY = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
 
@@ -94,6 +95,17 @@ def test_join_mid_batch_and_cancel_frees_the_slot():
         out = handle.result()
         assert out.token_ids == greedy_reference(model, prompt, len(out.token_ids))
     assert engine.num_running == 0
+
+
+def test_bucketed_static_decode_step_on_cpu():
+    """The CUDA-graph decode step run eagerly: static input buffers, batch buckets whose padding rows
+    write to the scratch position, attention-span buckets (128/256/512). Greedy output still equals the
+    full forward while sequences join, leave and cross span buckets."""
+    model, engine = _tiny_engine(max_batch=8, context=512)
+    engine.graphs = DecodeGraphs(model, engine.cache, capture=False)
+    assert engine.graphs.span_buckets == [128, 256, 512] and engine.graphs.batch_buckets == [1, 2, 4, 8]
+    prompts = _prompts([5, 17, 1, 120, 9, 3, 250], seed=6)
+    _check_against_reference(model, engine, prompts, [12, 3, 20, 30, 15, 9, 4])
 
 
 def test_context_edges_and_first_token_finish():

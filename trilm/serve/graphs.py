@@ -38,20 +38,20 @@ def buckets(limit: int, start: int = 1) -> list[int]:
 class DecodeGraphs:
     """Replays captured decode steps; the same logits as the eager decode of the same batch."""
 
-    def __init__(self, model: InferenceModel, cache: KVCache):
-        if not torch.cuda.is_available():
-            raise RuntimeError("CUDA graphs need a CUDA device")
-        self.model, self.cache = model, cache
+    def __init__(self, model: InferenceModel, cache: KVCache, *, capture: bool = True):
+        """``capture=False`` runs the same bucketed static-buffer step eagerly instead of replaying a
+        graph: how the bucketing, padding rows and scratch writes are tested without a GPU."""
+        self.model, self.cache, self.capture = model, cache, capture
         device = cache._rows.device
-        if device.type != "cuda":
+        if capture and device.type != "cuda":
             raise RuntimeError(f"CUDA graphs need the model and cache on CUDA, not {device}")
         self.batch_buckets = buckets(cache.slots)
         self.span_buckets = buckets(cache.max_len, start=min(MIN_SPAN, cache.max_len))
         self.tokens = torch.zeros(cache.slots, 1, dtype=torch.long, device=device)
         self.rope_positions = torch.zeros(cache.slots, 1, dtype=torch.long, device=device)
         self.write_positions = torch.full((cache.slots,), cache.scratch, dtype=torch.long, device=device)
-        self._staging = torch.zeros(2, cache.slots, dtype=torch.long).pin_memory()
-        self._graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self._staging = torch.zeros(2, cache.slots, dtype=torch.long, pin_memory=capture)
+        self._graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph | None, torch.Tensor | None]] = {}
         self._pool = None
 
     def bucket(self, n: int, span: int) -> tuple[int, int]:
@@ -64,31 +64,42 @@ class DecodeGraphs:
         """Logits [n, padded_vocab] of one decode step of slots 0..n−1."""
         n = len(tokens)
         key = self.bucket(n, max(positions) + 1)
+        b = key[0]
         if key not in self._graphs:
             self._graphs[key] = self._capture(*key)
+        self._stage(tokens, positions, b)
+        if not self.capture:
+            return self._step(*key)[:n]
         graph, logits = self._graphs[key]
-        b = key[0]
+        graph.replay()
+        return logits[:n]
+
+    def _stage(self, tokens: list[int], positions: list[int], b: int) -> None:
+        """Inputs of this step into the static buffers; rows n..b−1 are padding (token 0 → scratch)."""
+        n = len(tokens)
         staging = self._staging
         staging[0, :n] = torch.tensor(tokens)
         staging[1, :n] = torch.tensor(positions)
-        staging[0, n:b] = 0
-        staging[1, n:b] = 0
+        staging[:, n:b] = 0
         self.tokens[:b, 0].copy_(staging[0, :b], non_blocking=True)
         self.rope_positions[:b, 0].copy_(staging[1, :b], non_blocking=True)
         self.write_positions[:n].copy_(staging[1, :n], non_blocking=True)
         self.write_positions[n:b].fill_(self.cache.scratch)
-        graph.replay()
-        return logits[:n]
 
     def _step(self, batch: int, span: int) -> torch.Tensor:
         step = self.cache.decode(batch, span, self.write_positions[:batch])
         out = self.model.forward_cached(self.tokens[:batch], self.rope_positions[:batch], step)
         return out[:, 0]
 
-    def _capture(self, batch: int, span: int) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+    def _capture(self, batch: int, span: int) -> tuple[torch.cuda.CUDAGraph | None, torch.Tensor | None]:
+        """Warm up and capture on scratch inputs (live sequences may be running in slots < batch)."""
         self.tokens[:batch].zero_()
         self.rope_positions[:batch].zero_()
         self.write_positions[:batch].fill_(self.cache.scratch)
+        if not self.capture:  # the same runs, eagerly (what the CPU tests check)
+            for _ in range(3):
+                self._step(batch, span)
+            return None, None
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
