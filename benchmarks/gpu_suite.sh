@@ -3,7 +3,9 @@
 #   bash benchmarks/gpu_suite.sh OUTDIR
 # 1. training step time and MFU of FloatLM/TriLM-1.1B in bf16 through the DeepSpeed engine,
 # 2. the low-bit kernel benchmark (every format × LLaMA shape × batch 1/16/64),
-# 3. the GPU-marked tests (kernels in fp16/bf16 at their real configs; bf16 training; GPU vs CPU logits).
+# 3. the GPU-marked tests (kernels in fp16/bf16 at their real configs; bf16 training; GPU vs CPU logits;
+#    CUDA-graph decode of the serving engine),
+# 4. the serving benchmark: FloatLM/TriLM/QuantLM-3.9B (random weights) TTFT, decode tok/s, memory, targets.
 # Each stage has its own time limit and writes its results as it goes, so a slow stage cannot starve the rest.
 # On a machine without this project's venv, wheels in .whl/ (megatron-core, deepspeed, …) are installed first.
 set -uo pipefail
@@ -18,13 +20,16 @@ fi
 { nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
   $PY -c "import torch, triton, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
 } 2>&1 | tee "$OUT/gpu_info.txt"
-echo "== 1/3 training benchmark"
+echo "== 1/4 training benchmark"
 timeout "${TRAIN_LIMIT:-150}" $PY benchmarks/train.py --engine --out "$OUT" > "$OUT/train_bench.log" 2>&1
 echo "exit $?"; grep -v "^\[20" "$OUT/train_bench.log" | tail -n 8
-echo "== 2/3 kernel benchmark"
+echo "== 2/4 kernel benchmark"
 timeout "${KERNEL_LIMIT:-250}" $PY benchmarks/kernels.py --out "$OUT" > "$OUT/kernels_bench.log" 2>&1
 echo "exit $?"; tail -n 40 "$OUT/kernels_bench.log"
-echo "== 3/3 GPU tests"
-timeout "${TEST_LIMIT:-130}" $PY -m pytest -m gpu tests/kernels tests/train -q -p no:cacheprovider \
+echo "== 3/4 GPU tests"
+timeout "${TEST_LIMIT:-130}" $PY -m pytest -m gpu tests/kernels tests/train tests/serve/test_gpu.py -q -p no:cacheprovider \
     > "$OUT/gpu_tests.log" 2>&1
 echo "exit $?"; tail -n 15 "$OUT/gpu_tests.log"
+echo "== 4/4 serving benchmark"
+timeout "${SERVE_LIMIT:-240}" $PY benchmarks/serve.py --device cuda --size 3.9b --out "$OUT" > "$OUT/serve_bench.log" 2>&1
+echo "exit $?"; tail -n 30 "$OUT/serve_bench.log"

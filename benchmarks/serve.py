@@ -108,12 +108,16 @@ def _prompts(vocab: int, length: int, count: int, seed: int) -> list[list[int]]:
 
 
 class EngineContender:
-    def __init__(self, name: str, engine: Engine):
-        self.name, self.engine = name, engine
+    """One model behind two engines: a one-slot engine as long as the longest prompt (time to first token)
+    and a ``max(batches)``-slot engine as long as the decode cases need, so the KV cache of a 3.9B model
+    is not 32 slots of the longest prompt."""
+
+    def __init__(self, name: str, engine: Engine, ttft_engine: Engine):
+        self.name, self.engine, self.ttft_engine = name, engine, ttft_engine
         self.device = engine.device
 
     def ttft(self, prompt: list[int]) -> float:
-        engine = self.engine
+        engine = self.ttft_engine
         handle = engine.submit(prompt, SamplingParams(temperature=0, max_tokens=1, ignore_eos=True))
         t = _now(self.device)
         while not handle.finished:
@@ -256,7 +260,7 @@ def run(args) -> dict:
     context = max(max(ttft_lengths), max(depths)) + EXTRA_CONTEXT
     base = preset(f"floatlm-{args.size}", vocab_size=args.vocab, context=context)
     rounds = args.rounds
-    max_len = max(max(ttft_lengths) + 2, max(depths) + steps * rounds + 16)
+    decode_len = max(depths) + steps * rounds + 16
     print(
         f"model {args.size}: hidden {base.hidden}, layers {base.layers}, vocab {base.vocab_size}, "
         f"context {context}; device {device}, dtype {dtype}, threads {torch.get_num_threads()}",
@@ -271,14 +275,16 @@ def run(args) -> dict:
         model = build_model(kind, cfg, device, dtype)
         if kind == "floatlm":
             float_state = {k: v.detach().float().cpu() for k, v in model.state_dict().items()}
-        engine = Engine(
-            model, max_batch=max(batches), max_seq_len=max_len, cuda_graphs=cuda and not args.eager
-        )
-        contenders.append(EngineContender(kind, engine))
+        graphs = cuda and not args.eager
+        engine = Engine(model, max_batch=max(batches), max_seq_len=decode_len, cuda_graphs=graphs)
+        ttft_engine = Engine(model, max_batch=1, max_seq_len=max(ttft_lengths) + 2, cuda_graphs=False)
+        contenders.append(EngineContender(kind, engine, ttft_engine))
         info[kind] = {
             "model_mb": model_bytes(model) / 2**20,
             "streamed_mb_per_token": streamed_bytes(model) / 2**20,
             "kv_cache_mb": engine.cache.nbytes / 2**20,
+            "kv_cache_slots": engine.max_batch,
+            "kv_cache_positions": engine.max_seq_len,
         }
     tmp = None
     if args.hf:
