@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Everything the CPU cannot show, in one short unattended run on one GPU (~9 minutes on an H200):
+# Everything the CPU cannot show, in one short unattended run on one GPU (stages 1–3 took ~9 minutes on an H200;
+# stage 4 is limited to 4 minutes):
 #   bash benchmarks/gpu_suite.sh OUTDIR
 # 1. training step time and MFU of FloatLM/TriLM-1.1B in bf16 through the DeepSpeed engine,
 # 2. the low-bit kernel benchmark (every format × LLaMA shape × batch 1/16/64),
