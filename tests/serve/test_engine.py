@@ -179,3 +179,19 @@ def test_eos_ends_the_request_and_is_not_text(tmp_path, tokenizer):
     out = engine.generate([prompt], SamplingParams(temperature=0, max_tokens=10))[0]
     assert out.token_ids == expect and out.finish_reason == "stop"
     assert out.text == tokenizer.decode(prompt + expect[:-1])[len("In the beginning") :]
+
+
+def test_padding_ids_are_never_produced():
+    """Padding rows of the head made the most likely by far: the engine still keeps to the vocabulary."""
+    model, engine = _tiny_engine(max_batch=4)
+    head = model.head.weight.data
+    head[VOCAB:] = 50 * head[:1]
+    ids = torch.tensor([_prompts([6])[0]])
+    with torch.no_grad():
+        assert int(model(ids)[0, -1].argmax()) >= VOCAB  # the raw model would pick padding
+    outs = engine.generate(
+        _prompts([6, 9, 3], seed=8),
+        SamplingParams(temperature=2.0, max_tokens=20, seed=1, ignore_eos=True),
+    )
+    outs += engine.generate(_prompts([6], seed=8), SamplingParams(temperature=0, max_tokens=20))
+    assert all(0 <= t < VOCAB for out in outs for t in out.token_ids)
