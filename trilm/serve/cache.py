@@ -36,6 +36,7 @@ class KVCache:
         if not 1 <= max_len <= cfg.context:
             raise ValueError(f"max_len: must be in [1, {cfg.context}] (the model context), got {max_len}")
         self.slots, self.max_len, self.scratch = slots, max_len, max_len
+        self.dtype = dtype
         hd = cfg.head_dim
         self.keys: list[torch.Tensor | None] = []
         self.values: list[torch.Tensor | None] = []
@@ -62,10 +63,13 @@ class KVCache:
             raise ValueError(f"prompt of {length} tokens does not fit the cache ({self.max_len} positions)")
         return PrefillStep(self, slot, length)
 
-    def decode(self, batch: int, span: int, positions: torch.Tensor) -> DecodeStep:
+    def decode(self, batch: int, span: int, positions: torch.Tensor, *, masked: bool = True) -> DecodeStep:
         """The KV views of one new token for each of slots ``0 .. batch−1``, written at ``positions`` [batch]
-        (on the cache's device), attending over the first ``span`` cached positions."""
-        return DecodeStep(self, batch, span, positions)
+        (on the cache's device), attending over the first ``span`` cached positions.
+
+        ``masked=False`` is for a caller that knows every position equals ``span − 1`` (one sequence, or
+        sequences of equal length): all ``span`` positions are then attended and no mask is built."""
+        return DecodeStep(self, batch, span, positions, masked=masked)
 
     def move(self, src: int, dst: int, length: int) -> None:
         """Copy the first ``length`` cached positions of slot ``src`` into slot ``dst``."""
@@ -119,7 +123,7 @@ class _DecodeView:
 class DecodeStep:
     """One token per running sequence, attending over its cached positions ``0 .. position``."""
 
-    def __init__(self, cache: KVCache, batch: int, span: int, positions: torch.Tensor):
+    def __init__(self, cache: KVCache, batch: int, span: int, positions: torch.Tensor, masked: bool = True):
         if not 1 <= batch <= cache.slots:
             raise ValueError(f"decode batch {batch} out of range [1, {cache.slots}]")
         if not 1 <= span <= cache.max_len + 1:
@@ -127,7 +131,12 @@ class DecodeStep:
         self.cache, self.span = cache, span
         self.rows = cache._rows[:batch]
         self.positions = positions
-        self.mask = (cache._span[:span].unsqueeze(0) <= positions.unsqueeze(1))[:, None, None, :]
+        self.mask = None
+        if masked:  # additive, in the cache dtype: SDPA's fast paths take a float mask, not a boolean one
+            beyond = cache._span[:span].unsqueeze(0) > positions.unsqueeze(1)
+            dtype = cache.dtype
+            zeros = torch.zeros(beyond.shape, dtype=dtype, device=beyond.device)
+            self.mask = zeros.masked_fill(beyond, float("-inf"))[:, None, None, :]
 
     def layer(self, index: int) -> _DecodeView:
         return _DecodeView(self.cache.keys[index], self.cache.values[index], self)

@@ -383,7 +383,8 @@ class Engine:
     def _decode_eager(self, tokens: list[int], positions: list[int]) -> torch.Tensor:
         n = len(tokens)
         pos = torch.tensor(positions, device=self.device)
-        step = self.cache.decode(n, max(positions) + 1, pos)
+        span = max(positions) + 1
+        step = self.cache.decode(n, span, pos, masked=min(positions) != span - 1)
         ids = torch.tensor(tokens, device=self.device).unsqueeze(1)
         return self.model.forward_cached(ids, pos.unsqueeze(1), step)[:, 0]
 
