@@ -338,6 +338,10 @@ def run(args) -> dict:
     results: dict = {
         "ttft_ms": {n: {L: 1e3 * statistics.median(v) for L, v in ttft[n].items()} for n in names},
         "decode_tokens_per_s": {n: {k: statistics.median(v) for k, v in decode[n].items()} for n in names},
+        "rounds": {
+            "ttft_ms": {n: {L: [1e3 * x for x in v] for L, v in ttft[n].items()} for n in names},
+            "decode_tokens_per_s": decode,
+        },
         "memory": info,
         "memory_peak_case": {"depth": memory_case[0], "batch": memory_case[1], "method": peak_method},
     }
@@ -448,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ttft", type=int, nargs="+", default=list(TTFT_LENGTHS))
     p.add_argument("--depths", type=int, nargs="+", default=list(DEPTHS))
     p.add_argument("--batches", type=int, nargs="+", default=list(BATCHES))
-    p.add_argument("--steps", type=int, default=None, help="decode steps per round (CPU 16, CUDA 64)")
+    p.add_argument("--steps", type=int, default=None, help="decode steps per round (CPU 32, CUDA 64)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--eager", action="store_true", help="CUDA: decode without CUDA graphs")
     p.add_argument("--threads", type=int, default=1, help="CPU threads (1: stable on a busy machine)")
@@ -460,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--device cuda: no CUDA device available")
     args.size = args.size or ("3.9b" if cuda else "tiny")
     args.vocab = args.vocab or (50304 if cuda else 2048)
-    args.steps = args.steps or (64 if cuda else 16)
+    args.steps = args.steps or (64 if cuda else 32)
     args.contenders = args.contenders or (
         ["floatlm", "trilm", "quantlm-int4", "quantlm-int2"] if cuda else ["floatlm", "trilm", "quantlm-int4"]
     )
