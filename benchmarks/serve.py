@@ -209,25 +209,15 @@ def _proc_status(key: str) -> int:
     raise KeyError(key)
 
 
-def measure_peak(contender, prompts: list[list[int]], steps: int) -> tuple[float | None, str]:
-    """Peak working memory (MB) of one decode case, above what was in use before it."""
-    if contender.device.type == "cuda":
-        torch.cuda.synchronize()
-        base = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-        contender.start_decode(prompts, steps, 1)
-        contender.decode_round(steps)
-        contender.end_decode()
-        return (torch.cuda.max_memory_allocated() - base) / 2**20, "cuda max_memory_allocated"
-    try:
-        Path("/proc/self/clear_refs").write_text("5")  # reset the peak RSS to the current RSS
-        base = _proc_status("VmRSS")
-    except OSError:
-        return None, "unavailable (no /proc/self/clear_refs)"
+def measure_peak(contender, prompts: list[list[int]], steps: int) -> tuple[float, str]:
+    """(CUDA) Peak memory (MB) of one decode case above what was allocated before it."""
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
     contender.start_decode(prompts, steps, 1)
     contender.decode_round(steps)
     contender.end_decode()
-    return (_proc_status("VmHWM") - base) / 2**20, "peak RSS rise (VmHWM after clear_refs)"
+    return (torch.cuda.max_memory_allocated() - base) / 2**20, "cuda max_memory_allocated above the model"
 
 
 def copy_bandwidth(device: torch.device, gib: float = 2.0, reps: int = 20) -> float:
@@ -246,6 +236,70 @@ def copy_bandwidth(device: torch.device, gib: float = 2.0, reps: int = 20) -> fl
         times.append(start.elapsed_time(end) / 1e3)
     del src, dst
     return 2 * n * 4 / statistics.median(times)
+
+
+def build_contenders(args, kinds, base, device, dtype, decode_len: int, workdir: Path):
+    """Contenders of ``kinds`` over one shape and the same random weights, and their static memory."""
+    cuda = device.type == "cuda"
+    contenders, info, float_state = [], {}, None
+    for kind in kinds:
+        if kind == "hf-generate":
+            if float_state is None:
+                raise SystemExit("hf-generate needs the floatlm contender (the same weights)")
+            hf = HFContender(base, float_state, workdir)
+            contenders.append(hf)
+            info[hf.name] = {"model_mb": model_bytes_hf(hf.model) / 2**20, "kv_cache_mb": None}
+            continue
+        cfg = base.replace(family="trilm" if kind == "trilm" else "floatlm", name=f"{kind}-{args.size}")
+        model = build_model(kind, cfg, device, dtype)
+        if kind == "floatlm":
+            float_state = {k: v.detach().float().cpu() for k, v in model.state_dict().items()}
+        graphs = cuda and not args.eager
+        engine = Engine(model, max_batch=max(args.batches), max_seq_len=decode_len, cuda_graphs=graphs)
+        ttft_engine = Engine(model, max_batch=1, max_seq_len=max(args.ttft) + 2, cuda_graphs=False)
+        contenders.append(EngineContender(kind, engine, ttft_engine))
+        info[kind] = {
+            "model_mb": model_bytes(model) / 2**20,
+            "streamed_mb_per_token": streamed_bytes(model) / 2**20,
+            "kv_cache_mb": engine.cache.nbytes / 2**20,
+            "kv_cache_slots": engine.max_batch,
+            "kv_cache_positions": engine.max_seq_len,
+        }
+    return contenders, info
+
+
+def memory_probe(args) -> None:
+    """(Child process) build one contender, run the largest decode case, print the peak RSS rise."""
+    base = preset(f"floatlm-{args.size}", vocab_size=args.vocab, context=max(*args.ttft, *args.depths) + 64)
+    kind = args.memory_probe
+    kinds = ["floatlm", kind] if kind == "hf-generate" else [kind]
+    with tempfile.TemporaryDirectory() as tmp:
+        decode_len = max(args.depths) + args.steps + 16
+        contenders, _ = build_contenders(
+            args, kinds, base, torch.device("cpu"), torch.float32, decode_len, Path(tmp)
+        )
+        c = contenders[-1]
+        c.ttft(_prompts(base.vocab_size, 16, 1, 99)[0])
+        base_rss = _proc_status("VmRSS")
+        Path("/proc/self/clear_refs").write_text("5")  # peak RSS := current RSS
+        c.start_decode(_prompts(base.vocab_size, max(args.depths), max(args.batches), 7), args.steps, 1)
+        c.decode_round(args.steps)
+        c.end_decode()
+        print(json.dumps({"peak_working_mb": (_proc_status("VmHWM") - base_rss) / 2**20}))
+
+
+def memory_probe_subprocess(args, kind: str) -> tuple[float | None, str]:
+    import subprocess
+
+    cmd = [sys.executable, __file__, "--memory-probe", kind, "--size", args.size, "--vocab", str(args.vocab)]
+    cmd += ["--steps", str(args.steps), "--threads", str(args.threads), "--ttft", *map(str, args.ttft)]
+    cmd += ["--depths", *map(str, args.depths), "--batches", *map(str, args.batches)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    method = "peak RSS rise over the built model, in a fresh process per contender"
+    if out.returncode != 0:
+        print(f"memory probe of {kind} failed: {out.stderr[-2000:]}", file=sys.stderr)
+        return None, method
+    return json.loads(out.stdout.strip().splitlines()[-1])["peak_working_mb"], method
 
 
 # -- the run ------------------------------------------------------------------------------------------
@@ -267,33 +321,9 @@ def run(args) -> dict:
         flush=True,
     )
 
-    contenders = []
-    info: dict[str, dict] = {}
-    float_state = None
-    for kind in args.contenders:
-        cfg = base.replace(family="trilm" if kind == "trilm" else "floatlm", name=f"{kind}-{args.size}")
-        model = build_model(kind, cfg, device, dtype)
-        if kind == "floatlm":
-            float_state = {k: v.detach().float().cpu() for k, v in model.state_dict().items()}
-        graphs = cuda and not args.eager
-        engine = Engine(model, max_batch=max(batches), max_seq_len=decode_len, cuda_graphs=graphs)
-        ttft_engine = Engine(model, max_batch=1, max_seq_len=max(ttft_lengths) + 2, cuda_graphs=False)
-        contenders.append(EngineContender(kind, engine, ttft_engine))
-        info[kind] = {
-            "model_mb": model_bytes(model) / 2**20,
-            "streamed_mb_per_token": streamed_bytes(model) / 2**20,
-            "kv_cache_mb": engine.cache.nbytes / 2**20,
-            "kv_cache_slots": engine.max_batch,
-            "kv_cache_positions": engine.max_seq_len,
-        }
-    tmp = None
-    if args.hf:
-        if float_state is None:
-            raise SystemExit("--hf needs the floatlm contender (same weights)")
-        tmp = tempfile.TemporaryDirectory()
-        hf = HFContender(base, float_state, Path(tmp.name))
-        contenders.append(hf)
-        info[hf.name] = {"model_mb": model_bytes_hf(hf.model) / 2**20, "kv_cache_mb": None}
+    tmp = tempfile.TemporaryDirectory()
+    kinds = args.contenders + (["hf-generate"] if args.hf else [])
+    contenders, info = build_contenders(args, kinds, base, device, dtype, decode_len, Path(tmp.name))
     names = [c.name for c in contenders]
 
     for c in contenders:  # warm-up: first calls, kernel launch plans, and every CUDA graph bucket
@@ -332,8 +362,13 @@ def run(args) -> dict:
     memory_case = (max(depths), max(batches))
     peak_method = ""
     for c in contenders:
-        prompts = _prompts(base.vocab_size, memory_case[0], memory_case[1], seed=7)
-        info[c.name]["peak_working_mb"], peak_method = measure_peak(c, prompts, steps)
+        if not args.peak:
+            info[c.name]["peak_working_mb"], peak_method = None, "not measured (--no-peak)"
+        elif cuda:
+            prompts = _prompts(base.vocab_size, memory_case[0], memory_case[1], seed=7)
+            info[c.name]["peak_working_mb"], peak_method = measure_peak(c, prompts, steps)
+        else:  # a fresh process per contender, so no allocator holds memory freed by another
+            info[c.name]["peak_working_mb"], peak_method = memory_probe_subprocess(args, c.name)
 
     results: dict = {
         "ttft_ms": {n: {L: 1e3 * statistics.median(v) for L, v in ttft[n].items()} for n in names},
@@ -347,8 +382,7 @@ def run(args) -> dict:
     }
     results["ratios"] = ratios(results, names)
     results["targets"] = targets(results, names, device, info, args)
-    if tmp is not None:
-        tmp.cleanup()
+    tmp.cleanup()
     return results
 
 
@@ -435,6 +469,30 @@ def print_table(results: dict) -> None:
         print(f"target {name}: {value}")
 
 
+def markdown(report: dict) -> str:
+    """The docs table of a results JSON (``--markdown FILE``): the figures, then the ratios."""
+    names = list(report["ttft_ms"])
+    lines = ["| case | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    for length, _ in next(iter(report["ttft_ms"].values())).items():
+        cells = " | ".join(f"{report['ttft_ms'][n][length]:.1f}" for n in names)
+        lines.append(f"| time to first token, {length}-token prompt (ms) | {cells} |")
+    for key in next(iter(report["decode_tokens_per_s"].values())):
+        depth, batch = key.removeprefix("depth").split("-batch")
+        cells = " | ".join(f"{report['decode_tokens_per_s'][n][key]:.0f}" for n in names)
+        lines.append(f"| decode tokens/s, depth {depth}, batch {batch} | {cells} |")
+    for field, label in (
+        ("model_mb", "model (MB)"),
+        ("kv_cache_mb", "KV cache (MB)"),
+        ("peak_working_mb", "peak working memory (MB)"),
+    ):
+        vals = [report["memory"][n].get(field) for n in names]
+        lines.append(f"| {label} | " + " | ".join("–" if v is None else f"{v:.1f}" for v in vals) + " |")
+    lines.append("")
+    for name, values in report["ratios"].items():
+        lines.append(f"- {name}: " + ", ".join(f"{k} **{v:.2f}**" for k, v in values.items()))
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu", help="cpu or cuda")
@@ -458,7 +516,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1, help="CPU threads (1: stable on a busy machine)")
     p.add_argument("--label", default=None, help="results file label (default: device and size)")
     p.add_argument("--out", default=None, help="directory for the results JSON")
+    p.add_argument("--markdown", default=None, metavar="JSON", help="print the docs table of a results file")
+    p.add_argument("--no-peak", dest="peak", action="store_false", help="skip the peak-memory runs")
+    p.add_argument("--memory-probe", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.markdown:
+        print(markdown(json.loads(Path(args.markdown).read_text())))
+        return 0
     cuda = args.device.startswith("cuda")
     if cuda and not torch.cuda.is_available():
         raise SystemExit("--device cuda: no CUDA device available")
@@ -471,6 +535,9 @@ def main(argv: list[str] | None = None) -> int:
     args.hf = args.hf and not cuda
     if not cuda:
         torch.set_num_threads(args.threads)
+    if args.memory_probe:
+        memory_probe(args)
+        return 0
     started = time.time()
     load_before = os.getloadavg()
     results = run(args)

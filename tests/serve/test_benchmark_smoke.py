@@ -12,7 +12,7 @@ def test_serve_benchmark_smoke(tmp_path, capsys):
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     args = ["--size", "nano", "--ttft", "8", "16", "--depths", "8", "--batches", "1", "2"]
-    args += ["--steps", "2", "--rounds", "1", "--out", str(tmp_path), "--label", "smoke"]
+    args += ["--steps", "2", "--rounds", "1", "--no-peak", "--out", str(tmp_path), "--label", "smoke"]
     assert bench.main(args) == 0
     (path,) = tmp_path.glob("serve-smoke-*.json")
     report = json.loads(path.read_text())
