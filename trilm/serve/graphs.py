@@ -60,6 +60,7 @@ class DecodeGraphs:
             next(s for s in self.span_buckets if s >= span),
         )
 
+    @torch.no_grad()
     def run(self, tokens: list[int], positions: list[int]) -> torch.Tensor:
         """Logits [n, padded_vocab] of one decode step of slots 0..n−1."""
         n = len(tokens)
@@ -112,6 +113,7 @@ class DecodeGraphs:
         self._pool = graph.pool()
         return graph, logits
 
+    @torch.no_grad()
     def capture_all(self) -> int:
         """Capture every bucket now (server start-up), instead of on first use; returns the count."""
         for b in self.batch_buckets:

@@ -1,7 +1,7 @@
 """Per-request sampling parameters and the batched sampler.
 
 Every row of a decode batch carries its own parameters. Greedy rows take the argmax; sampling rows apply,
-in this order (as Hugging Face's warpers and the OpenAI API do), temperature, top-k and top-p (nucleus),
+in this order (Hugging Face's order of logits warpers), temperature, top-k and top-p (nucleus),
 then draw by inverse CDF with **one uniform number from the request's own generator**. A seeded request
 therefore produces the same tokens whatever else shares its batch, and unseeded requests get a fresh
 random seed. Ids at and beyond the tokenizer's vocabulary (the embedding's padding rows) are cut off before
