@@ -227,36 +227,45 @@ def affine_gemv_kernel(
 @triton.jit
 def _code_tile(
     w_ptr, hi_ptr, k0, offs_n, mask_n, N, K,
-    WBITS: tl.constexpr, HS: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr,
+    WBITS: tl.constexpr, HS: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr, EXPAND: tl.constexpr = True,
 ):  # fmt: skip
     """Unsigned codes (BLOCK_K, BLOCK_N) of K rows k0.. as int32, each word loaded once and expanded."""
     PER: tl.constexpr = 32 // WBITS
-    rows = k0 // PER + tl.arange(0, BLOCK_K // PER)
-    mask = (rows < (K + PER - 1) // PER)[:, None] & mask_n[None, :]
-    words = tl.load(
-        w_ptr + rows[:, None] * N + offs_n[None, :], mask=mask, other=0, eviction_policy="evict_first"
-    )
-    shifts = tl.arange(0, PER) * WBITS
-    codes = (words[:, None, :] >> shifts[None, :, None]) & ((1 << WBITS) - 1)
-    codes = tl.reshape(codes, (BLOCK_K, BLOCK_N))
+    offs_k = k0 + tl.arange(0, BLOCK_K)
+    mask = (offs_k < K)[:, None] & mask_n[None, :]
+    if EXPAND:
+        rows = k0 // PER + tl.arange(0, BLOCK_K // PER)
+        rmask = (rows < (K + PER - 1) // PER)[:, None] & mask_n[None, :]
+        words = tl.load(
+            w_ptr + rows[:, None] * N + offs_n[None, :], mask=rmask, other=0, eviction_policy="evict_first"
+        )
+        shifts = tl.arange(0, PER) * WBITS
+        codes = (words[:, None, :] >> shifts[None, :, None]) & ((1 << WBITS) - 1)
+        codes = tl.reshape(codes, (BLOCK_K, BLOCK_N))
+    else:
+        words = tl.load(
+            w_ptr + (offs_k // PER)[:, None] * N + offs_n[None, :],
+            mask=mask,
+            other=0,
+            eviction_policy="evict_first",
+        )
+        codes = (words >> ((offs_k % PER) * WBITS)[:, None]) & ((1 << WBITS) - 1)
     if HS == 2:
-        hrows = k0 // 32 + tl.arange(0, BLOCK_K // 32)
-        hmask = (hrows < (K + 31) // 32)[:, None] & mask_n[None, :]
-        hw = tl.load(hi_ptr + hrows[:, None] * N + offs_n[None, :], mask=hmask, other=0)
-        hbits = (hw[:, None, :] >> tl.arange(0, 32)[None, :, None]) & 1
-        codes = codes | (tl.reshape(hbits, (BLOCK_K, BLOCK_N)) << 2)
+        hw = tl.load(hi_ptr + (offs_k // 32)[:, None] * N + offs_n[None, :], mask=mask, other=0)
+        codes = codes | (((hw >> (offs_k % 32)[:, None]) & 1) << 2)
     return codes
 
 
 @triton.jit
-def _exact(c, dt: tl.constexpr):
-    """Small non-negative integer codes as exact floats of dt via the mantissa of a power of two."""
+def _exact(c, dt: tl.constexpr, OFFSET: tl.constexpr):
+    """c − OFFSET as exact floats of dt for small non-negative integer codes c: c is OR-ed into the mantissa
+    of a power of two whose value, plus OFFSET, one add then removes (no int→float conversion)."""
     if dt == tl.float16:
-        f = (c | 0x6400).to(tl.int16).to(tl.float16, bitcast=True) - 1024.0
+        f = (c | 0x6400).to(tl.int16).to(tl.float16, bitcast=True) - (1024.0 + OFFSET)
     elif dt == tl.bfloat16:
-        f = (c | 0x4300).to(tl.int16).to(tl.bfloat16, bitcast=True) - 128.0
+        f = (c | 0x4300).to(tl.int16).to(tl.bfloat16, bitcast=True) - (128.0 + OFFSET)
     else:
-        f = (c | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0
+        f = (c | 0x4B000000).to(tl.float32, bitcast=True) - (8388608.0 + OFFSET)
     return f
 
 
@@ -268,9 +277,10 @@ def affine_gemm_kernel(
     HAS_MEAN: tl.constexpr, HAS_PERM: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT_K: tl.constexpr,
     DOT_IEEE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
-    """y = x @ W^T by (BLOCK_M × BLOCK_N) tiles: each K tile's codes are decoded once into exact floats that
-    feed ``tl.dot``; the caller picks BLOCK_K inside one scale group, whose s, z, μ multiply the fp32 product
-    (``s·(Σ c·x − z·Σ x) + μ·Σ x``). Grid (M / BLOCK_M, N / BLOCK_N, SPLIT_K)."""
+    """y = x @ W^T by (BLOCK_M × BLOCK_N) tiles: each K tile's codes are decoded once into the exact small
+    integers c − z (ternary c − 1, binary 2b − 1) in the activation dtype that feed ``tl.dot``; the caller
+    picks BLOCK_K inside one scale group, whose scale multiplies the fp32 product once (``s·Σ q·x``, plus
+    ``μ·Σ x`` for binary means). Grid (M / BLOCK_M, N / BLOCK_N, SPLIT_K)."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -296,17 +306,23 @@ def affine_gemm_kernel(
             other=0.0,
         )
         codes = _code_tile(w_ptr, hi_ptr, k0, offs_n, mask_n, N, K, WBITS, HS, BLOCK_K, BLOCK_N)
-        q = _exact(codes, x.dtype)
+        g = k0 // G
+        if FMT == AFFINE_TERNARY:
+            q = _exact(codes, x.dtype, 1.0)  # c − 1
+        elif FMT == AFFINE_BINARY:
+            q = _exact(codes << 1, x.dtype, 1.0)  # 2b − 1
+        else:
+            zero = tl.load(z_ptr + g * N + offs_n, mask=mask_n, other=0).to(x.dtype)
+            q = _exact(codes, x.dtype, 0.0) - zero[None, :]  # c − z, exact in fp16/bf16 (|c − z| ≤ 16)
         if DOT_IEEE:
             part = tl.dot(x, q, input_precision="ieee")
         else:
             part = tl.dot(x, q)
-        coef_a, coef_x = _affine_terms(s_ptr, z_ptr, mu_ptr, k0 // G, offs_n, mask_n, N, FMT, BITS, HAS_MEAN)
-        # coef_a = s·2^BITS and coef_x = −s·(2^BITS + z) (+ μ), so s = coef_a / 2^BITS and
-        # s·(Σc·x − z·Σx) + μ·Σx = s·Σc·x + (coef_x + coef_a)·Σx
-        scale = coef_a * (1.0 / (1 << BITS))
-        xsum = _sum(x.to(tl.float32), 1)
-        acc += scale[None, :] * part + (coef_x + coef_a)[None, :] * xsum[:, None]
+        scale = tl.load(s_ptr + g * N + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+        acc += scale[None, :] * part
+        if HAS_MEAN:
+            mean = tl.load(mu_ptr + g * N + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+            acc += _sum(x.to(tl.float32), 1)[:, None] * mean[None, :]
     tile = pid_m * tl.num_programs(1) + pid_n
     _finish(
         acc,

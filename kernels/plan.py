@@ -191,11 +191,20 @@ def gemm_geometry(spec: AffineSpec, m: int, cfg: dict[str, Any], sms: int) -> di
 class LaunchPlan:
     """One resolved launch of an affine kernel for a fixed (M, dtype, device); ``plan(x, bias)`` → y."""
 
-    def __init__(self, kernel, spec: AffineSpec, path: str, m: int, dtype: torch.dtype, cfg: dict[str, Any]):
+    def __init__(
+        self,
+        kernel,
+        spec: AffineSpec,
+        path: str,
+        m: int,
+        dtype: torch.dtype,
+        cfg: dict[str, Any],
+        sms: int | None = None,
+    ):
         self.kernel, self.spec, self.path, self.m, self.dtype = kernel, spec, path, m, dtype
         self.config = dict(cfg)
         self.device = spec.lo.device
-        sms = _sms(self.device)
+        sms = sms or _sms(self.device)
         const = spec.constexprs()
         if path == "gemv":
             geo = gemv_geometry(spec, m, cfg, sms)
@@ -280,8 +289,13 @@ def tuning_key(spec: AffineSpec, path: str, m: int, dtype: torch.dtype) -> str:
 
 
 def candidates(spec: AffineSpec, path: str, m: int) -> list[dict[str, Any]]:
+    """The configs worth timing; a two-plane (3-bit) unit holds two rows of words, so its tiles take half
+    the units."""
     if path == "gemv":
-        return tuning.GEMV_CANDIDATES[tuning.gemv_bucket(m)]
+        return [
+            {**c, "BLOCK_R": max(1, c["BLOCK_R"] // spec.hs)}
+            for c in tuning.GEMV_CANDIDATES[tuning.gemv_bucket(m)]
+        ]
     return [c for c in tuning.GEMM_CANDIDATES[tuning.gemm_bucket(m)] if gemm_block_k(spec, c["BLOCK_K"])]
 
 
