@@ -227,29 +227,20 @@ def affine_gemv_kernel(
 @triton.jit
 def _code_tile(
     w_ptr, hi_ptr, k0, offs_n, mask_n, N, K,
-    WBITS: tl.constexpr, HS: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr, EXPAND: tl.constexpr = True,
+    WBITS: tl.constexpr, HS: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
     """Unsigned codes (BLOCK_K, BLOCK_N) of K rows k0.. as int32, each word loaded once and expanded."""
     PER: tl.constexpr = 32 // WBITS
     offs_k = k0 + tl.arange(0, BLOCK_K)
     mask = (offs_k < K)[:, None] & mask_n[None, :]
-    if EXPAND:
-        rows = k0 // PER + tl.arange(0, BLOCK_K // PER)
-        rmask = (rows < (K + PER - 1) // PER)[:, None] & mask_n[None, :]
-        words = tl.load(
-            w_ptr + rows[:, None] * N + offs_n[None, :], mask=rmask, other=0, eviction_policy="evict_first"
-        )
-        shifts = tl.arange(0, PER) * WBITS
-        codes = (words[:, None, :] >> shifts[None, :, None]) & ((1 << WBITS) - 1)
-        codes = tl.reshape(codes, (BLOCK_K, BLOCK_N))
-    else:
-        words = tl.load(
-            w_ptr + (offs_k // PER)[:, None] * N + offs_n[None, :],
-            mask=mask,
-            other=0,
-            eviction_policy="evict_first",
-        )
-        codes = (words >> ((offs_k % PER) * WBITS)[:, None]) & ((1 << WBITS) - 1)
+    rows = k0 // PER + tl.arange(0, BLOCK_K // PER)
+    rmask = (rows < (K + PER - 1) // PER)[:, None] & mask_n[None, :]
+    words = tl.load(
+        w_ptr + rows[:, None] * N + offs_n[None, :], mask=rmask, other=0, eviction_policy="evict_first"
+    )
+    shifts = tl.arange(0, PER) * WBITS
+    codes = (words[:, None, :] >> shifts[None, :, None]) & ((1 << WBITS) - 1)
+    codes = tl.reshape(codes, (BLOCK_K, BLOCK_N))
     if HS == 2:
         hw = tl.load(hi_ptr + (offs_k // 32)[:, None] * N + offs_n[None, :], mask=mask, other=0)
         codes = codes | (((hw >> (offs_k % 32)[:, None]) & 1) << 2)

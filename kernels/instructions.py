@@ -17,10 +17,10 @@ from typing import Any
 import torch
 
 from kernels.compile_check import TORCH_TO_TRITON, compile_affine, compile_jit
-from kernels.launch import GPU_GEMM, GPU_GEMV, kernel_module, prepare
+from kernels.launch import GPU_GEMV, kernel_module, prepare
+from kernels.plan import candidates
 from kernels.samples import random_packed
 from kernels.sass import per_weight, sass_listing
-from kernels.plan import candidates
 
 N = K = 8192
 H200_GEMV = {  # format → (BLOCK_N, BLOCK_K, K_ITERS, num_warps) the H200 autotuner picked at 8192², M = 1
