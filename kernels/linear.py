@@ -134,7 +134,7 @@ class QuantLinear(nn.Module):
             raise ValueError(f"{self}: expected input with last dim {self.in_features}, got {tuple(x.shape)}")
         x2 = x.reshape(-1, self.in_features)
         plan = self._plans.get((x2.shape[0], x.dtype, x.device))
-        if plan is not None and self.backend != "torch":
+        if plan is not None and self.backend != "torch" and (x.is_cuda or interpreting()):
             if not x2.is_contiguous():
                 x2 = x2.contiguous()
             return plan(x2, self.bias).view(*x.shape[:-1], self.out_features)
