@@ -29,25 +29,26 @@ GEMV_MAX_M = 8
 GEMV_CANDIDATES: dict[int, list[dict[str, Any]]] = {
     1: [
         {"BLOCK_R": 8, "BLOCK_N": 1024, "num_warps": 4, "num_stages": 2},
-        {"BLOCK_R": 4, "BLOCK_N": 512, "num_warps": 2, "num_stages": 2},
+        {"BLOCK_R": 4, "BLOCK_N": 1024, "num_warps": 4, "num_stages": 3},
         {"BLOCK_R": 8, "BLOCK_N": 512, "num_warps": 4, "num_stages": 1},
-        {"BLOCK_R": 16, "BLOCK_N": 256, "num_warps": 2, "num_stages": 1},
+        {"BLOCK_R": 4, "BLOCK_N": 512, "num_warps": 2, "num_stages": 2},
     ],
     2: [
         {"BLOCK_R": 4, "BLOCK_N": 512, "num_warps": 4, "num_stages": 2},
-        {"BLOCK_R": 8, "BLOCK_N": 256, "num_warps": 2, "num_stages": 2},
+        {"BLOCK_R": 8, "BLOCK_N": 512, "num_warps": 4, "num_stages": 1},
     ],
     4: [
-        {"BLOCK_R": 4, "BLOCK_N": 512, "num_warps": 4, "num_stages": 2},
-        {"BLOCK_R": 4, "BLOCK_N": 256, "num_warps": 2, "num_stages": 1},
+        {"BLOCK_R": 2, "BLOCK_N": 512, "num_warps": 4, "num_stages": 2},
+        {"BLOCK_R": 4, "BLOCK_N": 512, "num_warps": 4, "num_stages": 1},
     ],
     8: [
-        {"BLOCK_R": 2, "BLOCK_N": 512, "num_warps": 4, "num_stages": 2},
-        {"BLOCK_R": 4, "BLOCK_N": 256, "num_warps": 4, "num_stages": 1},
+        {"BLOCK_R": 1, "BLOCK_N": 512, "num_warps": 4, "num_stages": 2},
+        {"BLOCK_R": 2, "BLOCK_N": 512, "num_warps": 4, "num_stages": 1},
     ],
 }
-"""Per BM (batch rows padded to a power of two): words per thread grow with BLOCK_N / threads, registers
-with BM · BLOCK_R · BLOCK_N / threads, so larger batches take smaller tiles."""
+"""Per BM (batch rows padded to a power of two). A thread holds BLOCK_R rows × BLOCK_N / threads columns of
+words and BM times as many fp32 accumulators; every candidate keeps that at ≤ 64 accumulators (no spills at
+sm_90, ``python -m kernels.compile_check``), so larger batches take fewer rows."""
 
 GEMM_CANDIDATES: dict[int, list[dict[str, Any]]] = {
     16: [
@@ -59,16 +60,16 @@ GEMM_CANDIDATES: dict[int, list[dict[str, Any]]] = {
         {"BLOCK_M": 32, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4, "num_stages": 2},
     ],
     64: [
-        {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3},
+        {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3},
         {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 2},
     ],
     128: [
-        {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3},
-        {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3},
+        {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 2},
+        {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3},
     ],
     256: [
-        {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3},
-        {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "num_warps": 8, "num_stages": 2},
+        {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 2},
+        {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 8, "num_stages": 3},
     ],
 }
 """Per M bucket; every candidate pipelines its loads (num_stages ≥ 2)."""

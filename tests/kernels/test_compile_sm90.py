@@ -19,7 +19,9 @@ CASES += [("ternary", torch.bfloat16), ("int4", torch.bfloat16)]
 def test_compiles_for_sm90(kind, dtype, monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET")
     kw = prepare(random_packed(kind, 256, 512, scale_dtype=torch.float16))
-    if kw.affine is not None:  # the kernels a QuantLinear launches: GEMV with in-kernel split-K, pipelined GEMM
+    if (
+        kw.affine is not None
+    ):  # the kernels a QuantLinear launches: GEMV with in-kernel split-K, pipelined GEMM
         gemv, _ = compile_affine(kw.affine, "gemv", {**GEMV_CANDIDATES[1][0], "SPLIT_K": 2}, dtype, 1)
         gemm, _ = compile_affine(kw.affine, "gemm", GEMM_CANDIDATES[16][0], dtype, 16)
         assert "cp.async" in gemm.asm["ptx"] or "cp.async.bulk" in gemm.asm["ptx"]  # num_stages ≥ 2

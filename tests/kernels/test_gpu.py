@@ -58,20 +58,20 @@ def test_kernels_match_reference_on_gpu(kind, dtype):
         check(weight, 600, dtype, GPU_TOL[kind][dtype], path="cublas")
 
 
-@pytest.mark.parametrize("kind", ["ternary", "int3", "int4"])
+@pytest.mark.parametrize("kind", ["ternary", "int3"])
 def test_every_gpu_config(kind):
-    """Every affine candidate (GEMV per batch bucket, GEMM per M bucket) at split-K 1 and 4."""
+    """Every affine candidate (GEMV per batch bucket with K split 4 ways, GEMM per M bucket with K split 2
+    ways) compiles, fits and is correct; the general GEMV configs too. Each is a compile, so two formats:
+    the one-plane and the two-plane decode."""
     weight = random_packed(kind, N, K, device="cuda", seed=4)
     spec = prepare(weight).affine
     tol = GPU_TOL[kind][torch.float16]
     for m in (1, 2, 4, 8):
         for cfg in candidates(spec, "gemv", m):
-            for split in (1, 4):
-                check(weight, m, torch.float16, tol, path="gemv", config={**cfg, "SPLIT_K": split})
+            check(weight, m, torch.float16, tol, path="gemv", config={**cfg, "SPLIT_K": 4})
     for m in (16, 32, 64, 128, 256):
         for cfg in candidates(spec, "gemm", m):
-            for split in (1, 4):
-                check(weight, m, torch.float16, tol, path="gemm", config={**cfg, "SPLIT_K": split})
+            check(weight, m, torch.float16, tol, path="gemm", config={**cfg, "SPLIT_K": 2})
     general = prepare(weight, general=True)
     x = torch.randn(1, K, device="cuda", dtype=torch.float16)
     for cfg in GPU_GEMV:
@@ -81,14 +81,22 @@ def test_every_gpu_config(kind):
 
 @pytest.mark.parametrize("kind", ["ternary", "int3", "pbllm"])
 def test_autotuned_quant_linear_is_correct_and_repeatable(kind):
+    """The first call per batch bucket tunes (affine formats: candidates timed, the winner persisted to the
+    tuning cache); later calls, and a fresh layer reading the cache, give the same result."""
+    from kernels.tuning import TuningCache, default_cache_path
+
     weight = random_packed(kind, N, K, device="cuda", seed=5)
     layer = QuantLinear(weight)
     for m in (1, 16, 64):
         x = torch.randn(m, K, device="cuda", dtype=torch.float16)
-        first, second = layer(x), layer(x)  # the first call autotunes (kernel runs repeatedly, output reset)
+        first, second = layer(x), layer(x)
         ref = reference_matmul(x.double(), weight, torch.float64)
         assert rel_err(first, ref) <= GPU_TOL[kind][torch.float16]
-        assert rel_err(second, first) <= 1e-3
+        assert torch.equal(second, first) or kind == "pbllm"  # pbllm: atomics, order varies
+        assert rel_err(QuantLinear(weight)(x), first) <= 1e-3
+    if prepare(weight).affine is not None:
+        entries = TuningCache(default_cache_path()).entries
+        assert {key.split("|")[7] for key in entries} == {"M1", "M16", "M64"}
 
 
 def test_native_fp16_accumulation():
