@@ -257,7 +257,8 @@ class LaunchPlan:
             ws.reserve(self.split_k * self.m * self.spec.n, self.n_counters)
         args = self._args(x, y, bias, ws)
         compiled = self._compiled
-        if compiled is not None and compiled[0] == (bias is not None):
+        # the compiled kernel assumed 16-byte aligned activations (as the JIT specialized the first call)
+        if compiled is not None and compiled[0] == (bias is not None) and x.data_ptr() % 16 == 0:
             ck = compiled[1]
             g0, g1, g2 = self.grid
             ck.run(g0, g1, g2, stream, ck.function, ck.packed_metadata, None, None, None,
@@ -267,7 +268,8 @@ class LaunchPlan:
         if x.device.type == "cuda" and ck is not None and hasattr(ck, "packed_metadata"):
             from triton import knobs
 
-            if knobs.runtime.launch_enter_hook is None:  # a profiling hook wants Triton's own launch path
+            aligned = x.data_ptr() % 16 == 0
+            if knobs.runtime.launch_enter_hook is None and aligned:  # a profiling hook wants Triton's path
                 self._compiled = (bias is not None, ck)
         return y
 
