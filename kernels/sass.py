@@ -30,7 +30,7 @@ CLASSES = {
     "fp": ("FFMA", "FADD", "FMUL", "FSEL", "FSETP", "FMNMX", "HFMA2", "HADD2", "HMUL2", "F2F", "F2FP", "HMMA",
            "HGMMA", "MUFU", "FCHK", "DADD", "DFMA", "DMUL"),
     "mem": ("LDG", "STG", "LDS", "STS", "LDSM", "LDGSTS", "RED", "ATOM", "ATOMG", "ATOMS", "LDC", "ULDC",
-            "LD", "ST", "UBLKCP", "UTMALDG", "SYNCS", "LDGDEPBAR", "DEPBAR"),
+            "LD", "ST", "LDL", "STL", "UBLKCP", "UTMALDG", "SYNCS", "LDGDEPBAR", "DEPBAR"),
 }  # fmt: skip
 """Opcode (before the first '.') → class; everything else (MOV, BRA, BAR, S2R, NOP, …) is "other"."""
 

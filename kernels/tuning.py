@@ -35,20 +35,21 @@ GEMV_CANDIDATES: dict[int, list[dict[str, Any]]] = {
     ],
     2: [
         {"BLOCK_R": 4, "BLOCK_N": 512, "num_warps": 4, "num_stages": 2},
-        {"BLOCK_R": 8, "BLOCK_N": 512, "num_warps": 4, "num_stages": 1},
+        {"BLOCK_R": 2, "BLOCK_N": 1024, "num_warps": 4, "num_stages": 2},
     ],
     4: [
         {"BLOCK_R": 2, "BLOCK_N": 512, "num_warps": 4, "num_stages": 2},
-        {"BLOCK_R": 4, "BLOCK_N": 512, "num_warps": 4, "num_stages": 1},
+        {"BLOCK_R": 1, "BLOCK_N": 1024, "num_warps": 4, "num_stages": 2},
     ],
     8: [
         {"BLOCK_R": 1, "BLOCK_N": 512, "num_warps": 4, "num_stages": 2},
-        {"BLOCK_R": 2, "BLOCK_N": 512, "num_warps": 4, "num_stages": 1},
+        {"BLOCK_R": 1, "BLOCK_N": 256, "num_warps": 2, "num_stages": 2},
     ],
 }
-"""Per BM (batch rows padded to a power of two). A thread holds BLOCK_R rows × BLOCK_N / threads columns of
-words and BM times as many fp32 accumulators; every candidate keeps that at ≤ 64 accumulators (no spills at
-sm_90, ``python -m kernels.compile_check``), so larger batches take fewer rows."""
+"""Per BM (batch rows padded to a power of two), for 16 codes per unit (2-bit); formats with 32 codes per
+unit (binary, 3-bit) take half the rows (:func:`kernels.plan.candidates`). A thread holds BLOCK_R rows ×
+BLOCK_N / threads columns of words and BM times as many fp32 accumulators, so larger batches take fewer
+rows; registers and spills per candidate: ``python -m kernels.compile_check``."""
 
 GEMM_CANDIDATES: dict[int, list[dict[str, Any]]] = {
     16: [
