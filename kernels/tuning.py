@@ -32,6 +32,7 @@ GEMV_CANDIDATES: dict[int, list[dict[str, Any]]] = {
         {"BLOCK_R": 4, "BLOCK_N": 1024, "num_warps": 4, "num_stages": 3},
         {"BLOCK_R": 8, "BLOCK_N": 512, "num_warps": 4, "num_stages": 1},
         {"BLOCK_R": 4, "BLOCK_N": 512, "num_warps": 2, "num_stages": 2},
+        {"BLOCK_R": 2, "BLOCK_N": 2048, "num_warps": 4, "num_stages": 2},
     ],
     2: [
         {"BLOCK_R": 4, "BLOCK_N": 512, "num_warps": 4, "num_stages": 2},
