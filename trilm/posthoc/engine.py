@@ -120,6 +120,13 @@ class BlockMethod(abc.ABC):
         """Peak bytes of the method's own statistics in the last block (Hessians, parameters)."""
         return 0
 
+    def recompute(self, ctx: BlockContext) -> None:
+        """Overwrite ``ctx.inputs`` with the compressed block's outputs (the next block's inputs).
+
+        The default runs the block module; a method whose compressed model computes differently from
+        the module (activation quantization) overrides it."""
+        run_block(ctx.block, ctx.inputs, ctx.cos, ctx.sin, ctx.batch_size, out=ctx.inputs)
+
     def describe(self) -> dict[str, Any]:
         """JSON-able settings recorded in the QuantLM metadata."""
         return {}
@@ -280,7 +287,7 @@ def quantize_blockwise(
             ctx = BlockContext(index, block, x, targets, cos, sin, cfg.batch_size, report)
             records = method.quantize_block(ctx)
             layers.update(records)
-            run_block(block, x, cos, sin, cfg.batch_size, out=x)
+            method.recompute(ctx)
             if not bool(torch.isfinite(x).all()):
                 raise ConfigError(f"block {index}: the quantized block produced inf/NaN activations")
             sizes = {

@@ -27,7 +27,12 @@ from trilm.posthoc.registry import LayerOptions, QuantResult, register_method
 from trilm.posthoc.uniform import UniformConfig, fit_grid, pack_int, quantize_column
 
 
-@register_method("gptq", UniformConfig, "GPTQ: column-wise rounding with inverse-Hessian error feedback")
+@register_method(
+    "gptq",
+    UniformConfig,
+    "GPTQ: column-wise rounding with inverse-Hessian error feedback",
+    paper_bits=UniformConfig.paper_bits,
+)
 def gptq(W: torch.Tensor, H: torch.Tensor, cfg: UniformConfig, opts: LayerOptions) -> QuantResult:
     g = cfg.check_weight(W, opts.name)
     n, k = W.shape

@@ -72,6 +72,8 @@ class LayerMethod:
     config_cls: type[Config]
     fn: LayerFn
     description: str
+    paper_bits: Callable[[Any], float] | None = None
+    """Bits per weight as the method's paper counts them (a trilm.formats.accounting function)."""
 
     def config(self, **cfg: Any) -> Config:
         """The method's typed config from keyword settings (unknown keys name the method)."""
@@ -84,13 +86,19 @@ class LayerMethod:
 METHODS: dict[str, LayerMethod] = {}
 
 
-def register_method(name: str, config_cls: type[Config], description: str) -> Callable[[LayerFn], LayerFn]:
-    """Decorator: make ``fn(W, H, cfg, opts) -> QuantResult`` reachable as ``quantize_weight(name, ...)``."""
+def register_method(
+    name: str,
+    config_cls: type[Config],
+    description: str,
+    paper_bits: Callable[[Any], float] | None = None,
+) -> Callable[[LayerFn], LayerFn]:
+    """Decorator: make ``fn(W, H, cfg, opts) -> QuantResult`` reachable as ``quantize_weight(name, ...)``
+    (and as ``trilm quantize --method name``, its config fields becoming command-line options)."""
 
     def wrap(fn: LayerFn) -> LayerFn:
         if name in METHODS:
             raise ValueError(f"layer method {name!r} registered twice")
-        METHODS[name] = LayerMethod(name, config_cls, fn, description)
+        METHODS[name] = LayerMethod(name, config_cls, fn, description, paper_bits)
         return fn
 
     return wrap

@@ -16,7 +16,12 @@ from trilm.posthoc.registry import LayerOptions, QuantResult, register_method
 from trilm.posthoc.uniform import UniformConfig, dequantize_codes, fit_grid, pack_int
 
 
-@register_method("rtn", UniformConfig, "round-to-nearest on the min/max grid (no error compensation)")
+@register_method(
+    "rtn",
+    UniformConfig,
+    "round-to-nearest on the min/max grid (no error compensation)",
+    paper_bits=UniformConfig.paper_bits,
+)
 def rtn(W: torch.Tensor, H: torch.Tensor, cfg: UniformConfig, opts: LayerOptions) -> QuantResult:
     if cfg.act_order or cfg.static_groups:
         raise ConfigError(

@@ -13,7 +13,7 @@ import dataclasses
 import torch
 
 from trilm.config import Config, ConfigError, require
-from trilm.formats import IntWeight, fit_uniform_grid, quantize_to_grid
+from trilm.formats import IntWeight, fit_uniform_grid, gptq_bits, quantize_to_grid
 from trilm.formats.intk import INT_BITS
 
 GRID_BITS = (2, 3, 4, 8)
@@ -51,6 +51,10 @@ class UniformConfig(Config):
             not self.static_groups or self.group_size > 0,
             "static_groups: needs group_size > 0 (per-row grids have no groups to fix)",
         )
+
+    def paper_bits(self) -> float:
+        """GPTQ's count: b + (16-bit scale + b-bit zero) / g per weight; per row ≈ b."""
+        return gptq_bits(self.bits, self.group_size if self.group_size > 0 else None)
 
     def check_weight(self, W: torch.Tensor, name: str = "layer") -> int:
         """Raise when W's input size does not split into groups; returns the effective group size."""
