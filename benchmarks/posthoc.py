@@ -329,7 +329,8 @@ def main(argv: list[str] | None = None) -> int:
         ratios = [r["ratio"] for r in result["gptq_timing"]["rows"]]
         result["gptq_timing"]["median_ratio"] = statistics.median(ratios)
         median = statistics.median(ratios)
-        print(f"GPTQ ours/transcription time: median {median:.2f} over {len(ratios)} layers")
+        print(f"GPTQ ours/transcription time: median {median:.2f} over {len(ratios)} layers", flush=True)
+        _save(result, args, rows and table(result["fp"], rows))
     if "hf" not in skip:
         result["hf"] = hf_check(model, args, out_root)
         print(f"HF Llama directory: {result['hf']}")
