@@ -50,11 +50,25 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     ]
 
 
+def skip_shared_memory_comm_build() -> None:
+    """Keep DeepSpeed from JIT-compiling its CPU shared-memory all-reduce op.
+
+    Training communicates through torch.distributed, so the op is never used; building it costs a
+    C++ compile on every fresh machine, and a process killed mid-build leaves a lock file behind
+    that makes every later run wait on it forever. DeepSpeed caches the compatibility table in
+    one dict, so marking the op incompatible there is honoured by ``deepspeed.initialize``.
+    """
+    import deepspeed.ops
+
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+
+
 def build_engine(model: torch.nn.Module, cfg: TrainConfig, accumulation: int, info: ParallelInfo):
     import deepspeed
     from deepspeed.runtime.utils import clip_grad_norm_
 
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
+    skip_shared_memory_comm_build()
     os.environ.setdefault("LOCAL_RANK", "0")
     optimizer = torch.optim.AdamW(
         param_groups(model, cfg.optim.weight_decay),
