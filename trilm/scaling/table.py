@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import json
 import math
 import os
@@ -266,10 +267,25 @@ def row_from_record(record: dict[str, Any], where: str) -> ResultRow:
     return ResultRow(**values, extra=extra, source=where)
 
 
+def _read_text(path: Path) -> str:
+    """The file as UTF-8 text; an undecodable byte is a :class:`TableError` naming the line."""
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise TableError(
+            f"{path} line {line}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start});"
+            " save the table as UTF-8"
+        ) from None
+
+
 def _records(path: Path) -> Iterable[tuple[str, dict[str, Any]]]:
     suffix = path.suffix.lower()
+    if suffix in (".csv", ".jsonl", ".json"):
+        text = _read_text(path)
     if suffix == ".csv":
-        with path.open(newline="") as fh:
+        with io.StringIO(text, newline="") as fh:
             reader = csv.DictReader(fh)
             if reader.fieldnames is None:
                 return
@@ -285,7 +301,7 @@ def _records(path: Path) -> Iterable[tuple[str, dict[str, Any]]]:
                     )
                 yield f"{path} line {reader.line_num}", record
     elif suffix == ".jsonl":
-        with path.open() as fh:
+        with io.StringIO(text) as fh:
             for number, line in enumerate(fh, start=1):
                 if not line.strip():
                     continue
@@ -295,7 +311,7 @@ def _records(path: Path) -> Iterable[tuple[str, dict[str, Any]]]:
                     raise TableError(f"{path} line {number}: invalid JSON: {exc.msg}") from None
     elif suffix == ".json":
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise TableError(f"{path} line {exc.lineno}: invalid JSON: {exc.msg}") from None
         rows = data.get("rows") if isinstance(data, dict) else data
@@ -342,16 +358,17 @@ def write_table(path: str | Path, rows: Iterable[ResultRow]) -> Path:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     suffix = path.suffix.lower()
     if suffix == ".csv":
-        with tmp.open("w", newline="") as fh:
+        with tmp.open("w", newline="", encoding="utf-8") as fh:
             writer = csv.DictWriter(fh, fieldnames=[*COLUMNS, *extras], lineterminator="\n")
             writer.writeheader()
             writer.writerows(records)
     elif suffix == ".json":
         tmp.write_text(
-            json.dumps({"format": "trilm-results", "version": 1, "rows": records}, indent=1) + "\n"
+            json.dumps({"format": "trilm-results", "version": 1, "rows": records}, indent=1) + "\n",
+            encoding="utf-8",
         )
     elif suffix == ".jsonl":
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
     else:
         raise TableError(f"{path}: unknown table format {suffix!r}; use .csv, .json or .jsonl")
     os.replace(tmp, path)
