@@ -1,51 +1,84 @@
-"""``trilm export hf SNAPSHOT OUT`` and ``trilm import hf HF_DIR OUT``.
+"""``trilm export hf|gguf SNAPSHOT OUT`` and ``trilm import hf HF_DIR OUT``.
 
-Export writes an ordinary ``LlamaForCausalLM`` directory (TriLM/BiLM weights materialised as γ·Ŵ, Spectra's
-"unpacked" release format); import turns such a directory into a trilm snapshot.
+Usage::
+
+    trilm export hf   runs/quickstart/trilm-tiny/snapshots/step-80 out/trilm-tiny-hf [--dtype float16]
+    trilm export gguf runs/quickstart/trilm-tiny/snapshots/step-80 out/t.gguf [--type f16|q8_0|tq1_0|tq2_0]
+    trilm import hf   out/trilm-tiny-hf out/snapshot [--family trilm]
+
+Exports refuse a snapshot without its COMPLETE marker and an output that holds another export.
 """
 
 from __future__ import annotations
 
 import argparse
 
-import torch
-from safetensors.torch import load_file
-
-from trilm.model.hf import export_hf, import_hf
-from trilm.model.io import WEIGHTS_FILE, build_model, read_snapshot_config, save_model
-
-_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+from trilm.config import ConfigError
 
 
 def build_parser(parser: argparse.ArgumentParser, command: str) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = __doc__.split("\n\n", 1)[1]
     sub = parser.add_subparsers(dest="target", required=True)
-    hf = sub.add_parser("hf", help="Hugging Face LlamaForCausalLM directory")
-    if command == "export":
-        hf.add_argument("snapshot", help="trilm snapshot directory (model.safetensors + config.json)")
-        hf.add_argument("out", help="output directory")
-        hf.add_argument("--dtype", choices=list(_DTYPES), default="float16")
-    else:
-        hf.add_argument("hf_dir", help="directory with config.json and *.safetensors")
-        hf.add_argument("out", help="output trilm snapshot directory")
+    if command == "import":
+        hf = sub.add_parser("hf", help="a Hugging Face LlamaForCausalLM directory → trilm snapshot")
+        hf.add_argument(
+            "hf_dir", help="directory with config.json and model.safetensors (or a sharded index)"
+        )
+        hf.add_argument("out", help="output trilm snapshot directory (new or empty)")
         hf.add_argument(
             "--family",
             choices=["floatlm", "trilm", "bilm"],
             default=None,
             help="default: from the config's trilm section, else floatlm",
         )
+        parser.set_defaults(command=command)
+        return
+    snapshot_help = "trilm snapshot directory (with its COMPLETE marker)"
+    tok_help = "tokenizer.model to use when none is next to the snapshot or in its run (hash-checked)"
+    hf = sub.add_parser(
+        "hf", help="unpacked LlamaForCausalLM directory with tokenizer files and a model card"
+    )
+    hf.add_argument("snapshot", help=snapshot_help)
+    hf.add_argument("out", help="output directory (new, empty, or an earlier export of this snapshot)")
+    hf.add_argument(
+        "--dtype",
+        choices=["float16", "bfloat16", "float32"],
+        default="float16",
+        help="weight dtype (default: float16)",
+    )
+    hf.add_argument("--tokenizer", default=None, help=tok_help)
+
+    gguf = sub.add_parser("gguf", help="GGUF file for llama.cpp (F16/Q8_0; TriLM/BiLM also TQ1_0/TQ2_0)")
+    gguf.add_argument("snapshot", help=snapshot_help)
+    gguf.add_argument("out", help="output .gguf file")
+    gguf.add_argument(
+        "--type",
+        choices=["f16", "q8_0", "tq1_0", "tq2_0"],
+        default=None,
+        help="block weight type (default: tq2_0 for TriLM/BiLM, f16 for FloatLM)",
+    )
+    gguf.add_argument("--tokenizer", default=None, help=tok_help)
     parser.set_defaults(command=command)
 
 
 def run(args) -> int:
-    if args.command == "export":
-        cfg, _ = read_snapshot_config(args.snapshot)
-        state = load_file(f"{args.snapshot}/{WEIGHTS_FILE}")
-        out = export_hf(cfg, state, args.out, dtype=_DTYPES[args.dtype])
-        print(f"wrote {out} ({cfg.family}, {cfg.name}, scale partitions {cfg.scale_partitions(1)})")
+    if args.command == "import":
+        from trilm.export.hf import import_snapshot_hf
+
+        out = import_snapshot_hf(args.hf_dir, args.out, family=args.family)
+        print(f"wrote snapshot {out}")
         return 0
-    cfg, state = import_hf(args.hf_dir, family=args.family)
-    model = build_model(cfg, tp=1, seed=None)
-    model.load_full_state_dict(state)
-    save_model(model, args.out, meta={"imported_from": str(args.hf_dir)})
-    print(f"wrote snapshot {args.out} ({cfg.family}, hidden {cfg.hidden}, layers {cfg.layers})")
-    return 0
+    if args.target == "hf":
+        from trilm.export.hf import export_snapshot_hf
+
+        out = export_snapshot_hf(args.snapshot, args.out, dtype=args.dtype, tokenizer=args.tokenizer)
+        print(f"wrote {out} (LlamaForCausalLM, {args.dtype}, tokenizer files, model card)")
+        return 0
+    if args.target == "gguf":
+        from trilm.export.gguf import export_snapshot_gguf
+
+        report = export_snapshot_gguf(args.snapshot, args.out, qtype=args.type, tokenizer=args.tokenizer)
+        print(report.summary())
+        return 0
+    raise ConfigError(f"unknown export target {args.target!r}")
