@@ -71,13 +71,21 @@ def trained_with_bos(snapshot_dir: str | Path, meta: dict | None = None) -> bool
     return bool(index.get("settings", {}).get("add_bos", False))
 
 
+def sentencepiece_proto(tok: Tokenizer):
+    """The parsed ``ModelProto`` of a SentencePiece model file (pieces, scores, types, normalizer)."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(tok.path.read_bytes())
+    return proto
+
+
 def hf_tokenizer(tok: Tokenizer, add_bos: bool):
     """A ``tokenizers.Tokenizer`` equal to ``tok`` (verified on :data:`PROBE_TEXTS`), BOS as trained."""
     from tokenizers import AddedToken, processors
-    from transformers.convert_slow_tokenizer import SpmConverter, import_protobuf
+    from transformers.convert_slow_tokenizer import SpmConverter
 
-    proto = import_protobuf().ModelProto()
-    proto.ParseFromString(tok.path.read_bytes())
+    proto = sentencepiece_proto(tok)
     if proto.trainer_spec.model_type != 2:  # BPE
         raise ConfigError(f"{tok.path}: only SentencePiece BPE models are exported (trilm trains BPE)")
     vocab = {piece.piece: i for i, piece in enumerate(proto.pieces)}
