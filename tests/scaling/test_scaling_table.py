@@ -45,7 +45,7 @@ def test_bits_helpers():
     assert quantized_linear_bits(4, group_size=128) == pytest.approx(4.125)
     assert quantized_linear_bits(3, group_size=64, zero_bits=3) == pytest.approx(3 + 19 / 64)
     assert default_linear_bits("floatlm") == 16 and default_linear_bits("BiLM") == 1
-    assert default_linear_bits("quantlm-gptq-3") == pytest.approx(3.125)
+    assert default_linear_bits("quantlm-gptq-3") == pytest.approx(3 + 19 / 128)  # GPTQ: scale + 3-bit zero
     assert default_linear_bits("my-experiment") is None
     row = _row()
     expected = (TERNARY_BITS * 48_200_000 + 16 * (99_740_000 - 48_200_000)) / 99_740_000
