@@ -13,7 +13,8 @@ from trilm.cli import main
 from trilm.config import ConfigError
 from trilm.export.hf import export_snapshot_hf, import_snapshot_hf
 from trilm.model.hf import import_hf
-from trilm.model.io import load_model, read_snapshot_config
+from trilm.model.io import load_model
+from trilm.model.snapshot import read_snapshot
 
 
 def _hf_dir(tmp_path, theta=10000.0, **overrides):
@@ -108,9 +109,9 @@ def test_round_trip_keeps_special_ids_theta_tokenizer_and_logits(tmp_path, make_
     snap = tmp_path / "snap"
     assert main(["import", "hf", str(path), str(snap)]) == 0
     assert (snap / "COMPLETE").is_file()
-    cfg, meta = read_snapshot_config(snap)
+    cfg, meta = read_snapshot(snap)
     assert cfg.rope_theta == 123456.0
-    meta = meta.to_dict() if hasattr(meta, "to_dict") else meta
+    meta = meta.to_dict()
     assert meta["extra"]["hf"] == {"bos_token_id": 5, "eos_token_id": 7}
     from trilm.export.common import open_snapshot
     from trilm.export.hf import special_ids
@@ -131,10 +132,10 @@ def test_round_trip_keeps_special_ids_theta_tokenizer_and_logits(tmp_path, make_
     export_snapshot_hf(trilm_snap, first, dtype="float32")
     back = tmp_path / "back"
     import_snapshot_hf(first, back)
-    cfg2, meta2 = read_snapshot_config(back)
+    cfg2, meta2 = read_snapshot(back)
     assert cfg2.family == "trilm" and cfg2.quant.partitions == 2 and cfg2.rope_theta == 20000.0
     assert (back / "tokenizer.model").read_bytes() == tokenizer.path.read_bytes()
-    meta2 = meta2.to_dict() if hasattr(meta2, "to_dict") else meta2
+    meta2 = meta2.to_dict()
     assert meta2["tokenizer_hash"] == tokenizer.hash
     second = tmp_path / "second"
     export_snapshot_hf(back, second, dtype="float32")

@@ -22,6 +22,7 @@ import torch
 from trilm.config import ConfigError
 from trilm.data.tokenizer import Tokenizer
 from trilm.export.tokenizer import prefix_token_id, trained_with_bos
+from trilm.infer import load_inference_model
 from trilm.model.config import ModelConfig
 
 
@@ -76,28 +77,6 @@ def _tokenizer(path: Path, meta: dict, override: str | Path | None) -> Tokenizer
     return find_tokenizer(path, meta, override)
 
 
-def _network(path: Path, device: str, dtype: torch.dtype, packed: bool) -> torch.nn.Module:
-    try:
-        from trilm.infer import load_inference_model
-    except ImportError:  # before the lean model exists: the training Decoder on one process
-        return _decoder(path, device, dtype)
-    return load_inference_model(path, device=device, dtype=dtype, packed=packed).eval()
-
-
-def _decoder(path: Path, device: str, dtype: torch.dtype) -> torch.nn.Module:
-    from trilm.model.io import build_model, load_model
-
-    if _is_hf_dir(path):
-        from trilm.model.hf import import_hf
-
-        cfg, state = import_hf(path)
-        model = build_model(cfg, tp=1, seed=None)
-        model.load_full_state_dict(state)
-    else:
-        model = load_model(path, tp=1)
-    return model.to(device=device, dtype=dtype).eval()
-
-
 def load_eval_model(
     path: str | Path,
     *,
@@ -130,11 +109,11 @@ def load_eval_model(
             )
         add_bos = bool(tok_config.get("add_bos_token", False))
     else:
-        from trilm.model.io import read_snapshot_config
+        from trilm.model.snapshot import read_snapshot
 
-        cfg, raw_meta = read_snapshot_config(path)
-        meta = raw_meta.to_dict() if hasattr(raw_meta, "to_dict") else dict(raw_meta)
+        cfg, snapshot_meta = read_snapshot(path)
+        meta = snapshot_meta.to_dict()
         add_bos = trained_with_bos(path, meta)
     tok = _tokenizer(path, meta, tokenizer)
-    model = _network(path, device, dtype, packed)
+    model = load_inference_model(path, device=device, dtype=dtype, packed=packed)
     return EvalModel(path, model, cfg, meta, tok, add_bos, torch.device(device))

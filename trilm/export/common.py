@@ -25,7 +25,7 @@ from trilm.config import ConfigError
 from trilm.data.tokenizer import Tokenizer
 from trilm.export.tokenizer import trained_with_bos
 from trilm.model.config import ModelConfig
-from trilm.model.io import read_snapshot_config
+from trilm.model.snapshot import read_snapshot
 
 EXPORT_MARKER = "trilm_export.json"
 COMPLETE_MARKER = "COMPLETE"
@@ -74,8 +74,8 @@ def open_snapshot(
             f"{path}: no {COMPLETE_MARKER} marker: the snapshot was not finished (a run killed while saving "
             "leaves such a directory); export a complete one"
         )
-    cfg, meta = read_snapshot_config(path)
-    meta = meta.to_dict() if hasattr(meta, "to_dict") else dict(meta)
+    cfg, snapshot_meta = read_snapshot(path)
+    meta = snapshot_meta.to_dict()
     tok = find_tokenizer(path, meta, tokenizer)
     if tok is None and require_tokenizer:
         raise ConfigError(

@@ -29,7 +29,7 @@ from trilm.export.tokenizer import write_tokenizer_files
 from trilm.model.config import ModelConfig
 from trilm.model.flops import parameter_counts
 from trilm.model.hf import DEFAULT_BOS_ID, DEFAULT_EOS_ID, dequantized_state_dict, export_hf, read_hf
-from trilm.model.io import CONFIG_FILE, SNAPSHOT_FORMAT, SNAPSHOT_VERSION, WEIGHTS_FILE
+from trilm.model.snapshot import SNAPSHOT_FORMAT, WEIGHTS_FILE, SnapshotMeta, write_snapshot_config
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
@@ -73,13 +73,9 @@ def export_snapshot_hf(
 
 def write_snapshot(out: Path, cfg: ModelConfig, state: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
     """Weights + config.json in the snapshot format (no process group, no model built)."""
-    save_file(
-        {k: v.contiguous() for k, v in state.items()},
-        str(out / WEIGHTS_FILE),
-        metadata={"format": SNAPSHOT_FORMAT},
-    )
-    payload = {"format": SNAPSHOT_FORMAT, "version": SNAPSHOT_VERSION, "model": cfg.to_dict(), "meta": meta}
-    (out / CONFIG_FILE).write_text(json.dumps(payload, indent=2) + "\n")
+    weights = {k: v.contiguous() for k, v in state.items()}
+    save_file(weights, str(out / WEIGHTS_FILE), metadata={"format": SNAPSHOT_FORMAT})
+    write_snapshot_config(out, cfg, SnapshotMeta.from_dict(meta))
 
 
 def import_snapshot_hf(hf_dir: str | Path, out: str | Path, *, family: str | None = None) -> Path:

@@ -30,8 +30,8 @@ from safetensors.torch import save_file
 
 from trilm.config import ConfigError
 from trilm.model.config import ModelConfig, QuantConfig
-from trilm.model.layers import canonical_layout
-from trilm.model.quant import ScaleLayout, quantize_weight, weight_scales
+from trilm.model.quant import ScaleLayout, canonical_layout, quantize_weight, weight_scales
+from trilm.model.snapshot import canonical_shapes
 
 WEIGHTS_NAME = "model.safetensors"
 INDEX_NAME = "model.safetensors.index.json"
@@ -75,26 +75,14 @@ def trilm_name(name: str) -> str:
     raise KeyError(name)
 
 
-def canonical_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """Every canonical tensor of a uniform LLaMA model with its shape (what an HF directory must hold)."""
-    d, hd, v = cfg.hidden, cfg.head_dim, cfg.padded_vocab
-    q, kv = cfg.heads * hd, cfg.num_kv_heads * hd
-    shapes: dict[str, tuple[int, ...]] = {"embed.weight": (v, d)}
-    per_layer = {
-        "attn_norm.weight": (d,),
-        "attn.wq.weight": (q, d),
-        "attn.wk.weight": (kv, d),
-        "attn.wv.weight": (kv, d),
-        "attn.wo.weight": (d, q),
-        "mlp_norm.weight": (d,),
-        "mlp.w_gate.weight": (cfg.ffn, d),
-        "mlp.w_up.weight": (cfg.ffn, d),
-        "mlp.w_down.weight": (d, cfg.ffn),
-    }
-    for i in range(cfg.layers):
-        shapes.update({f"layers.{i}.{k}": s for k, s in per_layer.items()})
-    shapes.update({"norm.weight": (d,), "head.weight": (v, d)})
-    return shapes
+def check_uniform(cfg: ModelConfig) -> None:
+    """Refuse per-layer shapes (structurally pruned models): a LlamaConfig has one size for every layer."""
+    if not cfg.is_uniform:
+        raise ConfigError(
+            f"{cfg.name}: per-layer head counts / FFN widths (a structurally pruned model) cannot be "
+            "expressed in a Hugging Face LlamaConfig, which has one size for every layer; use the trilm "
+            "snapshot or the packed export instead"
+        )
 
 
 def dequantized_state_dict(cfg: ModelConfig, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -118,6 +106,7 @@ def hf_config_dict(
     eos_token_id: int | list[int] | None = DEFAULT_EOS_ID,
 ) -> dict[str, Any]:
     """``config.json`` of a ``LlamaForCausalLM``, readable by transformers 4.x and 5.x alike."""
+    check_uniform(cfg)
     dtype_name = str(dtype).removeprefix("torch.")
     return {
         "architectures": ["LlamaForCausalLM"],
@@ -180,6 +169,7 @@ def export_hf(
     ``state`` holds canonical tensors; with ``dequantize`` (the default) TriLM/BiLM latent block weights are
     replaced by γ·Ŵ, otherwise they are taken as already materialised.
     """
+    check_uniform(cfg)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     expected = canonical_shapes(cfg)
