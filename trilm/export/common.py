@@ -1,7 +1,10 @@
 """What every export shares: opening a finished snapshot with its tokenizer, and writing an output atomically.
 
-A snapshot is exported only when its ``COMPLETE`` marker is there (a run killed mid-save leaves a directory
-without it). Its tokenizer is the ``tokenizer.model`` next to it, else the one in its run directory, else
+A snapshot of a training run (``RUN/snapshots/step-N``) is exported only when its ``COMPLETE`` marker is
+there: a run killed mid-save leaves a directory without it. Standalone snapshots (imports, QuantLMs, packed
+exports) are written under a temporary name and renamed into place with ``config.json`` last, so a
+readable ``config.json`` next to its weights is their completion mark; trilm's own writers add ``COMPLETE``
+as well. Its tokenizer is the ``tokenizer.model`` next to it, else the one in its run directory, else
 ``--tokenizer``; whichever it is must have the SHA-256 recorded in the snapshot's meta.
 
 Every output is written under a temporary name and renamed into place with an ``trilm_export.json``
@@ -25,7 +28,7 @@ from trilm.config import ConfigError
 from trilm.data.tokenizer import Tokenizer
 from trilm.export.tokenizer import trained_with_bos
 from trilm.model.config import ModelConfig
-from trilm.model.snapshot import read_snapshot
+from trilm.model.snapshot import WEIGHTS_FILE, read_snapshot
 
 EXPORT_MARKER = "trilm_export.json"
 COMPLETE_MARKER = "COMPLETE"
@@ -69,11 +72,14 @@ def open_snapshot(
     path = Path(path)
     if not path.is_dir():
         raise ConfigError(f"{path}: no such snapshot directory")
-    if not (path / COMPLETE_MARKER).is_file():
+    in_run = path.parent.name == "snapshots" or path.name.startswith(".tmp")
+    if in_run and not (path / COMPLETE_MARKER).is_file():
         raise ConfigError(
             f"{path}: no {COMPLETE_MARKER} marker: the snapshot was not finished (a run killed while saving "
             "leaves such a directory); export a complete one"
         )
+    if not (path / WEIGHTS_FILE).is_file():
+        raise ConfigError(f"{path}: no {WEIGHTS_FILE}: not a complete snapshot")
     cfg, snapshot_meta = read_snapshot(path)
     meta = snapshot_meta.to_dict()
     tok = find_tokenizer(path, meta, tokenizer)
