@@ -1,10 +1,12 @@
-"""``trilm export hf|gguf SNAPSHOT OUT`` and ``trilm import hf HF_DIR OUT``.
+"""``trilm export hf|packed|gguf SNAPSHOT OUT``, ``trilm export suite RUN… --out SUITE``, ``trilm import hf``.
 
 Usage::
 
-    trilm export hf   runs/quickstart/trilm-tiny/snapshots/step-80 out/trilm-tiny-hf [--dtype float16]
-    trilm export gguf runs/quickstart/trilm-tiny/snapshots/step-80 out/t.gguf [--type f16|q8_0|tq1_0|tq2_0]
-    trilm import hf   out/trilm-tiny-hf out/snapshot [--family trilm]
+    trilm export hf     runs/quickstart/trilm-tiny/snapshots/step-80 out/trilm-tiny-hf [--dtype float16]
+    trilm export packed runs/quickstart/trilm-tiny/snapshots/step-80 out/trilm-tiny-packed
+    trilm export gguf   runs/quickstart/trilm-tiny/snapshots/step-80 out/t.gguf [--type f16|q8_0|tq1_0|tq2_0]
+    trilm export suite  runs/quickstart/trilm-tiny runs/quickstart/floatlm-tiny --out runs/quickstart/suite
+    trilm import hf     out/trilm-tiny-hf out/snapshot [--family trilm]
 
 Exports refuse a snapshot without its COMPLETE marker and an output that holds another export.
 """
@@ -49,6 +51,27 @@ def build_parser(parser: argparse.ArgumentParser, command: str) -> None:
     )
     hf.add_argument("--tokenizer", default=None, help=tok_help)
 
+    packed = sub.add_parser("packed", help="packed snapshot: ternary/binary codes + partition scales")
+    packed.add_argument("snapshot", help=snapshot_help)
+    packed.add_argument("out", help="output directory (new, empty, or an earlier export of this snapshot)")
+    packed.add_argument(
+        "--dtype",
+        choices=["float16", "bfloat16", "float32"],
+        default="float16",
+        help="dtype of the float tensors: embedding, norms, head (default: float16)",
+    )
+    packed.add_argument("--tokenizer", default=None, help=tok_help)
+
+    suite = sub.add_parser("suite", help="every checkpoint of runs as latent, HF, packed and GGUF + index")
+    suite.add_argument("runs", nargs="+", help="run directories (with snapshots/) or snapshots")
+    suite.add_argument("--out", required=True, help="suite directory (reruns skip finished checkpoints)")
+    suite.add_argument("--steps", default="", help="comma-separated steps to export (default: all)")
+    suite.add_argument("--hf-dtype", choices=["float16", "bfloat16", "float32"], default="float16")
+    suite.add_argument("--no-packed", action="store_true")
+    suite.add_argument("--no-gguf", action="store_true")
+    suite.add_argument("--table", default="", help="results table whose rows go into the model cards")
+    suite.add_argument("--no-progress", action="store_true")
+
     gguf = sub.add_parser("gguf", help="GGUF file for llama.cpp (F16/Q8_0; TriLM/BiLM also TQ1_0/TQ2_0)")
     gguf.add_argument("snapshot", help=snapshot_help)
     gguf.add_argument("out", help="output .gguf file")
@@ -74,6 +97,30 @@ def run(args) -> int:
 
         out = export_snapshot_hf(args.snapshot, args.out, dtype=args.dtype, tokenizer=args.tokenizer)
         print(f"wrote {out} (LlamaForCausalLM, {args.dtype}, tokenizer files, model card)")
+        return 0
+    if args.target == "packed":
+        from trilm.export.packed import export_snapshot_packed
+
+        report = export_snapshot_packed(args.snapshot, args.out, dtype=args.dtype, tokenizer=args.tokenizer)
+        print(report.summary())
+        return 0
+    if args.target == "suite":
+        from trilm.export.suite import SuiteExportConfig, export_suite
+
+        cfg = SuiteExportConfig(
+            out=args.out,
+            hf_dtype=args.hf_dtype,
+            packed=not args.no_packed,
+            gguf=not args.no_gguf,
+            steps=[int(s) for s in args.steps.split(",") if s.strip()],
+            table=args.table,
+            progress=not args.no_progress,
+        )
+        entries, written = export_suite(args.runs, cfg)
+        print(f"{args.out}: {written} checkpoints written now, {len(entries)} in the suite index")
+        for e in entries:
+            sizes = ", ".join(f"{k} {v / 2**20:.2f} MiB" for k, v in e["bytes"].items())
+            print(f"  {e['run']:<24} step {e['step']:>7}  {sizes}")
         return 0
     if args.target == "gguf":
         from trilm.export.gguf import export_snapshot_gguf

@@ -35,9 +35,13 @@ DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch
 
 
 def float_state(src: SnapshotSource) -> dict[str, torch.Tensor]:
-    """The snapshot's canonical tensors with every quantized block matrix materialised as γ·Ŵ."""
-    state = load_file(str(src.path / WEIGHTS_FILE))
-    return dequantized_state_dict(src.cfg, state)
+    """The snapshot's canonical tensors with every block matrix materialised as a float: TriLM/BiLM latents
+    as γ·Ŵ, packed layers (packed exports, QuantLMs) dequantized by their format."""
+    from trilm.model.snapshot import read_packed_layers
+
+    state = dequantized_state_dict(src.cfg, load_file(str(src.path / WEIGHTS_FILE)))
+    state.update({f"{k}.weight": w.dequantize() for k, w in read_packed_layers(src.path).items()})
+    return state
 
 
 def special_ids(src: SnapshotSource) -> tuple[Any, Any]:
