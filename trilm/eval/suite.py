@@ -82,7 +82,10 @@ class Checkpoint:
 
     @property
     def run(self) -> str:
-        return self.path.name if self.quant else str(self.meta.get("run") or self.path.parent.parent.name)
+        if self.quant:
+            return self.path.name
+        in_run = self.path.parent.name == "snapshots"
+        return str(self.meta.get("run") or (self.path.parent.parent.name if in_run else self.path.name))
 
     @property
     def family(self) -> str:
