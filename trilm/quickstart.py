@@ -116,7 +116,7 @@ def run(args) -> int:
     print("next: export every checkpoint (HF with tokenizer, packed, GGUF, model cards) and evaluate them:")
     print(f"  trilm export suite {runs} --out {root / 'suite'}")
     print(f"  trilm eval suite {root / 'suite'} --table {root / 'results.csv'} --data {data['validation']} "
-          "--tasks trilm_local --limit 20")  # fmt: skip
+          "--max-tokens 32768 --tasks trilm_local --limit 20")  # fmt: skip
     return 0
 
 
