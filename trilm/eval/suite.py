@@ -280,6 +280,14 @@ def evaluate_suite(
         present = {r.key: r for r in read_table(table)}
     todo = [ck for ck in checkpoints if not _is_done(ck, evals, present)]
     compute = bool(evals.data or evals.tasks)
+    if table is not None and compute and evals.recorded:  # the cheap rows first: the table is whole at once
+        recorded = [
+            _row(ck, "val_loss", ck.meta["val_loss"], {})
+            for ck in todo
+            if ck.meta.get("val_loss") is not None
+        ]
+        if recorded:
+            write_rows(table, recorded, replace=evals.replace)
     rows: list[ResultRow] = []
     bar = None
     if evals.progress and compute and len(todo) > 1:
