@@ -24,6 +24,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "scaling": ("trilm.scaling.cli", "fit scaling laws over a results table, compare families, plot"),
     "export": ("trilm.export.cli", "export snapshots: hf (with tokenizer), packed, gguf; a whole suite"),
     "import": ("trilm.export.cli", "import a model: hf (LlamaForCausalLM directory)"),
+    "quantize": ("trilm.posthoc.cli", "post-hoc quantization of a float model (gptq, omniquant, …)"),
+    "generate": ("trilm.serve.cli", "generate text from a prompt with the inference engine"),
+    "serve": ("trilm.serve.cli", "OpenAI-compatible server (/v1/completions, /v1/chat/completions)"),
 }
 
 

@@ -122,7 +122,11 @@ class Config:
 
     @classmethod
     def _hints(cls) -> dict[str, Any]:
-        return typing.get_type_hints(cls)
+        hints = cls.__dict__.get("_type_hints")
+        if hints is None:  # resolving string annotations costs ~1 ms; configs are built in hot loops too
+            hints = typing.get_type_hints(cls)
+            cls._type_hints = hints
+        return hints
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, prefix: str = "") -> Self:
