@@ -47,15 +47,28 @@ TARGETS = {  # issue 11, H200, 8192 × 8192 from HBM: (format, batch, × fp16, %
     "ternary batch 16 ≥2x fp16": ("ternary", 16, 2.0, None),
 }
 
-BITS_NOMINAL = {  # value bits the method papers quote (trilm.formats.accounting), where one exists
-    "int2": "gptq_bits(2, 128) = 2.141",
-    "int3": "gptq_bits(3, 128) = 3.148",
-    "int4": "gptq_bits(4, 128) = 4.156",
-    "int4_act": "gptq_bits(4, 128) = 4.156",
-    "billm": "billm_bits(0.1) = 1.1",
-    "stbllm": "stbllm_bits(0.1, 4, 8) = 0.55",
-    "pbllm": "pbllm_bits(0.1) = 2.7",
+BITS_NOMINAL = {  # value bits the method papers quote (computed by trilm.bits), where one exists
+    "int2": ("gptq_bits", (2, 128)),
+    "int3": ("gptq_bits", (3, 128)),
+    "int4": ("gptq_bits", (4, 128)),
+    "int4_act": ("gptq_bits", (4, 128)),
+    "billm": ("billm_bits", (0.1,)),
+    "stbllm": ("stbllm_bits", (0.1, 4, 8)),
+    "pbllm": ("pbllm_bits", (0.1,)),
 }
+
+
+def nominal_bits(kind: str) -> str:
+    """``gptq_bits(4, 128) = 4.156``: the paper's count for a sample kind, from trilm.bits."""
+    if kind not in BITS_NOMINAL:
+        return ""
+    import trilm.bits
+
+    name, args = BITS_NOMINAL[kind]
+    value = getattr(trilm.bits, name)(*args)
+    return f"{name}({', '.join(map(str, args))}) = {value:.4g}"
+
+
 BITS_LAYOUT = {
     "ternary": "2-bit codes, per-row fp32 scales (g = K)",
     "binary": "1-bit signs, per-row fp32 scales",
@@ -129,7 +142,7 @@ def bits_table(shape: str) -> None:
             BITS_LAYOUT[kind],
             f"{bits:.3f}",
             f"{16 / bits:.2f}x",
-            BITS_NOMINAL.get(kind, ""),
+            nominal_bits(kind),
         )
         print("| " + " | ".join(row) + " |")
 

@@ -3,8 +3,9 @@
     python checkpoints_tools/suite_index.py runs/quickstart/trilm-tiny [more runs…] --table runs/results.csv
 
 Prints step → tokens → validation loss → snapshot path for every complete snapshot, writes
-``suite_index.json`` into each run directory, and appends the snapshots' rows to the results table that
-``trilm scaling fit`` reads (rows already present are skipped).
+``suite_index.json`` into each run directory, and appends the snapshots' recorded-loss rows to the results
+table that ``trilm scaling fit`` reads (rows already present are skipped). For the released formats of every
+checkpoint use ``trilm export suite``; for perplexity and lm-eval rows, ``trilm eval suite``.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "quickstart": ("trilm.quickstart", "the main job on the embedded corpus, on CPU, in minutes"),
     "eval": ("trilm.eval.cli", "evaluate snapshots: perplexity, lm-eval tasks, results table"),
     "scaling": ("trilm.scaling.cli", "fit scaling laws over a results table, compare families, plot"),
-    "export": ("trilm.export.cli", "export a snapshot: hf (unpacked LlamaForCausalLM), packed"),
+    "export": ("trilm.export.cli", "export snapshots: hf (with tokenizer), packed, gguf; a whole suite"),
     "import": ("trilm.export.cli", "import a model: hf (LlamaForCausalLM directory)"),
     "quantize": ("trilm.posthoc.cli", "post-hoc quantization of a float model (gptq, omniquant, …)"),
     "generate": ("trilm.serve.cli", "generate text from a prompt with the inference engine"),

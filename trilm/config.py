@@ -216,3 +216,9 @@ def require(condition: bool, message: str) -> None:
     """Validation helper: ``require(heads % tp == 0, "heads: ...")`` raises ConfigError when false."""
     if not condition:
         raise ConfigError(message)
+
+
+def require_directory_path(path: str | Path, key: str) -> None:
+    """Refuse an output directory path that names an existing file (``key`` is the option or field)."""
+    if Path(path).is_file():
+        raise ConfigError(f"{key}: {path} is an existing file, not a directory")

@@ -104,6 +104,11 @@ def run(args) -> int:
     print(
         f"\nquickstart finished in {time.perf_counter() - start:.0f} s; runs, logs and analysis under {root}"
     )
+    runs = " ".join(str(s.run_dir) for _, s in summaries.values())
+    print("next: export every checkpoint (HF with tokenizer, packed, GGUF, model cards) and evaluate them:")
+    print(f"  trilm export suite {runs} --out {root / 'suite'}")
+    print(f"  trilm eval suite {root / 'suite'} --table {root / 'results.csv'} --data {data['validation']} "
+          "--max-tokens 32768 --tasks trilm_local --limit 20")  # fmt: skip
     return 0
 
 

@@ -42,3 +42,25 @@ def test_bad_input_is_a_one_line_error(tmp_path, jsonl_zst, embedded, capsys):
     assert "example_train_0.jsonl.zst:1: 'text' is not a string" in err and "Traceback" not in err
     assert main([*args, "--out", str(tmp_path / "o"), "--weight", "RedPajamaC4"]) == 2
     assert "expected SOURCE=NUMBER" in capsys.readouterr().err
+
+
+def test_unknown_source_and_file_as_out_are_clear_errors(embedded, tmp_path, capsys):
+    args = ["data", "prepare", "--split", "validation", "--tokenizer", str(embedded["tokenizer"])]
+    out = tmp_path / "o"
+    assert main([*args, "--out", str(out), "--include-source", "Github", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "--include-source 'Github': not a SlimPajama source (did you mean 'RedPajamaGithub'?)" in err
+    assert not out.exists()  # refused before any work
+    assert main([*args, "--out", str(out), "--exclude-source", "RedPajamaGitHub"]) == 2
+    assert "--exclude-source 'RedPajamaGitHub'" in capsys.readouterr().err
+    assert main([*args, "--out", str(out), "--weight", "Books=2"]) == 2
+    assert "--weight 'Books'" in capsys.readouterr().err
+    taken = tmp_path / "taken"
+    taken.write_text("keep me")
+    assert main([*args, "--out", str(taken)]) == 2
+    assert "is an existing file, not a directory" in capsys.readouterr().err
+    assert main(["data", "embedded", "--out", str(taken)]) == 2
+    assert "is an existing file, not a directory" in capsys.readouterr().err
+    assert main(["data", "tokenizer", "--out", str(taken), "--exclude-source", "RedPajamaGithub"]) == 2
+    assert "is an existing file, not a directory" in capsys.readouterr().err
+    assert taken.read_text() == "keep me"

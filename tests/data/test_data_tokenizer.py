@@ -8,7 +8,7 @@ import pytest
 
 from trilm.data.errors import DataError
 from trilm.data.pipeline import TokenizerConfig
-from trilm.data.tokenizer import Tokenizer, padded_size, train_tokenizer
+from trilm.data.tokenizer import Tokenizer, padded_size, read_sidecar, train_tokenizer
 
 TEXT = [
     "In the beginning God created the heaven and the earth.\nAnd the earth was without form, and void.",
@@ -35,8 +35,21 @@ def test_special_ids_sizes_and_sidecar(tiny):
     assert tiny.vocab_size == 300
     assert tiny.padded_vocab_size(64) == 320 and tiny.padded_vocab_size(128) == 384
     assert padded_size(4096, 128) == 4096 and padded_size(4097, 64) == 4160
-    meta = json.loads(tiny.path.with_suffix(".json").read_text())
+    sidecar = tiny.path.with_name(tiny.path.stem + ".trilm.json")
+    assert not tiny.path.with_suffix(".json").exists()  # Hugging Face's tokenizer.json name stays free
+    meta = json.loads(sidecar.read_text())
     assert meta["hash"] == tiny.hash and meta["vocab_size"] == 300 and meta["byte_fallback"] is True
+    assert read_sidecar(tiny.path) == meta
+
+
+def test_legacy_sidecar_name_is_still_read_and_hf_file_is_not_taken_for_one(tmp_path):
+    model = tmp_path / "tokenizer.model"
+    model.write_bytes(b"")
+    assert read_sidecar(model) is None
+    (tmp_path / "tokenizer.json").write_text(json.dumps({"version": "1.0", "model": {"type": "BPE"}}))
+    assert read_sidecar(model) is None
+    (tmp_path / "tokenizer.json").write_text(json.dumps({"hash": "ab" * 32}))
+    assert read_sidecar(model) == {"hash": "ab" * 32}
 
 
 def test_hash_check_on_load(tiny, tmp_path):
@@ -63,9 +76,14 @@ def test_training_is_reproducible_and_validated(tmp_path, corpus):
     with pytest.raises(DataError, match="no training text"):
         train_tokenizer(["", "  "], tmp_path / "d.model", vocab_size=300)
     cfg = TokenizerConfig(
-        input=str(corpus), out=str(tmp_path / "e"), split="validation", vocab_size=512, exclude_sources=["X"]
+        input=str(corpus),
+        out=str(tmp_path / "e"),
+        split="validation",
+        vocab_size=512,
+        exclude_sources=["RedPajamaGithub"],
     )
     tok = cfg.build()
     assert tok.path == tmp_path / "e" / "tokenizer.model" and tok.vocab_size == 512
-    meta = json.loads(tok.path.with_suffix(".json").read_text())
+    meta = read_sidecar(tok.path)
+    assert tok.path.with_name("tokenizer.trilm.json").is_file()
     assert meta["trained_on"]["split"] == "validation" and len(meta["trained_on"]["files"]) == 2

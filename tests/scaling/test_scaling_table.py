@@ -45,7 +45,7 @@ def test_bits_helpers():
     assert quantized_linear_bits(4, group_size=128) == pytest.approx(4.125)
     assert quantized_linear_bits(3, group_size=64, zero_bits=3) == pytest.approx(3 + 19 / 64)
     assert default_linear_bits("floatlm") == 16 and default_linear_bits("BiLM") == 1
-    assert default_linear_bits("quantlm-gptq-3") == pytest.approx(3.125)
+    assert default_linear_bits("quantlm-gptq-3") == pytest.approx(3 + 19 / 128)  # GPTQ: scale + 3-bit zero
     assert default_linear_bits("my-experiment") is None
     row = _row()
     expected = (TERNARY_BITS * 48_200_000 + 16 * (99_740_000 - 48_200_000)) / 99_740_000
@@ -146,3 +146,22 @@ def test_non_finite_values_in_json_are_rejected(tmp_path):
     path.write_text(json.dumps(record) + "\n")
     with pytest.raises(TableError, match=r"r\.jsonl line 1, column 'flops': inf is not a finite number"):
         read_table(path)
+
+
+def test_non_utf8_table_is_a_clear_error_and_fit_names_it(tmp_path, capsys):
+    path = tmp_path / "results.csv"
+    write_table(path, [_row()])
+    latin1 = path.read_text().replace(_row().run, "caf\xe9").encode("latin-1")
+    path.write_bytes(latin1)
+    with pytest.raises(TableError, match=r"results\.csv line 2: not UTF-8 text \(byte 0xe9"):
+        read_table(path)
+    from trilm.cli import main
+
+    assert main(["scaling", "fit", str(path), "--no-plots", "--bootstrap", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "line 2: not UTF-8" in err and "Traceback" not in err
+    out_file = tmp_path / "taken"
+    out_file.write_text("")
+    write_table(path, [_row()])
+    assert main(["scaling", "fit", str(path), "--out", str(out_file)]) == 2
+    assert "is an existing file, not a directory" in capsys.readouterr().err

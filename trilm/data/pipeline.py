@@ -11,10 +11,17 @@ import dataclasses
 import itertools
 from pathlib import Path
 
-from trilm.config import Config, require
+from trilm.config import Config, require, require_directory_path
 from trilm.data.errors import DataError
 from trilm.data.prepare import PrepareConfig, prepare
-from trilm.data.slimpajama import SPLITS, SourceMixture, hub_split_files, read_documents, split_files
+from trilm.data.slimpajama import (
+    SPLITS,
+    SourceMixture,
+    check_source_names,
+    hub_split_files,
+    read_documents,
+    split_files,
+)
 from trilm.data.tokenizer import Tokenizer, train_tokenizer
 
 
@@ -34,9 +41,12 @@ class TokenizerConfig(Config):
     def validate(self) -> None:
         require(bool(self.input), "input: a SlimPajama-shaped directory or hf:<repo> is required")
         require(bool(self.out), "out: where to write the tokenizer is required")
+        if not self.out.endswith(".model"):
+            require_directory_path(self.out, "out")
         require(self.split in SPLITS, f"split: {self.split!r} is not one of {list(SPLITS)}")
         require(self.vocab_size >= 260, f"vocab_size: {self.vocab_size} < 260 (byte fallback needs 259 ids)")
         require(self.max_files >= 0, "max_files: must be >= 0")
+        check_source_names(self.exclude_sources, "--exclude-source")
 
     def build(self) -> Tokenizer:
         return train_tokenizer_from_corpus(self)
@@ -86,6 +96,7 @@ def prepare_embedded(
     """
     from trilm.data import embedded_corpus_dir
 
+    require_directory_path(out, "out")
     out = Path(out)
     corpus = corpus or str(embedded_corpus_dir())
     model = out / "tokenizer.model"

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trilm.config import Config, require
+from trilm.config import Config, require, require_directory_path
 from trilm.data import shards as shards_mod
 from trilm.data.errors import DataError
 from trilm.data.slimpajama import (
@@ -64,11 +64,13 @@ class PrepareConfig(Config):
         require(self.split in SPLITS, f"split: {self.split!r} is not one of {list(SPLITS)}")
         require(bool(self.tokenizer), "tokenizer: path of a .model file is required")
         require(bool(self.out), "out: output directory is required")
+        require_directory_path(self.out, "out")
         require(self.workers >= 1, f"workers: must be >= 1, got {self.workers}")
         require(self.reader in ("zstd", "datasets"), f"reader: {self.reader!r} is not 'zstd' or 'datasets'")
         require(self.max_files >= 0, "max_files: must be >= 0")
         for name, w in self.source_weights.items():
             require(w >= 0, f"source_weights.{name}: must be >= 0, got {w}")
+        self.mixture()  # unknown source names are refused here, before any work
 
     def mixture(self) -> SourceMixture:
         return SourceMixture.from_options(self.exclude_sources, self.source_weights, self.include_sources)

@@ -38,6 +38,20 @@ _READ_BYTES = 1 << 20
 _FILE_ORDER = re.compile(r"chunk(\d+)/[^/]*?(\d+)\.jsonl\.zst$")
 
 
+def check_source_names(names, option: str) -> None:
+    """Raise :class:`DataError` for a name that is not one of the seven SlimPajama sources."""
+    import difflib
+
+    for name in names:
+        if name not in SLIMPAJAMA_SOURCES:
+            close = difflib.get_close_matches(name, list(SLIMPAJAMA_SOURCES), n=1, cutoff=0.4)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise DataError(
+                f"{option} {name!r}: not a SlimPajama source{hint}; sources are "
+                + ", ".join(SLIMPAJAMA_SOURCES)
+            )
+
+
 @dataclasses.dataclass(frozen=True)
 class SourceFile:
     """One input file: ``path`` to open (local path or ``hf://`` URL), ``key`` = ``split/chunkK/name``."""
@@ -101,7 +115,14 @@ class SourceMixture:
 
     @classmethod
     def from_options(cls, exclude=(), weights: dict[str, float] | None = None, include=()) -> SourceMixture:
-        """``include`` (if given) keeps only those sources; ``exclude`` drops; ``weights`` rescale."""
+        """``include`` (if given) keeps only those sources; ``exclude`` drops; ``weights`` rescale.
+
+        Every name must be a SlimPajama source: a misspelt one would otherwise filter nothing (exclude) or
+        everything (include) without a word.
+        """
+        check_source_names(include, "--include-source")
+        check_source_names(exclude, "--exclude-source")
+        check_source_names(weights or {}, "--weight")
         table = dict(weights or {})
         for name in exclude:
             table[name] = 0.0

@@ -19,7 +19,10 @@ import sentencepiece as spm
 
 from trilm.data.errors import DataError
 
-SIDECAR_SUFFIX = ".json"
+SIDECAR_SUFFIX = ".trilm.json"
+"""``tokenizer.model`` → ``tokenizer.trilm.json``: hash, sizes, provenance. Older runs wrote
+``tokenizer.json``, the name Hugging Face uses for its own tokenizer file; :func:`read_sidecar` reads both."""
+LEGACY_SIDECAR_SUFFIX = ".json"
 
 
 def _sha256(path: Path) -> str:
@@ -31,6 +34,31 @@ def padded_size(vocab_size: int, multiple: int) -> int:
     if multiple <= 0:
         raise DataError(f"padding multiple must be positive, got {multiple}")
     return -(-vocab_size // multiple) * multiple
+
+
+def sidecar_path(model: str | os.PathLike) -> Path:
+    """Where the JSON sidecar of the tokenizer model file ``model`` lives."""
+    model = Path(model)
+    return model.with_name(model.stem + SIDECAR_SUFFIX)
+
+
+def read_sidecar(model: str | os.PathLike) -> dict | None:
+    """The sidecar of ``model`` (new name first, then the pre-rename ``tokenizer.json``), or None.
+
+    A legacy ``tokenizer.json`` is only taken when it is a trilm sidecar (it has a ``hash``); a Hugging Face
+    tokenizer file of the same name is not one.
+    """
+    model = Path(model)
+    for path in (sidecar_path(model), model.with_suffix(LEGACY_SIDECAR_SUFFIX)):
+        if not path.is_file():
+            continue
+        try:
+            data = json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise DataError(f"{path}: not a valid JSON tokenizer sidecar: {exc}") from None
+        if isinstance(data, dict) and "hash" in data and "model" not in data:
+            return data
+    return None
 
 
 class Tokenizer:
@@ -165,5 +193,5 @@ def train_tokenizer(
         "seed": seed,
         **(provenance or {}),
     }
-    out.with_suffix(SIDECAR_SUFFIX).write_text(json.dumps(meta, indent=2) + "\n")
+    sidecar_path(out).write_text(json.dumps(meta, indent=2) + "\n")
     return tok

@@ -1,67 +1,344 @@
-"""A run's checkpoint suite as rows of the results table (``trilm.scaling.table``).
+"""Every checkpoint of a suite into the results table: the one writer of rows (``trilm eval suite``).
 
-The trainer measures the validation loss of every snapshot on the fixed validation set and stores it in the
-snapshot's ``config.json`` meta, so turning a finished run into results-table rows needs no model evaluation;
-:func:`evaluate_snapshot` recomputes a snapshot's loss on any prepared split when that is wanted.
+Inputs are run directories (``RUN/snapshots/step-N``, complete ones only), exported suites (their
+``suite_index.json``), single snapshots (also QuantLMs and packed exports) or Hugging Face directories. Per
+checkpoint it writes, into the table that ``trilm scaling fit`` reads:
+
+- a ``val_loss`` row: the loss the trainer (or post-hoc method) measured on its validation set, read from the
+  snapshot's meta — no model run needed;
+- a ``ppl/<data>`` row per ``data`` source: the rolling-window loss of :mod:`trilm.eval.ppl` (perplexity and
+  bits per byte in extra columns);
+- lm-eval results (``tasks``), as extra columns ``lm_eval/<task>/<metric>`` of the checkpoint's first row.
+
+Bits per parameter come from :mod:`trilm.bits` (value bits; ``stored_bits_per_param`` as an extra column
+for packed snapshots). A QuantLM's row belongs to its own family (``quantlm-<method>[-<bits>]``) and run
+(its directory name), so it never collides with the float model it came from. Checkpoints whose rows are
+all in the table already are skipped without being loaded, so rerunning after more training adds only the
+new ones.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from trilm.model.snapshot import read_snapshot
-from trilm.scaling.table import ResultRow, append_rows
-from trilm.train.checkpoint import complete_steps
+from trilm.bits import bits_per_param, snapshot_linear_bits, stored_linear_bits
+from trilm.config import Config, ConfigError, require
+from trilm.scaling.table import ResultRow, TableError, append_rows, read_table
+
+SUITE_INDEX = "suite_index.json"
+TASKS_COLUMN = "lm_eval_tasks"
 
 
-def suite_rows(run_dir: str | Path, eval_name: str = "val_loss") -> list[ResultRow]:
-    """One row per complete snapshot of ``run_dir`` that has a recorded ``val_loss``."""
-    run_dir = Path(run_dir)
-    rows = []
-    for step, path in complete_steps(run_dir / "snapshots"):
-        _, meta = read_snapshot(path)
-        if meta.val_loss is None:
-            continue
-        rows.append(
-            ResultRow.from_counts(
-                run=meta.run or run_dir.name,
-                family=meta.family,
-                size=meta.size,
-                params=int(meta.params),
-                nonembedding_params=int(meta.nonembedding_params),
-                linear_params=int(meta.linear_params),
-                tokens=float(meta.tokens),
-                flops=float(meta.flops),
-                step=step,
-                eval=eval_name,
-                loss=float(meta.val_loss),
+@dataclasses.dataclass
+class SuiteEvalConfig(Config):
+    """What to evaluate per checkpoint (the recorded validation loss is always taken when there is one)."""
+
+    data: list[str] = dataclasses.field(default_factory=list)
+    """Perplexity sources (prepared split, SlimPajama folder, .jsonl, .txt); one ``ppl/<name>`` row each."""
+    seq_len: int = 0
+    """Window length for perplexity (0: the model's context)."""
+    stride: int = 0
+    """New tokens per window (0: seq_len, disjoint windows)."""
+    max_tokens: int = 0
+    """Evaluate only the first tokens of each source (0: all)."""
+    tasks: list[str] = dataclasses.field(default_factory=list)
+    """lm-eval tasks (e.g. ``trilm_local``); metrics become extra columns."""
+    limit: float = 0.0
+    """lm-eval examples per task (0: all)."""
+    batch_size: int = 8
+    device: str = "cpu"
+    recorded: bool = True
+    """Write the ``val_loss`` row recorded in the snapshot's meta."""
+    replace: bool = False
+    """Re-evaluate checkpoints already in the table and overwrite their rows."""
+    progress: bool = True
+
+    def validate(self) -> None:
+        for key in ("seq_len", "stride", "max_tokens", "batch_size"):
+            require(getattr(self, key) >= 0, f"{key}: must be ≥ 0, got {getattr(self, key)}")
+        require(self.batch_size > 0, "batch_size: must be > 0")
+        require(self.limit >= 0, f"limit: must be ≥ 0, got {self.limit}")
+
+
+@dataclasses.dataclass
+class Checkpoint:
+    """One model to evaluate: where it is, its config and meta (a plain dict) and the row identity."""
+
+    path: Path
+    step: int
+    meta: dict[str, Any]
+    cfg: Any
+
+    @property
+    def quant(self) -> dict[str, Any]:
+        quant = (self.meta.get("extra") or {}).get("quant")
+        return quant if isinstance(quant, dict) else {}
+
+    @property
+    def run(self) -> str:
+        if self.quant:
+            return self.path.name
+        in_run = self.path.parent.name == "snapshots"
+        return str(self.meta.get("run") or (self.path.parent.parent.name if in_run else self.path.name))
+
+    @property
+    def family(self) -> str:
+        if not self.quant:
+            return str(self.meta.get("family") or self.cfg.family)
+        method = str(self.quant.get("method") or "posthoc").lower()
+        options = self.quant.get("options") if isinstance(self.quant.get("options"), dict) else {}
+        bits = options.get("bits") if options else None
+        return f"quantlm-{method}" + (f"-{bits}" if bits is not None else "")
+
+
+def _checkpoint(path: Path, step: int | None = None) -> Checkpoint:
+    from trilm.model.snapshot import is_snapshot, read_snapshot
+
+    if is_snapshot(path):
+        cfg, meta = read_snapshot(path)
+        data = meta.to_dict()
+    else:
+        from trilm.model.hf import model_config_from_hf, read_hf_config
+
+        cfg = model_config_from_hf(read_hf_config(path), path=str(path / "config.json"))
+        data = {"family": cfg.family, "size": cfg.name, "run": path.name}
+        marker = path / "trilm_export.json"
+        if marker.is_file():
+            data.update({k: v for k, v in json.loads(marker.read_text()).items() if v is not None})
+    return Checkpoint(path, int(step if step is not None else data.get("step") or 0), data, cfg)
+
+
+def discover(paths: Sequence[str | Path]) -> list[Checkpoint]:
+    """Checkpoints under run directories, exported suites, snapshots or HF directories, in order given."""
+    from trilm.train.checkpoint import complete_steps
+
+    found: list[Checkpoint] = []
+    for raw in paths:
+        path = Path(raw)
+        if (path / "snapshots").is_dir():
+            found += [_checkpoint(p, step) for step, p in complete_steps(path / "snapshots")]
+        elif (path / SUITE_INDEX).is_file():
+            index = json.loads((path / SUITE_INDEX).read_text())
+            for entry in index.get("checkpoints", []):
+                latent = entry.get("paths", {}).get("latent")
+                if latent:
+                    found.append(_checkpoint(path / latent, entry.get("step")))
+        elif (path / "config.json").is_file():
+            found.append(_checkpoint(path))
+        else:
+            raise ConfigError(
+                f"{path}: not a run directory (snapshots/), an exported suite ({SUITE_INDEX}), a snapshot "
+                "or a Hugging Face directory"
             )
-        )
+    return found
+
+
+def _row(ck: Checkpoint, eval_name: str, loss: float, extra: dict[str, Any]) -> ResultRow:
+    from trilm.model.flops import parameter_counts
+
+    counts = parameter_counts(ck.cfg)
+    meta = ck.meta
+    params = int(meta.get("params") or counts.total)
+    linear = int(meta.get("linear_params") or counts.linear)
+    value_bits, stored_bits = snapshot_linear_bits({**meta, "family": ck.family})
+    if stored_bits is None and (ck.path / "packed.safetensors").is_file():
+        from trilm.model.snapshot import read_packed_layers
+
+        layers = read_packed_layers(ck.path)
+        stored_bits = stored_linear_bits(layers) if layers else None
+    if value_bits is None:
+        value_bits = stored_bits if stored_bits is not None else 16.0
+    if stored_bits is not None:
+        extra = {**extra, "stored_bits_per_param": bits_per_param(params, linear, stored_bits)}
+    return ResultRow(
+        run=ck.run,
+        family=ck.family,
+        size=str(meta.get("size") or ck.cfg.name),
+        params=params,
+        nonembedding_params=int(meta.get("nonembedding_params") or counts.nonembedding),
+        linear_params=linear,
+        tokens=float(meta.get("tokens") or 0),
+        flops=float(meta.get("flops") or 0),
+        bits_per_param=bits_per_param(params, linear, value_bits),
+        step=ck.step,
+        eval=eval_name,
+        loss=float(loss),
+        extra={k: "" if v is None else str(v) for k, v in extra.items()},
+    )
+
+
+def _data_name(source: str) -> str:
+    path = Path(source)
+    return path.stem if path.suffix else path.name
+
+
+def evaluate_checkpoint(ck: Checkpoint, evals: SuiteEvalConfig) -> list[ResultRow]:
+    """The rows of one checkpoint (loads the model only when a perplexity or lm-eval run is asked for)."""
+    rows: list[ResultRow] = []
+    val = ck.meta.get("val_loss")
+    if evals.recorded and val is not None:
+        rows.append(_row(ck, "val_loss", val, {}))
+    if evals.data or evals.tasks:
+        from trilm.eval.model import load_eval_model
+        from trilm.eval.ppl import evaluate_perplexity
+
+        em = load_eval_model(ck.path, device=evals.device)
+        for source in evals.data:
+            result = evaluate_perplexity(
+                em,
+                source,
+                seq_len=evals.seq_len or None,
+                stride=evals.stride or None,
+                max_tokens=evals.max_tokens or None,
+                batch_size=evals.batch_size,
+            )
+            extra = {
+                "ppl": result.ppl,
+                "bits_per_byte": result.bits_per_byte,
+                "eval_tokens": result.tokens,
+                "seq_len": result.seq_len,
+                "stride": result.stride,
+            }
+            rows.append(_row(ck, f"ppl/{_data_name(source)}", result.loss, extra))
+        if evals.tasks:
+            from trilm.eval.harness import metrics, run_lm_eval
+
+            results = run_lm_eval(em, evals.tasks, limit=evals.limit or None, batch_size=evals.batch_size)
+            columns = {f"lm_eval/{k}": v for k, v in metrics(results).items()}
+            columns[TASKS_COLUMN] = ",".join(evals.tasks)
+            if not rows:
+                raise ConfigError(
+                    f"{ck.path}: lm-eval results need a row to go on: the snapshot records no val_loss; "
+                    "add --data SOURCE for a perplexity row"
+                )
+            first = rows[0]
+            rows[0] = dataclasses.replace(
+                first, extra={**first.extra, **{k: str(v) for k, v in columns.items()}}
+            )
+        del em
     return rows
 
 
+def _expected_evals(ck: Checkpoint, evals: SuiteEvalConfig) -> list[str]:
+    names = ["val_loss"] if evals.recorded and ck.meta.get("val_loss") is not None else []
+    return names + [f"ppl/{_data_name(s)}" for s in evals.data]
+
+
+def _is_done(ck: Checkpoint, evals: SuiteEvalConfig, present: dict[tuple[str, int, str], ResultRow]) -> bool:
+    names = _expected_evals(ck, evals)
+    if not names or any((ck.run, ck.step, n) not in present for n in names):
+        return False
+    if not evals.tasks:
+        return True
+    done = present[(ck.run, ck.step, names[0])].extra.get(TASKS_COLUMN, "").split(",")
+    return all(t in done for t in evals.tasks)
+
+
+def write_rows(table: str | Path, rows: list[ResultRow], *, replace: bool = False) -> tuple[int, int]:
+    """Add rows to the table; a row equal to one there except for new extra columns is merged into it.
+
+    That is how lm-eval columns join a checkpoint's recorded-loss row written earlier. A row whose table
+    values differ is refused (naming it) unless ``replace``.
+    """
+    path = Path(table)
+    existing = {r.key: r for r in read_table(path)} if path.is_file() else {}
+    merged = []
+    for row in rows:
+        old = existing.get(row.key)
+        if old is not None and not replace:
+            if not dataclasses.replace(row, extra=old.extra).same_values(old):
+                raise TableError(
+                    f"{path}: run {row.run!r} step {row.step} eval {row.eval!r} is already present with "
+                    "different values (evaluate with replace to overwrite)"
+                )
+            row = dataclasses.replace(row, extra={**old.extra, **row.extra})
+        merged.append(row)
+    return append_rows(path, merged, replace=True)
+
+
+def evaluate_suite(
+    paths: Sequence[str | Path],
+    table: str | Path | None = None,
+    evals: SuiteEvalConfig | None = None,
+) -> list[ResultRow]:
+    """Evaluate every checkpoint under ``paths``; add the rows to ``table`` when one is given.
+
+    Returns this call's rows. Checkpoints whose rows (and requested lm-eval tasks) are in the table already
+    are skipped unless ``evals.replace``. When models are run, each checkpoint's rows are written as soon as
+    it is done, so an interrupted evaluation keeps what it finished.
+    """
+    evals = evals or SuiteEvalConfig()
+    checkpoints = discover(paths)
+    present: dict[tuple[str, int, str], ResultRow] = {}
+    if table is not None and Path(table).is_file() and not evals.replace:
+        present = {r.key: r for r in read_table(table)}
+    todo = [ck for ck in checkpoints if not _is_done(ck, evals, present)]
+    compute = bool(evals.data or evals.tasks)
+    if table is not None and compute and evals.recorded:  # the cheap rows first: the table is whole at once
+        recorded = [
+            _row(ck, "val_loss", ck.meta["val_loss"], {})
+            for ck in todo
+            if ck.meta.get("val_loss") is not None
+        ]
+        if recorded:
+            write_rows(table, recorded, replace=evals.replace)
+    rows: list[ResultRow] = []
+    bar = None
+    if evals.progress and compute and len(todo) > 1:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(todo), unit="checkpoint", desc="eval suite")
+    for ck in todo:
+        ck_rows = evaluate_checkpoint(ck, evals)
+        rows += ck_rows
+        if table is not None and compute and ck_rows:
+            write_rows(table, ck_rows, replace=evals.replace)
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    if table is not None and not compute and rows:
+        write_rows(table, rows, replace=evals.replace)
+    return rows
+
+
+# -- compatible entry points -------------------------------------------------------------------------------
+def suite_rows(run_dir: str | Path, eval_name: str = "val_loss") -> list[ResultRow]:
+    """The recorded-loss rows of one run (one per complete snapshot with a ``val_loss``)."""
+    rows = evaluate_suite([run_dir], None, SuiteEvalConfig(progress=False))
+    return [dataclasses.replace(r, eval=eval_name) for r in rows]
+
+
 def write_suite_table(run_dirs: list[str | Path], table: str | Path) -> tuple[int, int]:
-    """Append the rows of every run to ``table`` (CSV/JSON); returns (added, skipped as already present)."""
-    rows = [row for run in run_dirs for row in suite_rows(run)]
-    return append_rows(table, rows)
+    """Add the recorded-loss rows of every run to ``table``; returns (added, skipped as already present)."""
+    rows = evaluate_suite(run_dirs, None, SuiteEvalConfig(progress=False))
+    return write_rows(table, rows)
 
 
 @torch.no_grad()
 def evaluate_snapshot(
     snapshot: str | Path, split_dir: str | Path, seq_len: int, batch_size: int = 8, max_sequences: int = 0
 ) -> float:
-    """Mean next-token loss (nats) of a snapshot over a prepared split's fixed validation sequences."""
+    """Mean next-token loss (nats) over a prepared split's fixed validation sequences, as the trainer
+    measures it (the same sequences, the same mean), with the lean inference model."""
+    import torch.nn.functional as F
+
     from trilm.data.sampler import ValidationSet
     from trilm.data.shards import TokenShards
-    from trilm.model.io import load_model
+    from trilm.infer import load_inference_model
 
-    model = load_model(snapshot, tp=1).eval()
+    model = load_inference_model(snapshot)
     valid = ValidationSet(TokenShards.open(split_dir), seq_len, max_sequences)
     total, count = 0.0, 0
     for batch in valid.batches(batch_size):
-        loss = model(batch[:, :-1], labels=batch[:, 1:])
-        total += float(loss.double().sum())
-        count += loss.numel()
+        logits = model(batch[:, :-1]).float()
+        loss = F.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten(), reduction="sum")
+        total += float(loss.double())
+        count += batch[:, 1:].numel()
     return total / count

@@ -1,1 +1,3 @@
-"""Exports of trilm snapshots to other ecosystems (Hugging Face now; packed and GGUF build on the codec)."""
+"""Exports of trilm snapshots that real clients load: Hugging Face (with tokenizer files), packed snapshots,
+GGUF for llama.cpp, whole suites; and the Hugging Face import (``trilm export`` / ``trilm import``;
+docs/export.md)."""

@@ -1,52 +1,131 @@
-"""``trilm export hf SNAPSHOT OUT`` and ``trilm import hf HF_DIR OUT``.
+"""``trilm export hf|packed|gguf SNAPSHOT OUT``, ``trilm export suite RUN… --out SUITE``, ``trilm import hf``.
 
-Export writes an ordinary ``LlamaForCausalLM`` directory (TriLM/BiLM weights materialised as γ·Ŵ, Spectra's
-"unpacked" release format); import turns such a directory into a trilm snapshot.
+Usage::
+
+    trilm export hf     runs/quickstart/trilm-tiny/snapshots/step-80 out/trilm-tiny-hf [--dtype float16]
+    trilm export packed runs/quickstart/trilm-tiny/snapshots/step-80 out/trilm-tiny-packed
+    trilm export gguf   runs/quickstart/trilm-tiny/snapshots/step-80 out/t.gguf [--type f16|q8_0|tq1_0|tq2_0]
+    trilm export suite  runs/quickstart/trilm-tiny runs/quickstart/floatlm-tiny --out runs/quickstart/suite
+    trilm import hf     out/trilm-tiny-hf out/snapshot [--family trilm]
+
+Exports refuse a snapshot without its COMPLETE marker and an output that holds another export.
 """
 
 from __future__ import annotations
 
 import argparse
 
-import torch
-from safetensors.torch import load_file
-
-from trilm.model.hf import export_hf, import_hf
-from trilm.model.io import build_model, save_model
-from trilm.model.snapshot import WEIGHTS_FILE, SnapshotMeta, read_snapshot
-
-_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+from trilm.config import ConfigError
 
 
 def build_parser(parser: argparse.ArgumentParser, command: str) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = __doc__.split("\n\n", 1)[1]
     sub = parser.add_subparsers(dest="target", required=True)
-    hf = sub.add_parser("hf", help="Hugging Face LlamaForCausalLM directory")
-    if command == "export":
-        hf.add_argument("snapshot", help="trilm snapshot directory (model.safetensors + config.json)")
-        hf.add_argument("out", help="output directory")
-        hf.add_argument("--dtype", choices=list(_DTYPES), default="float16")
-    else:
-        hf.add_argument("hf_dir", help="directory with config.json and *.safetensors")
-        hf.add_argument("out", help="output trilm snapshot directory")
+    if command == "import":
+        hf = sub.add_parser("hf", help="a Hugging Face LlamaForCausalLM directory → trilm snapshot")
+        hf.add_argument(
+            "hf_dir", help="directory with config.json and model.safetensors (or a sharded index)"
+        )
+        hf.add_argument("out", help="output trilm snapshot directory (new or empty)")
         hf.add_argument(
             "--family",
             choices=["floatlm", "trilm", "bilm"],
             default=None,
             help="default: from the config's trilm section, else floatlm",
         )
+        parser.set_defaults(command=command)
+        return
+    snapshot_help = "trilm snapshot directory (with its COMPLETE marker)"
+    tok_help = "tokenizer.model to use when none is next to the snapshot or in its run (hash-checked)"
+    hf = sub.add_parser(
+        "hf", help="unpacked LlamaForCausalLM directory with tokenizer files and a model card"
+    )
+    hf.add_argument("snapshot", help=snapshot_help)
+    hf.add_argument("out", help="output directory (new, empty, or an earlier export of this snapshot)")
+    hf.add_argument(
+        "--dtype",
+        choices=["float16", "bfloat16", "float32"],
+        default="float16",
+        help="weight dtype (default: float16)",
+    )
+    hf.add_argument("--tokenizer", default=None, help=tok_help)
+
+    packed = sub.add_parser("packed", help="packed snapshot: ternary/binary codes + partition scales")
+    packed.add_argument("snapshot", help=snapshot_help)
+    packed.add_argument("out", help="output directory (new, empty, or an earlier export of this snapshot)")
+    packed.add_argument(
+        "--dtype",
+        choices=["float16", "bfloat16", "float32"],
+        default="float16",
+        help="dtype of the float tensors: embedding, norms, head (default: float16)",
+    )
+    packed.add_argument("--tokenizer", default=None, help=tok_help)
+
+    suite = sub.add_parser("suite", help="every checkpoint of runs as latent, HF, packed and GGUF + index")
+    suite.add_argument("runs", nargs="+", help="run directories (with snapshots/) or snapshots")
+    suite.add_argument("--out", required=True, help="suite directory (reruns skip finished checkpoints)")
+    suite.add_argument("--steps", default="", help="comma-separated steps to export (default: all)")
+    suite.add_argument("--hf-dtype", choices=["float16", "bfloat16", "float32"], default="float16")
+    suite.add_argument("--no-packed", action="store_true")
+    suite.add_argument("--no-gguf", action="store_true")
+    suite.add_argument("--table", default="", help="results table whose rows go into the model cards")
+    suite.add_argument("--no-progress", action="store_true")
+
+    gguf = sub.add_parser("gguf", help="GGUF file for llama.cpp (F16/Q8_0; TriLM/BiLM also TQ1_0/TQ2_0)")
+    gguf.add_argument("snapshot", help=snapshot_help)
+    gguf.add_argument("out", help="output .gguf file")
+    gguf.add_argument(
+        "--type",
+        choices=["f16", "q8_0", "tq1_0", "tq2_0"],
+        default=None,
+        help="block weight type (default: tq2_0 for TriLM/BiLM, f16 for FloatLM)",
+    )
+    gguf.add_argument("--tokenizer", default=None, help=tok_help)
     parser.set_defaults(command=command)
 
 
 def run(args) -> int:
-    if args.command == "export":
-        cfg, _ = read_snapshot(args.snapshot)
-        state = load_file(f"{args.snapshot}/{WEIGHTS_FILE}")
-        out = export_hf(cfg, state, args.out, dtype=_DTYPES[args.dtype])
-        print(f"wrote {out} ({cfg.family}, {cfg.name}, scale partitions {cfg.scale_partitions(1)})")
+    if args.command == "import":
+        from trilm.export.hf import import_snapshot_hf
+
+        out = import_snapshot_hf(args.hf_dir, args.out, family=args.family)
+        print(f"wrote snapshot {out}")
         return 0
-    cfg, state = import_hf(args.hf_dir, family=args.family)
-    model = build_model(cfg, tp=1, seed=None)
-    model.load_full_state_dict(state)
-    save_model(model, args.out, meta=SnapshotMeta(imported_from=str(args.hf_dir)))
-    print(f"wrote snapshot {args.out} ({cfg.family}, hidden {cfg.hidden}, layers {cfg.layers})")
-    return 0
+    if args.target == "hf":
+        from trilm.export.hf import export_snapshot_hf
+
+        out = export_snapshot_hf(args.snapshot, args.out, dtype=args.dtype, tokenizer=args.tokenizer)
+        print(f"wrote {out} (LlamaForCausalLM, {args.dtype}, tokenizer files, model card)")
+        return 0
+    if args.target == "packed":
+        from trilm.export.packed import export_snapshot_packed
+
+        report = export_snapshot_packed(args.snapshot, args.out, dtype=args.dtype, tokenizer=args.tokenizer)
+        print(report.summary())
+        return 0
+    if args.target == "suite":
+        from trilm.export.suite import SuiteExportConfig, export_suite
+
+        cfg = SuiteExportConfig(
+            out=args.out,
+            hf_dtype=args.hf_dtype,
+            packed=not args.no_packed,
+            gguf=not args.no_gguf,
+            steps=[int(s) for s in args.steps.split(",") if s.strip()],
+            table=args.table,
+            progress=not args.no_progress,
+        )
+        entries, written = export_suite(args.runs, cfg)
+        print(f"{args.out}: {written} checkpoints written now, {len(entries)} in the suite index")
+        for e in entries:
+            sizes = ", ".join(f"{k} {v / 2**20:.2f} MiB" for k, v in e["bytes"].items())
+            print(f"  {e['run']:<24} step {e['step']:>7}  {sizes}")
+        return 0
+    if args.target == "gguf":
+        from trilm.export.gguf import export_snapshot_gguf
+
+        report = export_snapshot_gguf(args.snapshot, args.out, qtype=args.type, tokenizer=args.tokenizer)
+        print(report.summary())
+        return 0
+    raise ConfigError(f"unknown export target {args.target!r}")

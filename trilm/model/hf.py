@@ -1,12 +1,20 @@
-"""Hugging Face interop: trilm snapshots ⇄ ``LlamaForCausalLM`` directories.
+"""Hugging Face interop: trilm canonical tensors ⇄ ``LlamaForCausalLM`` directories.
 
 Export writes what Spectra released: an ordinary LLaMA checkpoint. For TriLM/BiLM the block weights are the
 *materialised* quantized values γ·Ŵ ("unpacked"), with ``pretraining_model_parallel`` in config.json
-naming the scale partitions, so plain transformers reproduces the ternary model's logits.
+naming the scale partitions, so plain transformers reproduces the ternary model's logits. ``config.json``
+is written in the key names of transformers 4.x *and* 5.x (``rope_theta`` and ``rope_parameters``,
+``torch_dtype`` and ``dtype``): a 4.x reader of a 5.x-only file silently falls back to θ = 10,000.
 
-Import reads such a directory back. A FloatLM comes back as is. An unpacked TriLM/BiLM cannot return its
-latent weights (they were never released), but its forward pass can be recovered exactly: per scale cell the
-latent weights are set to W̃·(γ − ε)/mean|W̃|, whose absmean re-quantization yields the same codes and γ.
+Import reads such a directory back, and refuses what a trilm model cannot represent instead of dropping it:
+RoPE scaling, an activation other than SiLU, biases, tied embeddings, a head_dim that is not
+hidden/heads. Weights come from ``model.safetensors`` or from the shards that
+``model.safetensors.index.json`` names; a folder with several candidate weight files and no index is
+ambiguous and refused. A missing, unexpected or misshapen tensor is named by its Hugging Face name.
+
+A FloatLM comes back as is. An unpacked TriLM/BiLM cannot return its latent weights (they were never
+released), but its forward pass can be recovered exactly: per scale cell the latent weights are set to
+W̃·(γ − ε)/mean|W̃|, whose absmean re-quantization yields the same codes and γ.
 """
 
 from __future__ import annotations
@@ -14,13 +22,21 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors import safe_open
+from safetensors.torch import save_file
 
 from trilm.config import ConfigError
 from trilm.model.config import ModelConfig, QuantConfig
 from trilm.model.quant import ScaleLayout, canonical_layout, quantize_weight, weight_scales
+from trilm.model.snapshot import canonical_shapes
+
+WEIGHTS_NAME = "model.safetensors"
+INDEX_NAME = "model.safetensors.index.json"
+DEFAULT_BOS_ID, DEFAULT_EOS_ID = 1, 2  # trilm's SentencePiece ids (unk 0, bos 1, eos 2)
+_SILU = ("silu", "swish")
 
 _LAYER_MAP = {
     "attn_norm.weight": "input_layernorm.weight",
@@ -59,6 +75,16 @@ def trilm_name(name: str) -> str:
     raise KeyError(name)
 
 
+def check_uniform(cfg: ModelConfig) -> None:
+    """Refuse per-layer shapes (structurally pruned models): a LlamaConfig has one size for every layer."""
+    if not cfg.is_uniform:
+        raise ConfigError(
+            f"{cfg.name}: per-layer head counts / FFN widths (a structurally pruned model) cannot be "
+            "expressed in a Hugging Face LlamaConfig, which has one size for every layer; use the trilm "
+            "snapshot or the packed export instead"
+        )
+
+
 def dequantized_state_dict(cfg: ModelConfig, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Canonical tensors with every quantized block matrix replaced by its quantized image γ·Ŵ."""
     out = {}
@@ -72,56 +98,91 @@ def dequantized_state_dict(cfg: ModelConfig, state: dict[str, torch.Tensor]) -> 
     return out
 
 
-def hf_config_dict(cfg: ModelConfig, dtype: torch.dtype = torch.float32) -> dict:
-    from transformers import LlamaConfig
-
-    if not cfg.is_uniform:
-        raise ConfigError(
-            f"{cfg.name}: per-layer head counts / FFN widths (a structurally pruned model) cannot be "
-            "expressed in a Hugging Face LlamaConfig, which has one size for every layer; use the trilm "
-            "snapshot or the packed export instead"
-        )
-
-    hf = LlamaConfig(
-        vocab_size=cfg.padded_vocab,
-        hidden_size=cfg.hidden,
-        intermediate_size=cfg.ffn,
-        num_hidden_layers=cfg.layers,
-        num_attention_heads=cfg.heads,
-        num_key_value_heads=cfg.num_kv_heads,
-        head_dim=cfg.head_dim,
-        max_position_embeddings=cfg.context,
-        rms_norm_eps=cfg.norm_eps,
-        rope_theta=cfg.rope_theta,
-        tie_word_embeddings=False,
-        attention_bias=False,
-        mlp_bias=False,
-        hidden_act="silu",
-        initializer_range=cfg.init_std,
-        torch_dtype=str(dtype).removeprefix("torch."),
-        architectures=["LlamaForCausalLM"],
-    )
-    data = hf.to_dict()
-    data["pretraining_model_parallel"] = cfg.scale_partitions(1) if cfg.family != "floatlm" else 1
-    data["trilm"] = {
-        "family": cfg.family,
-        "name": cfg.name,
-        "vocab_size": cfg.vocab_size,
-        "quant": cfg.quant.to_dict(),
+def hf_config_dict(
+    cfg: ModelConfig,
+    dtype: torch.dtype = torch.float32,
+    *,
+    bos_token_id: int | list[int] | None = DEFAULT_BOS_ID,
+    eos_token_id: int | list[int] | None = DEFAULT_EOS_ID,
+) -> dict[str, Any]:
+    """``config.json`` of a ``LlamaForCausalLM``, readable by transformers 4.x and 5.x alike."""
+    check_uniform(cfg)
+    dtype_name = str(dtype).removeprefix("torch.")
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": cfg.padded_vocab,
+        "hidden_size": cfg.hidden,
+        "intermediate_size": cfg.ffn,
+        "num_hidden_layers": cfg.layers,
+        "num_attention_heads": cfg.heads,
+        "num_key_value_heads": cfg.num_kv_heads,
+        "head_dim": cfg.head_dim,
+        "hidden_act": "silu",
+        "max_position_embeddings": cfg.context,
+        "initializer_range": cfg.init_std,
+        "rms_norm_eps": cfg.norm_eps,
+        "use_cache": True,
+        "pad_token_id": None,
+        "bos_token_id": bos_token_id,
+        "eos_token_id": eos_token_id,
+        "pretraining_tp": 1,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "mlp_bias": False,
+        "rope_theta": cfg.rope_theta,  # transformers 4.x
+        "rope_scaling": None,
+        "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_theta},  # transformers 5.x
+        "torch_dtype": dtype_name,  # transformers 4.x
+        "dtype": dtype_name,  # transformers 5.x
+        "pretraining_model_parallel": cfg.scale_partitions(1) if cfg.family != "floatlm" else 1,
+        "trilm": {
+            "family": cfg.family,
+            "name": cfg.name,
+            "vocab_size": cfg.vocab_size,
+            "pad_vocab_to": cfg.pad_vocab_to,
+            "quant": cfg.quant.to_dict(),
+        },
     }
-    return data
+
+
+def generation_config_dict(
+    bos_token_id: int | list[int] | None, eos_token_id: int | list[int] | None
+) -> dict[str, Any]:
+    """``generation_config.json``: the special ids; greedy unless the caller asks to sample."""
+    return {"bos_token_id": bos_token_id, "eos_token_id": eos_token_id, "do_sample": False}
 
 
 def export_hf(
-    cfg: ModelConfig, state: dict[str, torch.Tensor], out_dir: str | Path, dtype=torch.float32
+    cfg: ModelConfig,
+    state: dict[str, torch.Tensor],
+    out_dir: str | Path,
+    dtype=torch.float32,
+    *,
+    bos_token_id: int | list[int] | None = DEFAULT_BOS_ID,
+    eos_token_id: int | list[int] | None = DEFAULT_EOS_ID,
+    dequantize: bool = True,
 ) -> Path:
-    """Write ``config.json`` + ``model.safetensors`` loadable by ``LlamaForCausalLM.from_pretrained``."""
+    """Write ``config.json``, ``generation_config.json`` and ``model.safetensors`` into ``out_dir``.
+
+    ``state`` holds canonical tensors; with ``dequantize`` (the default) TriLM/BiLM latent block weights are
+    replaced by γ·Ŵ, otherwise they are taken as already materialised.
+    """
+    check_uniform(cfg)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    weights = dequantized_state_dict(cfg, state)
-    hf_state = {hf_name(k): v.to(dtype).contiguous() for k, v in weights.items()}
-    save_file(hf_state, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
-    (out_dir / "config.json").write_text(json.dumps(hf_config_dict(cfg, dtype), indent=2))
+    expected = canonical_shapes(cfg)
+    missing = sorted(set(expected) - set(state))
+    if missing:
+        raise ConfigError(f"export_hf: canonical tensors missing: {missing[:5]}")
+    weights = dequantized_state_dict(cfg, state) if dequantize else state
+    hf_state = {hf_name(k): weights[k].to(dtype).contiguous() for k in expected}
+    save_file(hf_state, str(out_dir / WEIGHTS_NAME), metadata={"format": "pt"})
+    config = hf_config_dict(cfg, dtype, bos_token_id=bos_token_id, eos_token_id=eos_token_id)
+    (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    generation = generation_config_dict(bos_token_id, eos_token_id)
+    (out_dir / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
     return out_dir
 
 
@@ -153,70 +214,205 @@ def read_hf_config(directory: str | Path) -> dict:
         raise ConfigError(f"{path}: invalid JSON: {exc}") from None
 
 
+def _rope_theta(data: dict, path: str) -> float:
+    """θ from either key form; any scaling (4.x ``rope_scaling``, 5.x ``rope_parameters``) is refused."""
+    scaling = data.get("rope_scaling")
+    if scaling:
+        raise ConfigError(
+            f"{path}: rope_scaling {scaling} is not supported (trilm models use plain RoPE; importing would "
+            "change the logits)"
+        )
+    params = data.get("rope_parameters") or {}
+    if not isinstance(params, dict):
+        raise ConfigError(f"{path}: rope_parameters {params!r}: expected an object")
+    kind = params.get("rope_type", params.get("type", "default"))
+    extra = sorted(set(params) - {"rope_type", "type", "rope_theta"})
+    if kind != "default" or extra:
+        raise ConfigError(
+            f"{path}: rope_parameters {params} is not supported (only default RoPE with rope_theta)"
+        )
+    theta = params.get("rope_theta", data.get("rope_theta", 10000.0))
+    if "rope_theta" in params and "rope_theta" in data and float(data["rope_theta"]) != float(theta):
+        raise ConfigError(
+            f"{path}: rope_theta {data['rope_theta']} and rope_parameters.rope_theta {theta} disagree"
+        )
+    return float(theta)
+
+
 def model_config_from_hf(data: dict, family: str | None = None, path: str = "config.json") -> ModelConfig:
     arch = data.get("architectures") or ["LlamaForCausalLM"]
     if data.get("model_type", "llama") != "llama" or "LlamaForCausalLM" not in arch:
         raise ConfigError(
             f"{path}: model_type/architectures {data.get('model_type')}/{arch} is not a LLaMA causal LM"
         )
-    for key in ("attention_bias", "mlp_bias", "tie_word_embeddings"):
+    for key in ("attention_bias", "mlp_bias"):
         if data.get(key):
-            raise ConfigError(
-                f"{path}: {key}=true is not supported (trilm models have no biases, untied head)"
-            )
+            raise ConfigError(f"{path}: {key}=true is not supported (trilm models have no biases)")
+    if data.get("tie_word_embeddings"):
+        raise ConfigError(
+            f"{path}: tie_word_embeddings=true is not supported (trilm models have an untied LM head)"
+        )
+    act = data.get("hidden_act", "silu")
+    if act not in _SILU:
+        raise ConfigError(f"{path}: hidden_act {act!r} is not supported (trilm's MLP is SwiGLU with SiLU)")
+    theta = _rope_theta(data, path)
     extra = data.get("trilm", {})
     family = family or extra.get("family", "floatlm")
-    rope = data.get("rope_parameters") or {}
-    theta = rope.get("rope_theta", data.get("rope_theta", 10000.0))
-    if rope.get("rope_type", "default") != "default":
-        raise ConfigError(f"{path}: rope_type {rope.get('rope_type')!r} is not supported (only default RoPE)")
-    vocab = int(data["vocab_size"])
+    try:
+        rows = int(data["vocab_size"])
+        hidden, heads = int(data["hidden_size"]), int(data["num_attention_heads"])
+        ffn, layers = int(data["intermediate_size"]), int(data["num_hidden_layers"])
+    except KeyError as exc:
+        raise ConfigError(f"{path}: missing key {exc.args[0]!r}") from None
+    vocab, pad = int(extra.get("vocab_size", rows)), int(extra.get("pad_vocab_to", 128))
+    if -(-vocab // pad) * pad != rows:
+        vocab, pad = rows, 128 if rows % 128 == 0 else 1
     quant = dict(extra.get("quant", {}))
     if family != "floatlm":
         quant["partitions"] = int(data.get("pretraining_model_parallel", quant.get("partitions") or 1))
-    heads = int(data["num_attention_heads"])
-    if data.get("head_dim") not in (None, data["hidden_size"] // heads):
+    if data.get("head_dim") not in (None, hidden // heads):
         raise ConfigError(f"{path}: head_dim {data['head_dim']} != hidden_size/heads is not supported")
-    return ModelConfig(
-        family=family,
-        name=extra.get("name", Path(str(path)).parent.name or "imported"),
-        vocab_size=int(extra.get("vocab_size", vocab)),
-        pad_vocab_to=1 if vocab % 128 else 128,
-        hidden=int(data["hidden_size"]),
-        ffn=int(data["intermediate_size"]),
-        heads=heads,
-        kv_heads=int(data.get("num_key_value_heads") or heads),
-        layers=int(data["num_hidden_layers"]),
-        context=int(data.get("max_position_embeddings", 2048)),
-        rope_theta=float(theta),
-        norm_eps=float(data.get("rms_norm_eps", 1e-5)),
-        init_std=float(data.get("initializer_range", 0.02)),
-        quant=QuantConfig.from_dict(quant, prefix="trilm.quant."),
+    try:
+        return ModelConfig(
+            family=family,
+            name=extra.get("name", Path(str(path)).parent.name or "imported"),
+            vocab_size=vocab,
+            pad_vocab_to=pad,
+            hidden=hidden,
+            ffn=ffn,
+            heads=heads,
+            kv_heads=int(data.get("num_key_value_heads") or heads),
+            layers=layers,
+            context=int(data.get("max_position_embeddings", 2048)),
+            rope_theta=theta,
+            norm_eps=float(data.get("rms_norm_eps", 1e-5)),
+            init_std=float(data.get("initializer_range", 0.02)),
+            quant=QuantConfig.from_dict(quant, prefix="trilm.quant."),
+        )
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def weight_files(directory: str | Path) -> dict[str, Path]:
+    """HF tensor name → the safetensors file holding it, from the index or the one weights file."""
+    directory = Path(directory)
+    candidates = sorted(p for p in directory.glob("*.safetensors"))
+    index = directory / INDEX_NAME
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise ConfigError(f"{index}: not a safetensors index (no weight_map): {exc}") from None
+        named = {directory / f for f in weight_map.values()}
+        absent = sorted(str(p) for p in named if not p.is_file())
+        if absent:
+            raise ConfigError(f"{index}: names shard(s) that do not exist: {', '.join(absent)}")
+        stray = [p.name for p in candidates if p not in named]
+        if stray:
+            raise ConfigError(
+                f"{directory}: ambiguous weights: {', '.join(stray)} not named by {INDEX_NAME}; remove them "
+                "or the index"
+            )
+        return {name: directory / f for name, f in weight_map.items()}
+    if len(candidates) > 1:
+        raise ConfigError(
+            f"{directory}: ambiguous weights: {len(candidates)} safetensors files "
+            f"({', '.join(p.name for p in candidates)}) and no {INDEX_NAME} saying which to read"
+        )
+    if not candidates:
+        other = sorted(p.name for p in directory.glob("*.bin")) + sorted(
+            p.name for p in directory.glob("*.pt")
+        )
+        hint = f" ({', '.join(other)} found: only safetensors weights are read)" if other else ""
+        raise ConfigError(f"{directory}: no {WEIGHTS_NAME}{hint}")
+    with safe_open(str(candidates[0]), framework="pt") as fh:
+        return {name: candidates[0] for name in fh.keys()}  # noqa: SIM118 - safe_open has no __iter__
+
+
+@dataclasses.dataclass
+class HFModel:
+    """What an HF directory holds, in trilm terms."""
+
+    cfg: ModelConfig
+    state: dict[str, torch.Tensor]
+    bos_token_id: int | list[int] | None
+    eos_token_id: int | list[int] | None
+    tokenizer_model: Path | None
+    add_bos: bool | None
+    """``add_bos_token`` of its ``tokenizer_config.json`` (None when it does not say)."""
+
+
+def read_hf(directory: str | Path, family: str | None = None) -> HFModel:
+    """Read and validate a ``LlamaForCausalLM`` directory (see the module docstring for what is refused)."""
+    directory = Path(directory)
+    config_path = directory / "config.json"
+    data = read_hf_config(directory)
+    cfg = model_config_from_hf(data, family, str(config_path))
+    expected = {hf_name(k): (k, s) for k, s in canonical_shapes(cfg).items()}
+    files = weight_files(directory)
+    unexpected = sorted(n for n in files if n not in expected and not n.endswith("rotary_emb.inv_freq"))
+    if unexpected:
+        biases = [n for n in unexpected if n.endswith(".bias")]
+        what = (
+            "bias tensors (trilm models have no biases)" if biases else "tensors a LLaMA model does not have"
+        )
+        shown = biases or unexpected
+        raise ConfigError(f"{directory}: {what}: {', '.join(shown[:5])}{' …' if len(shown) > 5 else ''}")
+    missing = [n for n in expected if n not in files]
+    if missing:
+        tied = "lm_head.weight" in missing and len(missing) == 1
+        reason = " (tied embeddings are not supported)" if tied else ""
+        raise ConfigError(
+            f"{directory}: missing tensor(s) {', '.join(missing[:5])}{' …' if len(missing) > 5 else ''}"
+            f"{reason}"
+        )
+    state: dict[str, torch.Tensor] = {}
+    by_file: dict[Path, list[str]] = {}
+    for name in expected:
+        by_file.setdefault(files[name], []).append(name)
+    for path, names in by_file.items():
+        with safe_open(str(path), framework="pt") as fh:
+            present = set(fh.keys())
+            for name in names:
+                if name not in present:
+                    raise ConfigError(f"{path}: tensor {name} is not in this file (the index says it is)")
+                tensor = fh.get_tensor(name)
+                canonical, shape = expected[name]
+                if tuple(tensor.shape) != shape:
+                    raise ConfigError(
+                        f"{path}: tensor {name} has shape {tuple(tensor.shape)}, config.json implies {shape}"
+                    )
+                state[canonical] = tensor.float()
+    for name, tensor in state.items():
+        layout = canonical_layout(cfg, name)
+        if layout is not None:
+            state[name] = _restore_latent(tensor, layout)
+    tok_config = _read_json(directory / "tokenizer_config.json")
+    add_bos = tok_config.get("add_bos_token") if tok_config else None
+    model = directory / "tokenizer.model"
+    return HFModel(
+        cfg=cfg,
+        state=state,
+        bos_token_id=data.get("bos_token_id"),
+        eos_token_id=data.get("eos_token_id"),
+        tokenizer_model=model if model.is_file() else None,
+        add_bos=None if add_bos is None else bool(add_bos),
     )
+
+
+def _read_json(path: Path) -> dict:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: invalid JSON: {exc}") from None
+    return data if isinstance(data, dict) else {}
 
 
 def import_hf(
     directory: str | Path, family: str | None = None
 ) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
     """(config, canonical state) from a ``LlamaForCausalLM`` directory with safetensors weights."""
-    directory = Path(directory)
-    cfg = model_config_from_hf(read_hf_config(directory), family, str(directory / "config.json"))
-    files = sorted(directory.glob("*.safetensors"))
-    if not files:
-        raise ConfigError(f"{directory}: no *.safetensors weights found")
-    state: dict[str, torch.Tensor] = {}
-    for f in files:
-        for key, tensor in load_file(str(f)).items():
-            if key.endswith("rotary_emb.inv_freq"):
-                continue
-            try:
-                state[trilm_name(key)] = tensor.float()
-            except KeyError:
-                raise ConfigError(f"{f}: unexpected tensor {key!r} for a LLaMA model") from None
-    if "head.weight" not in state:
-        raise ConfigError(f"{directory}: lm_head.weight missing (tied embeddings are not supported)")
-    for name, tensor in state.items():
-        layout = canonical_layout(cfg, name)
-        if layout is not None:
-            state[name] = _restore_latent(tensor, layout)
-    return cfg, state
+    model = read_hf(directory, family)
+    return model.cfg, model.state

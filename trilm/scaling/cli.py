@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from trilm.config import require_directory_path
 from trilm.scaling.analyze import analyze
 from trilm.scaling.fit import HUBER_DELTA
 from trilm.scaling.results import AnalysisConfig
@@ -99,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
         delta=args.delta,
     )
     out = args.out or args.tables[0].parent / "scaling"
+    require_directory_path(out, "--out")
     report = analyze(args.tables, out, cfg)
     fitted = sum(bool(fa.law_x) + bool(fa.law_nd) for fa in report.families.values()) + len(report.run_fits)
     print(

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from trilm.scaling.table import ResultRow, default_linear_bits, model_bits
+from trilm.bits import family_linear_bits, model_bits
+from trilm.scaling.table import ResultRow
 
 # name: (params, non-embedding linear params, embedding + LM head params)
 SPECTRA_SIZES: dict[str, tuple[float, float, float]] = {
@@ -51,7 +52,7 @@ def synthetic_suite(
     rng = np.random.default_rng(seed)
     rows = []
     for family, law in laws.items():
-        linear_bits = default_linear_bits(family)
+        linear_bits = family_linear_bits(family)
         if linear_bits is None:
             linear_bits = 16.0
         for size, (params, linear, embed) in sizes.items():

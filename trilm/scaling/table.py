@@ -24,74 +24,52 @@ Further columns are allowed, kept in :attr:`ResultRow.extra` and written back. A
 ``(run, step, eval)``: :func:`append_rows` skips rows already present and refuses to overwrite a row whose
 values differ. Every read error names the file, the line (CSV/JSONL) or row index (JSON) and the column.
 
-**Bits per parameter.** ``bits_per_param = model_bits(linear, N − linear, linear_bits) / N`` where the
-quantized linears are stored at ``linear_bits`` and everything else (embedding, LM head, norms) at 16 bits:
-TriLM ``log2(3) ≈ 1.585``, BiLM 1, FloatLM 16, a QuantLM ``bits + (scale_bits + zero_bits) / group_size``
-(:func:`quantized_linear_bits`). The model size in bits, the x-axis of the size comparison, is
-``params · bits_per_param``.
+**Bits per parameter** come from :mod:`trilm.bits`, the one definition: ``bits_per_param =
+model_bits(linear, N − linear, linear_bits) / N`` where the quantized linears count at their *value* bits
+and everything else (embedding, LM head, norms) at 16: TriLM ``log2(3) ≈ 1.585``, BiLM 1, FloatLM 16, a
+QuantLM the bits its method's paper counts (GPTQ ``b + (16 + b) / g``). The model size in bits, the x-axis
+of the size comparison, is ``params · bits_per_param``. Stored bits (bytes on disk) go in an extra column
+``stored_bits_per_param`` where an evaluation knows them.
 """
 
 from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import json
 import math
 import os
-import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from trilm.config import ConfigError
+from trilm.bits import FLOAT_BITS, TERNARY_BITS, family_kind, family_linear_bits, model_bits
+from trilm.bits import bits_per_param as _bits_per_param
+from trilm.bits import family_linear_bits as default_linear_bits
+from trilm.bits import group_quant_bits as quantized_linear_bits
 
-TERNARY_BITS = math.log2(3.0)
-FLOAT_BITS = 16.0
+# the bit helpers are trilm.bits', re-exported under the names the table has always had
+__all__ = [
+    "COLUMNS",
+    "FLOAT_BITS",
+    "TERNARY_BITS",
+    "ResultRow",
+    "TableError",
+    "append_rows",
+    "default_linear_bits",
+    "family_kind",
+    "model_bits",
+    "quantized_linear_bits",
+    "read_table",
+    "row_from_record",
+    "write_table",
+]
+from trilm.config import ConfigError
 
 
 class TableError(ConfigError):
     """A results table cannot be read or written; the message names the file, line and column."""
-
-
-def model_bits(
-    linear_params: float, other_params: float, linear_bits: float, other_bits: float = FLOAT_BITS
-) -> float:
-    """Storage size of a model in bits: quantized linears at ``linear_bits``, the rest at ``other_bits``."""
-    if linear_params < 0 or other_params < 0:
-        raise TableError(f"model_bits: parameter counts must be ≥ 0, got {linear_params}, {other_params}")
-    return linear_bits * linear_params + other_bits * other_params
-
-
-def quantized_linear_bits(
-    bits: float, group_size: int = 128, scale_bits: float = 16.0, zero_bits: float = 0.0
-) -> float:
-    """Bits per weight of a group-quantized linear: the codes plus one scale (and zero point) per group."""
-    if group_size <= 0:
-        raise TableError(f"quantized_linear_bits: group_size must be > 0, got {group_size}")
-    return bits + (scale_bits + zero_bits) / group_size
-
-
-def family_kind(family: str) -> str:
-    """``trilm``, ``floatlm``, ``bilm``, ``quantlm`` or ``other``, from a family name."""
-    name = family.strip().lower()
-    if name in ("trilm", "floatlm", "bilm"):
-        return name
-    return "quantlm" if name.startswith("quantlm") else "other"
-
-
-def default_linear_bits(family: str, group_size: int = 128) -> float | None:
-    """Bits per linear weight implied by a family name (``quantlm-gptq-4`` → 4 + 16/group), or None."""
-    kind = family_kind(family)
-    if kind == "trilm":
-        return TERNARY_BITS
-    if kind == "bilm":
-        return 1.0
-    if kind == "floatlm":
-        return FLOAT_BITS
-    if kind == "quantlm":
-        match = re.search(r"-(\d+(?:\.\d+)?)(?:bit)?$", family.strip().lower())
-        return quantized_linear_bits(float(match.group(1)), group_size) if match else None
-    return None
 
 
 _STR, _INT, _FLOAT = "str", "int", "float"
@@ -196,10 +174,10 @@ class ResultRow:
         **extra: Any,
     ) -> ResultRow:
         """Build a row, computing ``bits_per_param`` from ``linear_bits`` (default: from the family name)."""
-        bits = default_linear_bits(family) if linear_bits is None else linear_bits
+        bits = family_linear_bits(family) if linear_bits is None else linear_bits
         if bits is None:
             raise TableError(f"family {family!r}: cannot infer linear bits; pass linear_bits")
-        bpp = model_bits(linear_params, params - linear_params, bits) / params
+        bpp = _bits_per_param(params, linear_params, bits)
         return cls(
             run=run,
             family=family,
@@ -266,10 +244,25 @@ def row_from_record(record: dict[str, Any], where: str) -> ResultRow:
     return ResultRow(**values, extra=extra, source=where)
 
 
+def _read_text(path: Path) -> str:
+    """The file as UTF-8 text; an undecodable byte is a :class:`TableError` naming the line."""
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise TableError(
+            f"{path} line {line}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start});"
+            " save the table as UTF-8"
+        ) from None
+
+
 def _records(path: Path) -> Iterable[tuple[str, dict[str, Any]]]:
     suffix = path.suffix.lower()
+    if suffix in (".csv", ".jsonl", ".json"):
+        text = _read_text(path)
     if suffix == ".csv":
-        with path.open(newline="") as fh:
+        with io.StringIO(text, newline="") as fh:
             reader = csv.DictReader(fh)
             if reader.fieldnames is None:
                 return
@@ -285,7 +278,7 @@ def _records(path: Path) -> Iterable[tuple[str, dict[str, Any]]]:
                     )
                 yield f"{path} line {reader.line_num}", record
     elif suffix == ".jsonl":
-        with path.open() as fh:
+        with io.StringIO(text) as fh:
             for number, line in enumerate(fh, start=1):
                 if not line.strip():
                     continue
@@ -295,7 +288,7 @@ def _records(path: Path) -> Iterable[tuple[str, dict[str, Any]]]:
                     raise TableError(f"{path} line {number}: invalid JSON: {exc.msg}") from None
     elif suffix == ".json":
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise TableError(f"{path} line {exc.lineno}: invalid JSON: {exc.msg}") from None
         rows = data.get("rows") if isinstance(data, dict) else data
@@ -342,16 +335,17 @@ def write_table(path: str | Path, rows: Iterable[ResultRow]) -> Path:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     suffix = path.suffix.lower()
     if suffix == ".csv":
-        with tmp.open("w", newline="") as fh:
+        with tmp.open("w", newline="", encoding="utf-8") as fh:
             writer = csv.DictWriter(fh, fieldnames=[*COLUMNS, *extras], lineterminator="\n")
             writer.writeheader()
             writer.writerows(records)
     elif suffix == ".json":
         tmp.write_text(
-            json.dumps({"format": "trilm-results", "version": 1, "rows": records}, indent=1) + "\n"
+            json.dumps({"format": "trilm-results", "version": 1, "rows": records}, indent=1) + "\n",
+            encoding="utf-8",
         )
     elif suffix == ".jsonl":
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
     else:
         raise TableError(f"{path}: unknown table format {suffix!r}; use .csv, .json or .jsonl")
     os.replace(tmp, path)

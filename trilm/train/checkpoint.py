@@ -3,7 +3,7 @@
 Layout (the contract other tools read)::
 
     run_dir/resolved_config.yaml      the TrainConfig actually used
-    run_dir/tokenizer.model           copy of the tokenizer (+ tokenizer.json with its hash)
+    run_dir/tokenizer.model           copy of the tokenizer (+ tokenizer.trilm.json with its hash)
     run_dir/state/step-N/             resumable state: DeepSpeed engine files + trainer_state.json + rng
     run_dir/snapshots/step-N/         model-only suite member: model.safetensors + config.json (meta inside)
     run_dir/logs/                     metrics.jsonl, events.jsonl, tensorboard

@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from trilm.config import ConfigError
+from trilm.data.tokenizer import sidecar_path
 from trilm.model.flops import flops_per_token, parameter_counts
 from trilm.model.io import save_model
 from trilm.model.snapshot import SnapshotMeta
@@ -92,7 +93,7 @@ class Trainer:
         tok = self.data.tokenizer
         if tok is not None:
             shutil.copyfile(self.cfg.data.tokenizer, self.run.root / "tokenizer.model")
-            (self.run.root / "tokenizer.json").write_text(json.dumps({"hash": tok.hash}))
+            sidecar_path(self.run.root / "tokenizer.model").write_text(json.dumps({"hash": tok.hash}))
 
     def _check_same_run(self) -> None:
         saved = TrainConfig.from_yaml(self.run.config).to_dict()

@@ -1,0 +1,170 @@
+"""GGUF export: read back with gguf's reader, logits of a llama.cpp-convention forward pass, refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from gguf import GGMLQuantizationType, GGUFReader, quants
+
+from trilm.cli import main
+from trilm.config import ConfigError
+from trilm.export.gguf import export_snapshot_gguf
+from trilm.model.io import load_model
+
+WIDE = dict(hidden=256, ffn=768, heads=4, kv_heads=2, layers=2, context=64)
+
+
+def _tensors(path):
+    reader = GGUFReader(path)
+    out = {}
+    for t in reader.tensors:
+        shape = [int(x) for x in reversed(t.shape.tolist())]
+        out[t.name] = torch.from_numpy(quants.dequantize(t.data, t.tensor_type).reshape(shape).copy())
+    fields = {
+        name: f.contents() for name, f in reader.fields.items() if not name.startswith("tokenizer.ggml.t")
+    }
+    return reader, out, fields
+
+
+def _llama_cpp_logits(path, ids: torch.Tensor) -> torch.Tensor:
+    """A forward pass with llama.cpp's conventions for the llama architecture (interleaved RoPE pairs)."""
+    _, w, kv = _tensors(path)
+    heads, kv_heads = kv["llama.attention.head_count"], kv["llama.attention.head_count_kv"]
+    eps, base = kv["llama.attention.layer_norm_rms_epsilon"], kv["llama.rope.freq_base"]
+    x = w["token_embd.weight"][ids]
+    s, d = x.shape[-2], x.shape[-1]
+    hd = d // heads
+    freqs = base ** (-torch.arange(0, hd, 2).float() / hd)
+    angle = torch.arange(s).float()[:, None] * freqs[None, :]
+    cos, sin = angle.cos(), angle.sin()
+
+    def rope(t):  # t (b, s, h, hd): rotate pairs (2j, 2j + 1)
+        a, b = t[..., 0::2], t[..., 1::2]
+        c, n = cos[None, :, None, :], sin[None, :, None, :]
+        return torch.stack([a * c - b * n, a * n + b * c], dim=-1).flatten(-2)
+
+    def norm(t, g):
+        return F.rms_norm(t, (d,), eps=eps) * g
+
+    for i in range(kv["llama.block_count"]):
+        p = f"blk.{i}."
+        h = norm(x, w[p + "attn_norm.weight"])
+        q = rope((h @ w[p + "attn_q.weight"].T).view(*h.shape[:2], heads, hd)).transpose(1, 2)
+        k = rope((h @ w[p + "attn_k.weight"].T).view(*h.shape[:2], kv_heads, hd)).transpose(1, 2)
+        v = (h @ w[p + "attn_v.weight"].T).view(*h.shape[:2], kv_heads, hd).transpose(1, 2)
+        att = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        x = x + att.transpose(1, 2).reshape(*h.shape) @ w[p + "attn_output.weight"].T
+        h = norm(x, w[p + "ffn_norm.weight"])
+        gate, up = h @ w[p + "ffn_gate.weight"].T, h @ w[p + "ffn_up.weight"].T
+        x = x + (F.silu(gate) * up) @ w[p + "ffn_down.weight"].T
+    return norm(x, w["output_norm.weight"]) @ w["output.weight"].T
+
+
+def _ids():
+    return torch.randint(0, 512, (2, 24), generator=torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize("qtype", ["tq2_0", "tq1_0"])
+def test_trilm_tq_is_exact_with_tp_partition_scales_folded(make_snapshot, tmp_path, qtype):
+    snap = make_snapshot("trilm", seed=3, quant={"partitions": 2}, **WIDE)
+    out = tmp_path / f"m-{qtype}.gguf"
+    report = export_snapshot_gguf(snap, out, qtype=qtype)
+    # o_proj: 256 columns in 2 partitions of 128 straddle a block; down_proj: 768 in 2 × 384 as well
+    names = ("attn_output", "ffn_down")
+    assert report.folded == [f"blk.{i}.{n}.weight" for i in range(2) for n in names]
+    reader, w, kv = _tensors(out)
+    want_type = GGMLQuantizationType[qtype.upper()]
+    types = {t.name: t.tensor_type for t in reader.tensors}
+    assert all(
+        types[n] == want_type for n in w if n.startswith("blk.") and n.endswith(("q.weight", "down.weight"))
+    )
+    assert types["token_embd.weight"] == GGMLQuantizationType.F16
+    assert types["blk.0.attn_norm.weight"] == GGMLQuantizationType.F32
+    assert kv["general.file_type"] == (36 if qtype == "tq1_0" else 37)
+    assert kv["tokenizer.ggml.add_bos_token"] is False and kv["tokenizer.ggml.model"] == "llama"
+    assert kv["tokenizer.ggml.eos_token_id"] == 2 and kv["llama.vocab_size"] == 512
+    for name, tensor in w.items():  # at most one non-zero magnitude per 256-block: ternary, exactly
+        if name.startswith("blk.") and tensor.dim() == 2:
+            blocks = tensor.abs().reshape(tensor.shape[0], -1, 256)
+            assert ((blocks == 0) | (blocks == blocks.amax(-1, keepdim=True))).all(), name
+    model = load_model(snap, tp=1).eval()
+    with torch.no_grad():
+        ours = model(_ids())
+    theirs = _llama_cpp_logits(out, _ids())
+    assert (ours - theirs).abs().max() < 2e-3 * ours.abs().max()
+
+
+def test_floatlm_f16_and_q8_0_read_back_and_reproduce_logits(make_snapshot, tmp_path, capsys):
+    snap = make_snapshot("floatlm", seed=4, **WIDE)
+    model = load_model(snap, tp=1).eval()
+    with torch.no_grad():
+        ours = model(_ids())
+    assert main(["export", "gguf", str(snap), str(tmp_path / "f16.gguf")]) == 0
+    assert "read back with gguf" in capsys.readouterr().out
+    assert (ours - _llama_cpp_logits(tmp_path / "f16.gguf", _ids())).abs().max() < 1e-2
+    export_snapshot_gguf(snap, tmp_path / "q8.gguf", qtype="q8_0")
+    _, _, kv = _tensors(tmp_path / "q8.gguf")
+    assert kv["general.file_type"] == 7
+    q8 = _llama_cpp_logits(tmp_path / "q8.gguf", _ids())
+    assert (ours - q8).abs().max() < 5e-2 and not torch.equal(ours, q8)
+
+
+def test_refusals_name_the_tensor_and_never_fall_back(make_snapshot, tmp_path):
+    narrow = make_snapshot("trilm", run="narrow")  # hidden 64: rows of 64 weights
+    with pytest.raises(
+        ConfigError, match=r"blk\.0\.attn_q\.weight has rows of 64 weights, not a multiple of 256"
+    ):
+        export_snapshot_gguf(narrow, tmp_path / "n.gguf", qtype="tq1_0")
+    assert not (tmp_path / "n.gguf").exists()
+    assert export_snapshot_gguf(narrow, tmp_path / "n.gguf", qtype="f16").qtype == "f16"
+    grouped = make_snapshot("trilm", run="grouped", quant={"scale_group": "group:128"}, **WIDE)
+    with pytest.raises(
+        ConfigError, match=r"blk\.0\.attn_q\.weight: its 256-weight blocks hold more than one"
+    ):
+        export_snapshot_gguf(grouped, tmp_path / "g.gguf", qtype="tq2_0")
+    floatlm = make_snapshot("floatlm", run="float", **WIDE)
+    with pytest.raises(ConfigError, match="a FloatLM is not ternary"):
+        export_snapshot_gguf(floatlm, tmp_path / "f.gguf", qtype="tq2_0")
+    with pytest.raises(ConfigError, match="holds another export"):
+        export_snapshot_gguf(floatlm, tmp_path / "n.gguf", qtype="f16")
+    assert not list(tmp_path.glob(".tmp-*"))
+
+
+def test_bilm_tq2_0_is_exact(make_snapshot, tmp_path):
+    snap = make_snapshot("bilm", seed=1, **WIDE)
+    export_snapshot_gguf(snap, tmp_path / "b.gguf", qtype="tq2_0")
+    _, w, _ = _tensors(tmp_path / "b.gguf")
+    q = w["blk.0.attn_q.weight"]
+    assert set(torch.unique(q.abs()).tolist()) == {float(np.float16(q.abs().max()))}
+
+
+def test_spectra_1_1b_o_proj_blocks_straddle_shards_and_are_folded_exactly():
+    """Spectra-1.1B at its training TP=2: o_proj has 2 × 896 columns; 896 is not a multiple of 256."""
+    from pathlib import Path
+
+    from trilm.export.common import SnapshotSource
+    from trilm.export.gguf import single_magnitude_blocks, ternary_tensors
+    from trilm.model import preset
+    from trilm.model.hf import canonical_shapes, dequantized_state_dict
+
+    cfg = preset(
+        "trilm-1.1b", layers=1, ffn=512, vocab_size=512, quant={"partitions": 2}
+    )  # o_proj as in 1.1B
+    gen = torch.Generator().manual_seed(0)
+    latent = {k: torch.randn(s, generator=gen) * 0.02 for k, s in canonical_shapes(cfg).items()}
+    state = dequantized_state_dict(cfg, latent)
+    wo, wv = state["layers.0.attn.wo.weight"], state["layers.0.attn.wv.weight"]
+    assert not single_magnitude_blocks(wo) and single_magnitude_blocks(state["layers.0.mlp.w_down.weight"])
+    out, folded = ternary_tensors(SnapshotSource(Path("1.1b"), cfg, {}, None, False), state, "tq1_0")
+    assert folded == ["blk.0.attn_output.weight"]
+    wo2, wv2 = out["layers.0.attn.wo.weight"], out["layers.0.attn.wv.weight"]
+    assert single_magnitude_blocks(wo2) and single_magnitude_blocks(wv2)
+    assert torch.equal(torch.sign(wo2), torch.sign(wo)) and torch.equal(torch.sign(wv2), torch.sign(wv))
+    # the same function: o_proj(v) over any mixing of positions, per head dimension
+    x = torch.randn(5, cfg.hidden, generator=gen, dtype=torch.float64)
+    mix = torch.softmax(torch.randn(5, 5, generator=gen, dtype=torch.float64), -1)
+    ref = (mix @ (x @ wv.double().T)) @ wo.double().T
+    new = (mix @ (x @ wv2.double().T)) @ wo2.double().T
+    assert (ref - new).abs().max() <= 1e-5 * ref.abs().max(), float((ref - new).abs().max() / ref.abs().max())

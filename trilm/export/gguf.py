@@ -1,0 +1,300 @@
+"""GGUF for llama.cpp through the ``gguf`` package: F16 or Q8_0 for any family, TQ2_0/TQ1_0 for TriLM/BiLM.
+
+The file is a llama-architecture GGUF as llama.cpp's own converter writes one: tensor names
+``token_embd``/``blk.N.attn_q``/…/``output``, q and k rows permuted from the rotate-half RoPE layout
+(trilm's and Hugging Face's) to llama.cpp's interleaved pairs, norms in F32, the SentencePiece vocabulary
+(padded with ``[PADi]`` tokens to the embedding rows) with ``add_bos_token`` as trained.
+
+**TQ1_0 / TQ2_0** hold one fp16 scale per 256 consecutive weights of a row. A ternary matrix is stored
+exactly when every 256-block has one non-zero magnitude. Two cases are not so:
+
+- a row length that is not a multiple of 256: refused (nothing can be done inside the format);
+- blocks that straddle a tensor-parallel scale boundary, e.g. Spectra-1.1B's ``o_proj``: 1,792 columns in
+  2 partitions of 896. The scale of a row-parallel matrix varies only along its input columns, and those
+  columns are outputs of the previous matrix *through a linear path* (an attention head's values are a
+  weighted sum of ``v_proj`` rows; ``down_proj``'s inputs are ``silu(gate) · up``). So the column scales
+  are folded into the rows of ``v_proj`` (``up_proj``): o_proj[:, j] / r_j and v_proj[j, :] · r_j give the
+  same model, and every block of the folded matrix has one magnitude. Anything else (scales that vary
+  along rows and columns within a block, kv groups with different column scales) is refused.
+
+There is never a fallback: a file whose type says TQ1_0 holds TQ1_0 block weights. After writing, the file
+is read back with ``gguf.GGUFReader`` and every tensor is dequantized and compared with what was meant to
+be stored (exact codes and fp16 scales for TQ and F16, the Q8_0 error bound for Q8_0).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from trilm.config import ConfigError
+from trilm.export.common import SnapshotSource, export_file, open_snapshot
+
+QTYPES = ("f16", "q8_0", "tq1_0", "tq2_0")
+TQ_BLOCK = 256
+Q8_BLOCK = 32
+_BLOCK_NAMES = {
+    "attn_norm.weight": "attn_norm.weight",
+    "attn.wq.weight": "attn_q.weight",
+    "attn.wk.weight": "attn_k.weight",
+    "attn.wv.weight": "attn_v.weight",
+    "attn.wo.weight": "attn_output.weight",
+    "mlp_norm.weight": "ffn_norm.weight",
+    "mlp.w_gate.weight": "ffn_gate.weight",
+    "mlp.w_up.weight": "ffn_up.weight",
+    "mlp.w_down.weight": "ffn_down.weight",
+}
+_TOP_NAMES = {
+    "embed.weight": "token_embd.weight",
+    "norm.weight": "output_norm.weight",
+    "head.weight": "output.weight",
+}
+
+
+def gguf_name(name: str) -> str:
+    if name in _TOP_NAMES:
+        return _TOP_NAMES[name]
+    _, index, rest = name.split(".", 2)
+    return f"blk.{index}.{_BLOCK_NAMES[rest]}"
+
+
+def interleave_rope_rows(w: torch.Tensor, heads: int) -> torch.Tensor:
+    """Rows of q/k from rotate-half pairs (j, j + d/2) to llama.cpp's interleaved pairs (2j, 2j + 1)."""
+    out, k = w.shape
+    hd = out // heads
+    return w.reshape(heads, 2, hd // 2, k).transpose(1, 2).reshape(out, k)
+
+
+def single_magnitude_blocks(w: torch.Tensor, block: int = TQ_BLOCK) -> bool:
+    """True when every ``block`` consecutive weights of a row have at most one non-zero magnitude."""
+    a = w.abs().float().reshape(w.shape[0], -1, block)
+    top = a.amax(-1, keepdim=True)
+    return bool(((a == 0) | (a == top)).all())
+
+
+def _column_scales(w: torch.Tensor) -> torch.Tensor | None:
+    """Per-column magnitude c_j when W[:, j] ∈ c_j·{−1, 0, +1} for every column, else None."""
+    a = w.abs().float()
+    c = a.amax(0)
+    if not bool(((a == 0) | (a == c)).all()):
+        return None
+    return torch.where(c > 0, c, torch.ones_like(c))
+
+
+@dataclasses.dataclass
+class GGUFReport:
+    path: Path
+    qtype: str
+    tensors: int
+    folded: list[str]
+    max_error: dict[str, float]
+    bytes: int
+
+    def summary(self) -> str:
+        folded = f"; scales folded into {', '.join(self.folded)}" if self.folded else ""
+        worst = max(self.max_error.values(), default=0.0)
+        return (
+            f"wrote {self.path} ({self.qtype}, {self.tensors} tensors, {self.bytes / 2**20:.2f} MiB)"
+            f"{folded}; read back with gguf: max |dequantized − intended| = {worst:.3g}"
+        )
+
+
+def ternary_tensors(
+    src: SnapshotSource, state: dict[str, torch.Tensor], qtype: str
+) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """The block matrices as they go into TQ blocks (scales folded where needed); refusals name the tensor."""
+    cfg = src.cfg
+    if cfg.family == "floatlm":
+        raise ConfigError(
+            f"{src.path}: --type {qtype} stores ternary weights; a FloatLM is not ternary (use f16 or q8_0)"
+        )
+    out = dict(state)
+    folded: list[str] = []
+    group = cfg.heads // cfg.num_kv_heads
+    for i in range(cfg.layers):
+        for name in ("attn.wq", "attn.wk", "attn.wv", "attn.wo", "mlp.w_gate", "mlp.w_up", "mlp.w_down"):
+            key = f"layers.{i}.{name}.weight"
+            w = out[key]
+            if w.shape[1] % TQ_BLOCK:
+                raise ConfigError(
+                    f"{src.path}: {gguf_name(key)} has rows of {w.shape[1]} weights, not a multiple of "
+                    f"{TQ_BLOCK}: {qtype} cannot hold it (use --type f16, or q8_0 for multiples of 32)"
+                )
+            if single_magnitude_blocks(w):
+                continue
+            prev = {"attn.wo": "attn.wv", "mlp.w_down": "mlp.w_up"}.get(name)
+            c = _column_scales(w) if prev else None
+            if c is not None and name == "attn.wo":
+                kv = c.reshape(cfg.num_kv_heads, group, cfg.head_dim)
+                c = kv[:, 0].reshape(-1) if bool((kv == kv[:, :1]).all()) else None
+            if c is None or prev is None:
+                raise ConfigError(
+                    f"{src.path}: {gguf_name(key)}: its 256-weight blocks hold more than one scale and the "
+                    f"scales cannot be folded into a neighbouring matrix; {qtype} would change the model "
+                    "(use --type f16)"
+                )
+            ratio = c / c.max()
+            prev_key = f"layers.{i}.{prev}.weight"
+            if name == "attn.wo":
+                columns = ratio.reshape(cfg.num_kv_heads, 1, cfg.head_dim).expand(-1, group, -1).reshape(-1)
+            else:
+                columns = ratio
+            out[key] = (w.float() / columns.unsqueeze(0)).to(w.dtype)
+            out[prev_key] = (out[prev_key].float() * ratio.unsqueeze(1)).to(w.dtype)
+            if not (single_magnitude_blocks(out[key]) and single_magnitude_blocks(out[prev_key])):
+                raise ConfigError(f"{src.path}: {gguf_name(key)}: folding its scales did not make it exact")
+            folded.append(gguf_name(key))
+    return out, folded
+
+
+def _vocab(src: SnapshotSource, rows: int) -> tuple[list[bytes], list[float], list[int]]:
+    """SentencePiece pieces, scores and types, padded with unused ``[PADi]`` tokens to ``rows``."""
+    from gguf import TokenType
+
+    from trilm.export.tokenizer import sentencepiece_proto
+
+    proto = sentencepiece_proto(src.tokenizer)
+    tokens = [p.piece.encode("utf-8") for p in proto.pieces]
+    scores = [float(p.score) for p in proto.pieces]
+    types = [
+        int(p.type) if int(p.type) in {t.value for t in TokenType} else int(TokenType.NORMAL)
+        for p in proto.pieces
+    ]
+    for i in range(len(tokens), rows):
+        tokens.append(f"[PAD{i}]".encode())
+        scores.append(-1000.0)
+        types.append(int(TokenType.UNUSED))
+    return tokens, scores, types
+
+
+def _intended(tensor: np.ndarray, qtype) -> np.ndarray:
+    """What a tensor should read back as: F16-rounded values; TQ codes times fp16 block scales."""
+    from gguf import GGMLQuantizationType as T
+
+    if qtype in (T.TQ1_0, T.TQ2_0):
+        blocks = tensor.reshape(tensor.shape[0], -1, TQ_BLOCK)
+        d = np.abs(blocks).max(-1, keepdims=True)
+        codes = np.sign(blocks)
+        return (codes * d.astype(np.float16).astype(np.float32)).reshape(tensor.shape)
+    if qtype == T.F16:
+        return tensor.astype(np.float16).astype(np.float32)
+    return tensor
+
+
+def export_snapshot_gguf(
+    snapshot: str | Path,
+    out: str | Path,
+    *,
+    qtype: str | None = None,
+    tokenizer: str | Path | None = None,
+    src: SnapshotSource | None = None,
+) -> GGUFReport:
+    """Write (and verify) the GGUF of a complete snapshot; see the module docstring for what is refused."""
+    import gguf
+    from gguf import GGMLQuantizationType as T
+    from gguf import LlamaFileType as F
+
+    from trilm.export.hf import float_state
+
+    src = src or open_snapshot(snapshot, tokenizer=tokenizer, require_tokenizer=True)
+    cfg = src.cfg
+    qtype = qtype or ("f16" if cfg.family == "floatlm" else "tq2_0")
+    if qtype not in QTYPES:
+        raise ConfigError(f"--type {qtype!r}: choose one of {', '.join(QTYPES)}")
+    kinds = {"f16": (T.F16, F.MOSTLY_F16), "q8_0": (T.Q8_0, F.MOSTLY_Q8_0)}
+    kinds.update({"tq1_0": (T.TQ1_0, F.MOSTLY_TQ1_0), "tq2_0": (T.TQ2_0, F.MOSTLY_TQ2_0)})
+    block_type, file_type = kinds[qtype]
+    state = {k: v.float() for k, v in float_state(src).items()}
+    folded: list[str] = []
+    if qtype.startswith("tq"):
+        state, folded = ternary_tensors(src, state, qtype)
+    for i in range(cfg.layers):
+        state[f"layers.{i}.attn.wq.weight"] = interleave_rope_rows(
+            state[f"layers.{i}.attn.wq.weight"], cfg.heads
+        )
+        state[f"layers.{i}.attn.wk.weight"] = interleave_rope_rows(
+            state[f"layers.{i}.attn.wk.weight"], cfg.num_kv_heads
+        )
+    plan: dict[str, tuple[np.ndarray, object]] = {}
+    for name, tensor in state.items():
+        array = tensor.detach().cpu().numpy().astype(np.float32)
+        if array.ndim == 1:
+            plan[gguf_name(name)] = (array, T.F32)
+        elif name.startswith("layers."):
+            plan[gguf_name(name)] = (array, block_type)
+        else:  # embedding and head: F16, or Q8_0 when asked for Q8_0
+            plan[gguf_name(name)] = (array, T.Q8_0 if qtype == "q8_0" else T.F16)
+    for gname, (array, kind) in plan.items():
+        if kind == T.Q8_0 and array.shape[1] % Q8_BLOCK:
+            raise ConfigError(
+                f"{src.path}: {gname} has rows of {array.shape[1]} weights, not a multiple of 32: q8_0 "
+                "cannot hold it (use --type f16)"
+            )
+    tokens, scores, types = _vocab(src, cfg.padded_vocab)
+    with export_file(out, "gguf", src, qtype=qtype) as tmp:
+        writer = gguf.GGUFWriter(tmp, "llama")
+        writer.add_name(f"{src.meta.get('run') or cfg.name} step {src.step}")
+        writer.add_file_type(int(file_type))
+        writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+        writer.add_context_length(cfg.context)
+        writer.add_embedding_length(cfg.hidden)
+        writer.add_block_count(cfg.layers)
+        writer.add_feed_forward_length(cfg.ffn)
+        writer.add_head_count(cfg.heads)
+        writer.add_head_count_kv(cfg.num_kv_heads)
+        writer.add_rope_freq_base(cfg.rope_theta)
+        writer.add_rope_dimension_count(cfg.head_dim)
+        writer.add_layer_norm_rms_eps(cfg.norm_eps)
+        writer.add_vocab_size(cfg.padded_vocab)
+        writer.add_tokenizer_model("llama")
+        writer.add_token_list(tokens)
+        writer.add_token_scores(scores)
+        writer.add_token_types(types)
+        tok = src.tokenizer
+        if tok.bos_id >= 0:
+            writer.add_bos_token_id(tok.bos_id)
+        writer.add_eos_token_id(tok.eos_id)
+        if tok.unk_id >= 0:
+            writer.add_unk_token_id(tok.unk_id)
+        writer.add_add_bos_token(src.add_bos)
+        writer.add_add_eos_token(False)
+        writer.add_string("trilm.family", cfg.family)
+        writer.add_string("trilm.source", str(src.path.resolve()))
+        writer.add_uint32("trilm.scale_partitions", cfg.scale_partitions(1) if cfg.family != "floatlm" else 1)
+        writer.add_array("trilm.folded_scales", folded or [""])
+        for gname, (array, kind) in plan.items():
+            stored = gguf.quants.quantize(array, kind)
+            writer.add_tensor(gname, stored, raw_dtype=None if kind in (T.F32, T.F16) else kind)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        errors = verify_gguf(tmp, plan)
+    return GGUFReport(Path(out), qtype, len(plan), folded, errors, Path(out).stat().st_size)
+
+
+def verify_gguf(path: Path, plan: dict[str, tuple[np.ndarray, object]]) -> dict[str, float]:
+    """Read the file back and compare every dequantized tensor with what was meant to be stored."""
+    from gguf import GGMLQuantizationType as T
+    from gguf import GGUFReader, quants
+
+    reader = GGUFReader(path)
+    seen = {t.name: t for t in reader.tensors}
+    if set(seen) != set(plan):
+        raise ConfigError(f"{path}: read back {sorted(set(seen) ^ set(plan))[:5]} differently from written")
+    errors = {}
+    for name, (array, kind) in plan.items():
+        t = seen[name]
+        if t.tensor_type != kind:
+            raise ConfigError(f"{path}: {name} reads back as {t.tensor_type.name}, written as {kind.name}")
+        got = quants.dequantize(t.data, t.tensor_type).reshape(array.shape).astype(np.float32)
+        want = _intended(array, kind)
+        err = float(np.abs(got - want).max()) if got.size else 0.0
+        bound = 0.0 if kind != T.Q8_0 else float(np.abs(array).max()) / 127.0
+        if err > bound:
+            raise ConfigError(f"{path}: {name} reads back with error {err:.3g} (allowed {bound:.3g})")
+        errors[name] = err
+    return errors

@@ -1,0 +1,156 @@
+"""The tokenizer files of a Hugging Face export, and the BOS convention a model was trained with.
+
+trilm tokenizes with SentencePiece and **trains without BOS**: each document is its tokens followed by EOS
+(``trilm data prepare``; ``--add-bos`` is the opt-in exception, recorded in the split's ``index.json``).
+Clients have to be told, or they prepend BOS and evaluate a model on inputs it never saw. An export
+therefore carries:
+
+- ``tokenizer.model``: the SentencePiece model itself (llama.cpp's converter and slow tokenizers read it);
+- ``tokenizer.json``: the same tokenizer for the ``tokenizers`` library, built from the SentencePiece proto
+  and checked to give the same ids as SentencePiece on probe texts before anything is written; BOS is added
+  by its post-processor only when the model was trained with it;
+- ``tokenizer_config.json``: ``PreTrainedTokenizerFast`` (loads ``tokenizer.json`` as written in
+  transformers 4.x and 5.x alike), bos/eos/unk, ``add_bos_token`` as trained, ``add_eos_token`` false,
+  ``model_max_length`` = the context, and ``split_special_tokens`` true: SentencePiece reads a literal
+  ``</s>`` in text as text, and so did training;
+- ``special_tokens_map.json``.
+
+For log-likelihoods of a text with no context, the token before the first one is EOS when trained without
+BOS (what precedes every document in training), BOS otherwise: :func:`prefix_token_id`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import yaml
+
+from trilm.config import ConfigError
+from trilm.data.tokenizer import Tokenizer
+
+PROBE_TEXTS = (
+    "The quick brown fox jumps over the lazy dog.",
+    "  two leading spaces,   three inside, trailing  ",
+    "\n\nnew\nlines\tand\ttabs\r\n",
+    "digits 1234567890 and 3.14159, 2025-01-01",
+    "naïve café, 漢字, ☃ and 🙂 fall back to bytes",
+    "def f(x):\n    return x ** 2  # code\n",
+    "a literal </s> and <s> and <unk> are text",
+    " ",
+    "x",
+)
+
+
+def prefix_token_id(tok: Tokenizer, add_bos: bool) -> int:
+    """The token a model conditions on before a text with no context: BOS if trained with it, else EOS."""
+    return tok.bos_id if add_bos and tok.bos_id >= 0 else tok.eos_id
+
+
+def trained_with_bos(snapshot_dir: str | Path, meta: dict | None = None) -> bool:
+    """Whether the run that wrote this snapshot prepended BOS to its documents.
+
+    Read from the snapshot's meta (``add_bos``, as imports record it), else from the training split's
+    ``index.json`` named by the run's ``resolved_config.yaml``; without either, trilm's convention: False.
+    """
+    meta = meta or {}
+    extra = meta.get("extra") or {}
+    for source in (meta, extra):
+        if "add_bos" in source:
+            return bool(source["add_bos"])
+    snapshot_dir = Path(snapshot_dir)
+    run_config = snapshot_dir.parent.parent / "resolved_config.yaml"
+    if snapshot_dir.parent.name != "snapshots" or not run_config.is_file():
+        return False
+    try:
+        train_dir = (yaml.safe_load(run_config.read_text()) or {}).get("data", {}).get("train_dir")
+        index = json.loads((Path(train_dir) / "index.json").read_text()) if train_dir else {}
+    except (OSError, yaml.YAMLError, json.JSONDecodeError, TypeError):
+        return False
+    return bool(index.get("settings", {}).get("add_bos", False))
+
+
+def sentencepiece_proto(tok: Tokenizer):
+    """The parsed ``ModelProto`` of a SentencePiece model file (pieces, scores, types, normalizer)."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(tok.path.read_bytes())
+    return proto
+
+
+def hf_tokenizer(tok: Tokenizer, add_bos: bool):
+    """A ``tokenizers.Tokenizer`` equal to ``tok`` (verified on :data:`PROBE_TEXTS`), BOS as trained."""
+    from tokenizers import AddedToken, processors
+    from transformers.convert_slow_tokenizer import SpmConverter
+
+    proto = sentencepiece_proto(tok)
+    if proto.trainer_spec.model_type != 2:  # BPE
+        raise ConfigError(f"{tok.path}: only SentencePiece BPE models are exported (trilm trains BPE)")
+    vocab = {piece.piece: i for i, piece in enumerate(proto.pieces)}
+    built = SpmConverter.build_tokenizer_from_spm_proto(proto, vocab)
+    specials = [tok.sp.id_to_piece(i) for i in (tok.unk_id, tok.bos_id, tok.eos_id) if i >= 0]
+    built.add_special_tokens([AddedToken(p, special=True, normalized=False) for p in specials])
+    if add_bos:
+        bos = tok.sp.id_to_piece(tok.bos_id)
+        built.post_processor = processors.TemplateProcessing(
+            single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, tok.bos_id)]
+        )
+    verify_tokenizer(tok, built, add_bos)
+    return built
+
+
+def verify_tokenizer(tok: Tokenizer, built, add_bos: bool, texts=PROBE_TEXTS) -> None:
+    """Raise if ``built`` (a ``tokenizers.Tokenizer``) encodes any text differently from SentencePiece.
+
+    Special-token strings are read as text, as transformers does with ``split_special_tokens``.
+    """
+    bos = [tok.bos_id] if add_bos else []
+    built.encode_special_tokens = True
+    try:
+        for text in texts:
+            ours = bos + tok.encode(text)
+            theirs = built.encode(text, add_special_tokens=True).ids
+            if ours != theirs:
+                raise ConfigError(
+                    f"{tok.path}: the converted tokenizer.json encodes {text!r} as {theirs[:12]}…, "
+                    f"SentencePiece as {ours[:12]}…; refusing to write a tokenizer that changes the ids"
+                )
+    finally:
+        built.encode_special_tokens = False
+
+
+def write_tokenizer_files(tok: Tokenizer, out_dir: str | Path, *, add_bos: bool, context: int) -> list[Path]:
+    """Write the four tokenizer files into ``out_dir``; returns their paths."""
+    out_dir = Path(out_dir)
+    built = hf_tokenizer(tok, add_bos)
+    model = out_dir / "tokenizer.model"
+    shutil.copyfile(tok.path, model)
+    built.save(str(out_dir / "tokenizer.json"))
+    names = {
+        "bos_token": tok.sp.id_to_piece(tok.bos_id) if tok.bos_id >= 0 else None,
+        "eos_token": tok.sp.id_to_piece(tok.eos_id),
+        "unk_token": tok.sp.id_to_piece(tok.unk_id) if tok.unk_id >= 0 else None,
+    }
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        **names,
+        "pad_token": None,
+        "add_bos_token": add_bos,
+        "add_eos_token": False,
+        "model_max_length": context,
+        "clean_up_tokenization_spaces": False,
+        "split_special_tokens": True,
+        "padding_side": "left",
+        "trilm_tokenizer_hash": tok.hash,
+    }
+    (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    special = {k: v for k, v in names.items() if v is not None}
+    (out_dir / "special_tokens_map.json").write_text(json.dumps(special, indent=2) + "\n")
+    return [
+        model,
+        out_dir / "tokenizer.json",
+        out_dir / "tokenizer_config.json",
+        out_dir / "special_tokens_map.json",
+    ]
