@@ -159,6 +159,9 @@ def prepare(weight: PackedWeight) -> KernelWeight:
             lut_block=weight.block_size,
             plane_stride=planes.shape[1] * planes.shape[2],
         )
+    layout = weight.kernel_layout()
+    if layout is not weight:
+        return prepare(layout)
     raise TypeError(f"no Triton kernel for packed format {type(weight).__name__}")
 
 
