@@ -1,0 +1,34 @@
+"""Post-hoc compression of float models: calibration, a block-wise engine, and the layer methods.
+
+``quantize_weight(method, W, H, **cfg)`` is the per-layer contract; :data:`METHODS` holds every registered
+layer method. See docs/posthoc.md.
+"""
+
+from trilm.posthoc.hessian import HessianAccumulator, inverse_cholesky_upper, prepare_hessian, proxy_loss
+from trilm.posthoc.registry import (
+    METHODS,
+    LayerMethod,
+    LayerOptions,
+    QuantResult,
+    get_method,
+    quantize_weight,
+    register_method,
+    run_layer_method,
+)
+from trilm.posthoc.uniform import UniformConfig
+
+__all__ = [
+    "METHODS",
+    "HessianAccumulator",
+    "LayerMethod",
+    "LayerOptions",
+    "QuantResult",
+    "UniformConfig",
+    "get_method",
+    "inverse_cholesky_upper",
+    "prepare_hessian",
+    "proxy_loss",
+    "quantize_weight",
+    "register_method",
+    "run_layer_method",
+]

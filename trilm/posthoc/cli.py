@@ -1,0 +1,159 @@
+"""``trilm quantize SNAPSHOT_OR_HF_DIR --method {rtn,gptq,omniquant,...} --bits B --calib DATA --out DIR``.
+
+Method options come from the methods' config dataclasses (``UniformConfig``, ``OmniQuantConfig``, and
+whatever later methods register), so a new method's settings appear here without touching this file; an
+option that the chosen method does not have is refused, naming the method.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, get_args, get_origin
+
+from trilm.config import ConfigError
+
+ENGINE_DESTS = ("device", "forward_batch")
+
+
+def _base_type(tp: Any) -> Any:
+    if get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in get_args(tp) if a is not type(None)]
+        return args[0] if len(args) == 1 else str
+    return tp
+
+
+def _method_options(parser: argparse.ArgumentParser, methods: dict) -> dict[str, set[str]]:
+    """Add one option per config field of every method; returns field → methods that have it."""
+    owners: dict[str, set[str]] = {}
+    fields: dict[str, tuple[Any, Any, str]] = {}
+    for name, method in methods.items():
+        hints = typing.get_type_hints(method.config_cls)
+        for f in dataclasses.fields(method.config_cls):
+            owners.setdefault(f.name, set()).add(name)
+            doc = f"{', '.join(sorted(owners[f.name]))}; default {f.default!r}"
+            fields[f.name] = (_base_type(hints[f.name]), f.default, doc)
+    group = parser.add_argument_group("method settings (each applies to the methods named in its help)")
+    for field, (tp, _default, doc) in fields.items():
+        flag = "--" + field.replace("_", "-")
+        help_text = f"{doc} [{', '.join(sorted(owners[field]))}]"
+        if tp is bool:
+            group.add_argument(
+                flag, dest=field, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=doc
+            )
+        else:
+            kind = tp if tp in (int, float, str) else str
+            group.add_argument(flag, dest=field, type=kind, default=argparse.SUPPRESS, help=help_text)
+    return owners
+
+
+def build_parser(parser: argparse.ArgumentParser, command: str = "quantize") -> None:
+    from trilm.posthoc.methods import model_methods
+
+    methods = model_methods()
+    parser.formatter_class = argparse.ArgumentDefaultsHelpFormatter
+    parser.add_argument("model", type=Path, help="FloatLM snapshot or Hugging Face Llama directory")
+    parser.add_argument(
+        "--method",
+        required=True,
+        choices=sorted(methods),
+        help="; ".join(f"{n}: {m.description}" for n, m in sorted(methods.items())),
+    )
+    parser.add_argument("--out", type=Path, required=True, help="QuantLM directory to write")
+    parser.add_argument(
+        "--mode", default=None, help="omniquant shorthand for bits/act-bits/group-size: W4A16, W3A16g128, …"
+    )
+    cal = parser.add_argument_group("calibration")
+    cal.add_argument("--calib", required=True, help="prepared split, SlimPajama folder, .jsonl(.zst) or .txt")
+    cal.add_argument("--calib-split", default="train", help="split of a SlimPajama root folder")
+    cal.add_argument("--samples", type=int, default=128, help="calibration sequences N")
+    cal.add_argument(
+        "--seq-len", type=int, default=None, help="tokens per sequence (default: min(2048, context))"
+    )
+    cal.add_argument("--seed", type=int, default=0, help="calibration sampling seed")
+    cal.add_argument("--tokenizer", type=Path, default=None, help="default: the model's own tokenizer")
+    eng = parser.add_argument_group("engine")
+    eng.add_argument("--device", default="cpu", help="cpu or cuda[:i]")
+    eng.add_argument("--forward-batch", type=int, default=8, help="sequences per block forward")
+    eng.add_argument(
+        "--true-sequential",
+        action="store_true",
+        help="calibrate [k,v,q] → [o] → [up,gate] → [down] in turn (GPTQ-family methods)",
+    )
+    eng.add_argument(
+        "--scale-dtype", choices=["float16", "float32"], default="float16", help="stored grid scales"
+    )
+    eng.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ev = parser.add_argument_group("evaluation")
+    ev.add_argument(
+        "--eval", type=Path, default=None, help="prepared split: validation loss of the written QuantLM"
+    )
+    ev.add_argument("--eval-sequences", type=int, default=0, help="0 = every validation sequence")
+    parser.set_defaults(_owners=_method_options(parser, methods))
+
+
+def job_from_args(args) -> Any:
+    """The QuantizeJob an argument namespace asks for (all validation errors name the option)."""
+    import torch
+
+    from trilm.posthoc.calibration import CalibrationConfig
+    from trilm.posthoc.engine import EngineConfig
+    from trilm.posthoc.methods import MethodOptions, get_model_method
+    from trilm.posthoc.quantlm import QuantizeJob, read_source
+
+    method = get_model_method(args.method)
+    own = {f.name for f in dataclasses.fields(method.config_cls)}
+    given = {k: v for k, v in vars(args).items() if k in args._owners}
+    foreign = sorted(set(given) - own)
+    if foreign:
+        flags = ", ".join("--" + k.replace("_", "-") for k in foreign)
+        raise ConfigError(f"{flags}: not a setting of --method {args.method} (its settings: {sorted(own)})")
+    values: dict[str, Any] = {}
+    if args.mode:
+        if args.method != "omniquant":
+            raise ConfigError("--mode: only --method omniquant takes a mode (use --bits/--group-size)")
+        from trilm.posthoc.omniquant import mode_config
+
+        values = mode_config(args.mode).to_dict()
+    values.update(given)
+    config = method.config(values)
+    cfg, _ = read_source(args.model)
+    seq_len = args.seq_len or min(2048, cfg.context)
+    calib = CalibrationConfig(
+        source=str(args.calib), samples=args.samples, seq_len=seq_len, seed=args.seed, split=args.calib_split
+    )
+    scale_dtype = {"float16": torch.float16, "float32": torch.float32}[args.scale_dtype]
+    return QuantizeJob(
+        source=args.model,
+        method=args.method,
+        config=config,
+        calib=calib,
+        out=args.out,
+        engine=EngineConfig(device=args.device, batch_size=args.forward_batch, progress=not args.no_progress),
+        options=MethodOptions(true_sequential=args.true_sequential, scale_dtype=scale_dtype, seed=args.seed),
+        tokenizer=args.tokenizer,
+        eval_split=args.eval,
+        eval_sequences=args.eval_sequences,
+    )
+
+
+def run(args) -> int:
+    import math
+
+    from trilm.posthoc.quantlm import quantize_to_quantlm
+
+    job = job_from_args(args)
+    summary = quantize_to_quantlm(job)
+    q = summary.quant
+    bits = q["bits"]
+    paper = f"{bits['paper']:.3f}" if bits["paper"] is not None else "n/a"
+    print(f"wrote {summary.out}: {job.method} {q['method_settings']}")
+    print(f"  bits/weight: {paper} as the paper counts, {bits['stored']:.3f} as stored")
+    print(f"  time: {q['seconds']['quantize']:.1f} s quantizing, {q['seconds']['total']:.1f} s in all")
+    print(f"  memory: {summary.report.memory_line()}")
+    if summary.val_loss is not None:
+        print(f"  validation loss {summary.val_loss:.4f} (perplexity {math.exp(summary.val_loss):.2f})")
+    return 0

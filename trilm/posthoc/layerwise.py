@@ -1,0 +1,108 @@
+"""Driving a per-layer method (GPTQ, RTN and the binary GPTQ-family methods) through the block-wise engine.
+
+For each block: collect the Hessian of every input site (q/k/v share one, gate/up share one) with forward
+hooks, quantize each linear with the registered layer method, and write the dequantized weight back, so the
+block's recomputed outputs — the next block's inputs — are those of the quantized model. With
+``true_sequential`` the linears are calibrated in four rounds, [k, v, q] → [o] → [up, gate] → [down], each
+on inputs that already pass through the quantized linears before it (GPTQ's ``--true-sequential``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from trilm.config import Config
+from trilm.posthoc.engine import (
+    INPUT_SITES,
+    LINEAR_ORDER,
+    TRUE_SEQUENTIAL,
+    BlockContext,
+    BlockMethod,
+    LayerRecord,
+    block_linears,
+    collect_inputs,
+)
+from trilm.posthoc.hessian import HessianAccumulator
+from trilm.posthoc.registry import LayerOptions, get_method, run_layer_method
+
+
+class LayerwiseMethod(BlockMethod):
+    """A registered layer method applied to every block linear, Hessians from the calibration stream."""
+
+    def __init__(
+        self,
+        method: str,
+        cfg: Config,
+        *,
+        true_sequential: bool = False,
+        scale_dtype: torch.dtype = torch.float16,
+    ):
+        self.method = get_method(method)
+        if not isinstance(cfg, self.method.config_cls):
+            raise TypeError(f"{method}: expected a {self.method.config_cls.__name__}")
+        self.name = method
+        self.cfg = cfg
+        self.true_sequential = true_sequential
+        self.scale_dtype = scale_dtype
+        self._stat_bytes = 0
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **self.cfg.to_dict(),
+            "true_sequential": self.true_sequential,
+            "scale_dtype": str(self.scale_dtype).removeprefix("torch."),
+        }
+
+    def statistics_bytes(self) -> int:
+        return self._stat_bytes
+
+    def quantize_block(self, ctx: BlockContext) -> dict[str, LayerRecord]:
+        linears = block_linears(ctx.block)
+        rounds = TRUE_SEQUENTIAL if self.true_sequential else (LINEAR_ORDER,)
+        records: dict[str, LayerRecord] = {}
+        self._stat_bytes = 0
+        for names in rounds:
+            present = [n for n in names if n in linears]
+            if not present:
+                continue
+            hessians = self._hessians(ctx, present, linears)
+            for name in sorted(present, key=LINEAR_ORDER.index):
+                module = linears[name]
+                canonical = f"{ctx.prefix}{name}"
+                opts = LayerOptions(scale_dtype=self.scale_dtype, name=canonical, need_packed=True)
+                result = run_layer_method(
+                    self.name, module.weight.data, hessians[INPUT_SITES[name]], self.cfg, opts
+                )
+                module.weight.data.copy_(result.weight.to(module.weight.dtype))
+                records[canonical] = LayerRecord(
+                    packed=result.packed.to("cpu"),
+                    proxy_loss=result.proxy_loss,
+                    seconds=result.seconds,
+                    extra={"damp": result.damp, "damp_retries": result.damp_retries},
+                )
+                ctx.report(f"{name} proxy {result.proxy_loss:.3g}")
+            del hessians
+        return records
+
+    def _hessians(self, ctx: BlockContext, names: list[str], linears: dict) -> dict[str, torch.Tensor]:
+        """One Hessian per input site of ``names``, from one pass over the calibration stream."""
+        sites: dict[str, torch.nn.Module] = {}
+        for name in sorted(names, key=LINEAR_ORDER.index):
+            sites.setdefault(INPUT_SITES[name], linears[name])
+        accumulators = {
+            site: HessianAccumulator(module.weight.shape[1], ctx.inputs.device)
+            for site, module in sites.items()
+        }
+        collect_inputs(
+            ctx.block,
+            ctx.inputs,
+            ctx.cos,
+            ctx.sin,
+            ctx.batch_size,
+            sites,
+            lambda site, x: accumulators[site].add_batch(x),
+        )
+        self._stat_bytes = max(self._stat_bytes, sum(a.H.numel() * 4 for a in accumulators.values()))
+        return {site: acc.H for site, acc in accumulators.items()}

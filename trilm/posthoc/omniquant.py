@@ -1,0 +1,330 @@
+"""OmniQuant (Shao et al., "OmniQuant: Omnidirectionally Calibrated Quantization for Large Language Models").
+
+Block by block, the *quantization parameters* are trained while the weights stay frozen: the loss is the
+MSE between the float block's outputs (on the float model's inputs) and the quantized block's outputs (on
+the quantized model's inputs), minimized with AdamW.
+
+- **LWC** (learnable weight clipping), one pair of logits (γ, β) per output row or row-group, initialized to
+  4.0 (σ = 0.982): x_max = σ(γ)·max W, x_min = σ(β)·min W, s = clamp((x_max − x_min)/(2^b − 1), 1e-5, 1e4),
+  z = round(−x_min / s) (no gradient through z), Ŵ = s·(clamp(⌊W/s⌉ + z, 0, 2^b − 1) − z) with a
+  straight-through round. Differences from the reference: the clipped range always contains 0 (it does
+  for any group with weights of both signs; a one-signed group would otherwise need a zero point outside
+  the stored uint8 range), and scales are rounded to the stored precision (fp16) before the final codes
+  are taken, so the packed weight is exactly the model that is evaluated.
+- **LET** (:mod:`trilm.posthoc.let`) only in weight-activation modes; LLaMA weight-only uses LWC alone
+  (the maintainers' setting).
+- After training, LET is folded into the norm gains and weights, the learned clipping becomes the packed
+  grid's scales and zeros (an ``IntWeight``: no extra tensors at run time), and the block's outputs are
+  recomputed with those weights for the next block.
+
+Modes: ``W4A16`` (per row), ``W3A16g128``, ``W2A16g128``, ``W4A4``. Defaults follow the reference's
+scripts: 20 epochs (W2: 40 with the auxiliary loss on the quantized stream), lwc_lr 1e-2, let_lr 5e-3
+(W4A4: 1e-3, α 0.75), weight decay 0, one sequence per step. Training runs in fp32 (no AMP: the reference's
+fp16 autocast is a CUDA speed choice and a known NaN source).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from trilm.config import Config, ConfigError, require
+from trilm.formats import gptq_bits
+from trilm.posthoc.blockfn import block_forward, block_weights, round_ste
+from trilm.posthoc.engine import (
+    INPUT_SITES,
+    BlockContext,
+    BlockMethod,
+    LayerRecord,
+    block_linears,
+    collect_inputs,
+    run_block,
+)
+from trilm.posthoc.let import LETScales
+from trilm.posthoc.methods import ModelMethod, register_block_method
+from trilm.posthoc.uniform import pack_int
+
+LWC_INIT = 4.0
+MODES: dict[str, dict[str, Any]] = {
+    "W4A16": dict(bits=4, group_size=-1, act_bits=16),
+    "W3A16g128": dict(bits=3, group_size=128, act_bits=16),
+    "W2A16g128": dict(bits=2, group_size=128, act_bits=16, epochs=40, aug_loss=True),
+    "W4A4": dict(bits=4, group_size=-1, act_bits=4, let_lr=1e-3, alpha=0.75),
+}
+_MODE_RE = re.compile(r"^W(\d+)A(\d+)(?:g(\d+))?$")
+
+
+@dataclasses.dataclass
+class OmniQuantConfig(Config):
+    """OmniQuant's settings; :func:`mode_config` gives the reference's per-mode values."""
+
+    bits: int = 4
+    group_size: int = -1
+    act_bits: int = 16
+    """16 = weight-only; 4 (or 6, 8) = per-token dynamic activation quantization with LET."""
+    epochs: int = 20
+    lwc_lr: float = 1e-2
+    let_lr: float = 5e-3
+    alpha: float = 0.5
+    """SmoothQuant migration strength of the LET initialization."""
+    wd: float = 0.0
+    batch_size: int = 1
+    """Calibration sequences per optimizer step."""
+    aug_loss: bool = False
+    """Add the MSE against the float block applied to the quantized stream (the reference's W2 setting)."""
+    let: bool | None = None
+    """None: on exactly when activations are quantized."""
+
+    def validate(self) -> None:
+        require(self.bits in (2, 3, 4), f"bits: OmniQuant packs 2, 3 or 4 bits here, got {self.bits}")
+        require(
+            self.group_size == -1 or self.group_size > 0,
+            f"group_size: must be -1 (per row) or > 0, got {self.group_size}",
+        )
+        require(self.act_bits in (4, 6, 8, 16), f"act_bits: one of 4, 6, 8, 16, got {self.act_bits}")
+        require(self.epochs >= 0, f"epochs: must be >= 0, got {self.epochs}")
+        require(self.lwc_lr > 0 and self.let_lr > 0, "lwc_lr/let_lr: must be > 0")
+        require(0 <= self.alpha <= 1, f"alpha: must be in [0, 1], got {self.alpha}")
+        require(self.wd >= 0, f"wd: must be >= 0, got {self.wd}")
+        require(self.batch_size > 0, f"batch_size: must be > 0, got {self.batch_size}")
+
+    @property
+    def use_let(self) -> bool:
+        return self.act_bits < 16 if self.let is None else self.let
+
+    @property
+    def mode(self) -> str:
+        group = f"g{self.group_size}" if self.group_size > 0 else ""
+        return f"W{self.bits}A{self.act_bits}{group}"
+
+
+def mode_config(mode: str, **overrides: Any) -> OmniQuantConfig:
+    """``mode_config("W3A16g128")``: the reference's settings for a mode (others: parsed, defaults)."""
+    if mode in MODES:
+        values = dict(MODES[mode])
+    else:
+        m = _MODE_RE.match(mode)
+        if not m:
+            raise ConfigError(f"mode: {mode!r} is not of the form W<bits>A<bits>[g<group>], e.g. W3A16g128")
+        values = dict(bits=int(m.group(1)), act_bits=int(m.group(2)), group_size=int(m.group(3) or -1))
+    values.update(overrides)
+    return OmniQuantConfig.from_dict(values)
+
+
+class LWC(nn.Module):
+    """Learnable clipping of one weight matrix on the asymmetric min/max grid (per row or row-group)."""
+
+    def __init__(self, weight: torch.Tensor, bits: int, group_size: int, name: str = "layer"):
+        super().__init__()
+        n, k = weight.shape
+        g = k if group_size == -1 else group_size
+        if k % g:
+            raise ConfigError(f"{name}: group_size={g} does not divide in_features K={k}")
+        self.bits, self.group = bits, g
+        rows = n * (k // g)
+        self.upbound = nn.Parameter(torch.full((rows, 1), LWC_INIT, device=weight.device))
+        self.lowbound = nn.Parameter(torch.full((rows, 1), LWC_INIT, device=weight.device))
+
+    def grid(self, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(groups (rows, g), scale (rows, 1), zero (rows, 1)) of the clipped grid (scale has gradients)."""
+        x = weight.reshape(-1, self.group)
+        zero_t = torch.zeros((), device=x.device, dtype=x.dtype)
+        xmax = torch.maximum(torch.sigmoid(self.upbound) * x.amax(-1, keepdim=True), zero_t)
+        xmin = torch.minimum(torch.sigmoid(self.lowbound) * x.amin(-1, keepdim=True), zero_t)
+        scale = ((xmax - xmin) / ((1 << self.bits) - 1)).clamp(min=1e-5, max=1e4)
+        zero = (-xmin / scale).clamp(min=-1e4, max=1e4).round()
+        return x, scale, zero
+
+    def forward(self, weight: torch.Tensor) -> torch.Tensor:
+        x, scale, zero = self.grid(weight)
+        q = torch.clamp(round_ste(x / scale) + zero, 0, (1 << self.bits) - 1)
+        return ((q - zero) * scale).reshape(weight.shape)
+
+    @torch.no_grad()
+    def pack(self, weight: torch.Tensor, scale_dtype: torch.dtype):
+        """(IntWeight, dequantized weight): the learned clipping as the grid, scales in ``scale_dtype``."""
+        n, k = weight.shape
+        x, scale, zero = self.grid(weight)
+        scale = scale.to(scale_dtype).float()
+        scale = torch.where(scale > 0, scale, torch.finfo(scale_dtype).tiny)
+        codes = torch.clamp(torch.round(x / scale) + zero, 0, (1 << self.bits) - 1)
+        deq = ((codes - zero) * scale).reshape(n, k)
+        groups = k // self.group
+        packed, why = pack_int(
+            codes.to(torch.uint8).reshape(n, k),
+            scale.reshape(n, groups).t(),
+            zero.reshape(n, groups).t(),
+            self.bits,
+            None,
+            scale_dtype,
+        )
+        if packed is None:
+            raise ConfigError(why)
+        return packed, deq
+
+
+class OmniQuantMethod(BlockMethod):
+    """OmniQuant as a block method of the engine (needs the float stream's targets)."""
+
+    name = "omniquant"
+    needs_targets = True
+
+    def __init__(self, cfg: OmniQuantConfig, *, scale_dtype: torch.dtype = torch.float16, seed: int = 0):
+        self.cfg = cfg
+        self.scale_dtype = scale_dtype
+        self.seed = seed
+        self._stat_bytes = 0
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **self.cfg.to_dict(),
+            "mode": self.cfg.mode,
+            "let": self.cfg.use_let,
+            "scale_dtype": str(self.scale_dtype).removeprefix("torch."),
+            "seed": self.seed,
+        }
+
+    def statistics_bytes(self) -> int:
+        return self._stat_bytes
+
+    @torch.no_grad()
+    def recompute(self, ctx: BlockContext) -> None:
+        if self.cfg.act_bits >= 16:
+            return super().recompute(ctx)
+        weights = block_weights(ctx.block)
+        for start in range(0, ctx.inputs.shape[0], ctx.batch_size):
+            part = slice(start, start + ctx.batch_size)
+            ctx.inputs[part] = block_forward(
+                ctx.block, weights, ctx.inputs[part], ctx.cos, ctx.sin, self.cfg.act_bits
+            )
+
+    def _act_absmax(self, ctx: BlockContext) -> dict[str, torch.Tensor]:
+        """Per-channel max |x| at every input site (LET's initialization)."""
+        linears = block_linears(ctx.block)
+        sites = {}
+        for name, module in linears.items():
+            sites.setdefault(INPUT_SITES[name], module)
+        found: dict[str, torch.Tensor] = {}
+
+        def update(site: str, x: torch.Tensor) -> None:
+            m = x.abs().reshape(-1, x.shape[-1]).amax(0)
+            found[site] = m if site not in found else torch.maximum(found[site], m)
+
+        collect_inputs(ctx.block, ctx.inputs, ctx.cos, ctx.sin, ctx.batch_size, sites, update)
+        return found
+
+    def quantize_block(self, ctx: BlockContext) -> dict[str, LayerRecord]:
+        cfg = self.cfg
+        block = ctx.block
+        if ctx.targets is None:
+            raise ValueError("OmniQuant needs the float block's outputs (the engine's targets)")
+        torch.manual_seed(self.seed + ctx.index)
+        base = {k: v.detach() for k, v in block_weights(block).items()}
+        linears = {name: f"{ctx.prefix}{name}" for name in block_linears(block)}
+        lwc = nn.ModuleDict(
+            {n.replace(".", "_"): LWC(base[n], cfg.bits, cfg.group_size, full) for n, full in linears.items()}
+        )
+        let = LETScales(block, self._act_absmax(ctx), cfg.alpha) if cfg.use_let else None
+        aug = run_block(block, ctx.inputs, ctx.cos, ctx.sin, ctx.batch_size) if cfg.aug_loss else None
+
+        def quantized(weights_in: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+            w = let.transform(weights_in) if let is not None else dict(weights_in)
+            for n in linears:
+                w[n] = lwc[n.replace(".", "_")](w[n])
+            return w
+
+        def block_loss(index: slice) -> torch.Tensor:
+            out = block_forward(block, quantized(base), ctx.inputs[index], ctx.cos, ctx.sin, cfg.act_bits)
+            loss = F.mse_loss(out, ctx.targets[index])
+            if aug is not None:
+                loss = loss + F.mse_loss(out, aug[index])
+            return loss
+
+        def mean_loss() -> float:
+            with torch.no_grad():
+                step = max(ctx.batch_size, cfg.batch_size)
+                total = sum(
+                    float(block_loss(slice(i, i + step))) * min(step, ctx.inputs.shape[0] - i)
+                    for i in range(0, ctx.inputs.shape[0], step)
+                )
+            return total / ctx.inputs.shape[0]
+
+        groups = [{"params": list(lwc.parameters()), "lr": cfg.lwc_lr}]
+        if let is not None:
+            groups.append({"params": list(let.parameters()), "lr": cfg.let_lr})
+        n_params = sum(p.numel() for g in groups for p in g["params"])
+        self._stat_bytes = 4 * n_params * 4 + (0 if aug is None else aug.numel() * aug.element_size())
+        init_loss = mean_loss()
+        losses = [init_loss]
+        if cfg.epochs:
+            optimizer = torch.optim.AdamW(groups, weight_decay=cfg.wd)
+            steps = ctx.inputs.shape[0] // cfg.batch_size
+            for epoch in range(cfg.epochs):
+                total = 0.0
+                for j in range(steps):
+                    loss = block_loss(slice(j * cfg.batch_size, (j + 1) * cfg.batch_size))
+                    if not math.isfinite(loss.item()):
+                        raise ConfigError(
+                            f"block {ctx.index}: OmniQuant loss became {loss.item()} in epoch {epoch} "
+                            "(lower lwc_lr/let_lr)"
+                        )
+                    optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    optimizer.step()
+                    total += loss.item()
+                losses.append(total / max(steps, 1))
+                ctx.report(f"epoch {epoch + 1}/{cfg.epochs} mse {losses[-1]:.3g} (init {init_loss:.3g})")
+        final_loss = mean_loss()
+        return self._fold(ctx, base, lwc, let, linears, init_loss, final_loss, losses)
+
+    @torch.no_grad()
+    def _fold(self, ctx, base, lwc, let, linears, init_loss, final_loss, losses) -> dict[str, LayerRecord]:
+        """Write the equivalent weights and the packed learned grid into the block."""
+        block = ctx.block
+        folded = let.transform(base) if let is not None else base
+        if block.attn is not None:
+            block.attn_norm.weight.copy_(folded["attn_norm"])
+        if block.mlp is not None:
+            block.mlp_norm.weight.copy_(folded["mlp_norm"])
+        records: dict[str, LayerRecord] = {}
+        modules = block_linears(block)
+        for name, canonical in linears.items():
+            packed, deq = lwc[name.replace(".", "_")].pack(folded[name], self.scale_dtype)
+            modules[name].weight.copy_(deq.to(modules[name].weight.dtype))
+            records[canonical] = LayerRecord(
+                packed=packed.to("cpu"),
+                extra={"block_mse_init": init_loss, "block_mse_final": final_loss},
+            )
+        first = next(iter(records.values()), None)
+        if first is not None:
+            first.extra["epoch_losses"] = losses
+        return records
+
+
+def _unwritable(cfg: OmniQuantConfig) -> str | None:
+    if cfg.act_bits < 16:
+        return (
+            f"{cfg.mode} quantizes activations per token, but the QuantLM runtime (trilm.infer with "
+            "kernels.QuantLinear) has no activation quantizer: a written QuantLM would run with float "
+            "activations and not be the W4A4 model. Evaluate weight-activation modes in process "
+            "(trilm.posthoc.blockfn.forward_with_activation_quant; benchmarks/posthoc.py --w4a4)"
+        )
+    return None
+
+
+register_block_method(
+    ModelMethod(
+        name="omniquant",
+        config_cls=OmniQuantConfig,
+        build=lambda cfg, opts: OmniQuantMethod(cfg, scale_dtype=opts.scale_dtype, seed=opts.seed),
+        description="OmniQuant: learnable weight clipping (+ LET for weight-activation modes), block-wise",
+        paper_bits=lambda cfg: gptq_bits(cfg.bits, cfg.group_size if cfg.group_size > 0 else None),
+        unwritable=_unwritable,
+    )
+)

@@ -1,0 +1,229 @@
+"""From a float model to a QuantLM directory: checks, calibration, the block-wise engine, the packed snapshot.
+
+A QuantLM is a packed snapshot (:func:`trilm.model.snapshot.write_packed_snapshot`): the block linears in
+``packed.safetensors`` (``IntWeight``: codes, scales, zeros, g_idx), embeddings, norms and head as floats in
+``model.safetensors``, the tokenizer copied next to them, and ``meta.extra["quant"]`` recording the method,
+every option, the bits per weight (as the paper counts them and as stored), the calibration source and seed,
+timings and memory. It is written into a temporary sibling directory, optionally evaluated from there
+through ``trilm.infer.load_inference_model`` (so through ``kernels.QuantLinear``), and only then renamed
+into place: an error at any point leaves nothing behind and never touches an existing model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from trilm.config import Config, ConfigError
+from trilm.model.config import ModelConfig
+from trilm.model.snapshot import (
+    SnapshotMeta,
+    is_packed_snapshot,
+    is_snapshot,
+    read_snapshot,
+    write_packed_snapshot,
+    write_snapshot_config,
+)
+from trilm.posthoc.calibration import CalibrationConfig, check_vocabulary, load_calibration
+from trilm.posthoc.engine import EngineConfig, EngineReport, quantize_blockwise
+from trilm.posthoc.methods import MethodOptions, get_model_method
+
+
+@dataclasses.dataclass
+class QuantizeJob:
+    """Everything ``trilm quantize`` was asked to do."""
+
+    source: Path
+    method: str
+    config: Config
+    calib: CalibrationConfig
+    out: Path
+    engine: EngineConfig = dataclasses.field(default_factory=EngineConfig)
+    options: MethodOptions = dataclasses.field(default_factory=MethodOptions)
+    tokenizer: Path | None = None
+    eval_split: Path | None = None
+    """A prepared split: evaluate the written QuantLM's validation loss before it is moved into place."""
+    eval_sequences: int = 0
+
+
+@dataclasses.dataclass
+class QuantizeSummary:
+    out: Path
+    quant: dict[str, Any]
+    report: EngineReport
+    val_loss: float | None
+
+
+def read_source(path: Path) -> tuple[ModelConfig, SnapshotMeta]:
+    """Config and metadata of a trilm snapshot or a Hugging Face Llama directory (weights not loaded)."""
+    if not path.is_dir():
+        raise ConfigError(f"{path}: not a directory (expected a trilm snapshot or a Hugging Face Llama)")
+    if is_snapshot(path):
+        return read_snapshot(path)
+    from trilm.model.hf import model_config_from_hf, read_hf_config
+
+    cfg = model_config_from_hf(read_hf_config(path), path=str(path / "config.json"))
+    return cfg, SnapshotMeta(imported_from=str(path), family=cfg.family)
+
+
+def check_source(path: Path, cfg: ModelConfig, method: str) -> None:
+    """Float methods quantize float weights: refuse TriLM/BiLM checkpoints and models already packed."""
+    if cfg.family != "floatlm":
+        fmt = cfg.weight_format
+        raise ConfigError(
+            f"{path}: a {cfg.family} model — its block weights are already {fmt}; {method} quantizes float "
+            "weights (give a FloatLM snapshot or a Hugging Face Llama)"
+        )
+    if is_snapshot(path) and is_packed_snapshot(path):
+        raise ConfigError(
+            f"{path}: already a packed model (QuantLM or packed export); quantize its float source"
+        )
+
+
+def job_identity(job: QuantizeJob) -> dict[str, Any]:
+    """What makes two QuantLMs the same model: source, method, all settings, calibration."""
+    return {
+        "source": str(job.source.resolve()),
+        "method": job.method,
+        "options": _options(job),
+        "calibration": job.calib.to_dict(),
+    }
+
+
+def _options(job: QuantizeJob) -> dict[str, Any]:
+    return {
+        **job.config.to_dict(),
+        "true_sequential": job.options.true_sequential,
+        "scale_dtype": str(job.options.scale_dtype).removeprefix("torch."),
+    }
+
+
+def check_output(out: Path, identity: dict[str, Any]) -> None:
+    """Refuse an output directory that holds anything but this same QuantLM (which is then replaced)."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise ConfigError(f"{out}: exists and is not a directory")
+    if not any(out.iterdir()):
+        return
+    if not is_snapshot(out):
+        raise ConfigError(f"{out}: not empty and not a trilm snapshot; refusing to write a QuantLM into it")
+    _, meta = read_snapshot(out)
+    quant = meta.extra.get("quant") or {}
+    theirs = {k: quant.get(k) for k in identity}
+    if theirs != identity:
+        what = f"a {quant.get('method')} QuantLM of {quant.get('source')}" if quant else "another model"
+        raise ConfigError(
+            f"{out}: already holds {what}, not this one; choose another --out or remove the directory"
+        )
+
+
+def quantize_to_quantlm(job: QuantizeJob) -> QuantizeSummary:
+    """Run a whole quantization job; see the module docstring for what is written and when."""
+    from trilm.data.text_source import tokenizer_for
+    from trilm.data.tokenizer import Tokenizer
+    from trilm.infer import load_with_meta
+
+    start = time.perf_counter()
+    method = get_model_method(job.method)
+    if method.unwritable is not None and (why := method.unwritable(job.config)):
+        raise ConfigError(f"--method {job.method}: {why}")
+    cfg, src_meta = read_source(job.source)
+    check_source(job.source, cfg, job.method)
+    identity = job_identity(job)
+    check_output(job.out, identity)
+    if job.calib.seq_len > cfg.context:
+        raise ConfigError(f"calibration seq_len {job.calib.seq_len} exceeds the model context {cfg.context}")
+
+    tokenizer = Tokenizer.load(job.tokenizer) if job.tokenizer else tokenizer_for(job.source)
+    calib = load_calibration(job.calib, tokenizer)
+    check_vocabulary(calib.windows, cfg.padded_vocab, job.calib.source)
+    model, _ = load_with_meta(job.source)
+    model.requires_grad_(False).eval()
+    t_quant = time.perf_counter()
+    block_method = method.build(job.config, job.options)
+    report = quantize_blockwise(model, calib.windows, block_method, job.engine)
+    packed = {name: rec.packed for name, rec in report.layers.items()}
+
+    stored_bits = sum(p.storage_bits() for p in packed.values())
+    weights = sum(p.out_features * p.in_features for p in packed.values())
+    quant = {
+        **identity,
+        "method_settings": block_method.describe(),
+        "bits": {
+            "paper": method.paper_bits(job.config) if method.paper_bits else None,
+            "stored": stored_bits / weights,
+            "stored_note": "bytes of packed.safetensors tensors (codes, scales, zeros, g_idx) / weights",
+        },
+        "calibration_data": calib.record,
+        "source_meta": {"val_loss": src_meta.val_loss, "step": src_meta.step, "run": src_meta.run},
+        "layers": {
+            name: {"bits_per_weight": round(rec.packed.bits_per_weight(), 6), "proxy_loss": rec.proxy_loss}
+            | {k: v for k, v in rec.extra.items() if isinstance(v, int | float | str | None)}
+            for name, rec in report.layers.items()
+        },
+        "seconds": {"calibration_data": t_quant - start, "quantize": report.seconds},
+        "block_seconds": report.block_seconds,
+        "memory": report.memory,
+        "device": job.engine.device,
+    }
+    meta = dataclasses.replace(
+        src_meta, extra={**src_meta.extra, "quant": quant}, val_loss=None, train_loss=None
+    )
+    if meta.tokenizer_hash is None and tokenizer is not None:
+        meta.tokenizer_hash = tokenizer.hash
+    float_state = {k: v for k, v in model.state_dict().items() if k.removesuffix(".weight") not in packed}
+    tok_file = Path(tokenizer.path) if tokenizer is not None else None
+    val_loss = _write(job, cfg, float_state, packed, meta, tok_file, start)
+    return QuantizeSummary(job.out, meta.extra["quant"], report, val_loss)
+
+
+def _write(job, cfg, float_state, packed, meta: SnapshotMeta, tokenizer: Path | None, start: float):
+    out = job.out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the QuantLM is an ordinary directory
+        write_packed_snapshot(tmp, cfg, float_state, packed, meta, tokenizer=tokenizer)
+        val_loss = None
+        if job.eval_split is not None:
+            from trilm.infer import load_inference_model
+            from trilm.posthoc.evaluate import validation_loss
+
+            written = load_inference_model(tmp, device=job.engine.device)
+            seq = min(cfg.context, job.calib.seq_len)
+            val_loss = validation_loss(
+                written, job.eval_split, seq, max_sequences=job.eval_sequences, device=job.engine.device
+            )
+            meta.extra["quant"]["eval"] = {
+                "split": str(job.eval_split),
+                "seq_len": seq,
+                "max_sequences": job.eval_sequences,
+                "val_loss": val_loss,
+            }
+            meta.val_loss = val_loss
+        meta.extra["quant"]["seconds"]["total"] = time.perf_counter() - start
+        write_snapshot_config(tmp, cfg, meta)
+        _replace_dir(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return val_loss
+
+
+def _replace_dir(tmp: Path, out: Path) -> None:
+    """Move ``tmp`` to ``out``; an existing ``out`` (checked to be this same QuantLM) is swapped out first."""
+    if out.exists():
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        os.rename(out, old)
+        os.rename(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, out)

@@ -1,0 +1,48 @@
+"""Round-to-nearest on the GPTQ grid: the baseline every error-compensating method is measured against.
+
+Each group of ``group_size`` consecutive input columns of a row gets its own min/max grid (fitted with
+:func:`trilm.formats.fit_uniform_grid`) and every weight is rounded to its nearest level independently; H
+is used only for the proxy loss. With fp32 scales this is exactly :func:`trilm.formats.quantize_uniform`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from trilm.config import ConfigError
+from trilm.formats import quantize_to_grid
+from trilm.posthoc.hessian import proxy_loss
+from trilm.posthoc.registry import LayerOptions, QuantResult, register_method
+from trilm.posthoc.uniform import UniformConfig, dequantize_codes, fit_grid, pack_int
+
+
+@register_method(
+    "rtn",
+    UniformConfig,
+    "round-to-nearest on the min/max grid (no error compensation)",
+    paper_bits=UniformConfig.paper_bits,
+)
+def rtn(W: torch.Tensor, H: torch.Tensor, cfg: UniformConfig, opts: LayerOptions) -> QuantResult:
+    if cfg.act_order or cfg.static_groups:
+        raise ConfigError(
+            f"{opts.name}: rtn rounds every weight independently; act_order/static_groups are GPTQ settings"
+        )
+    g = cfg.check_weight(W, opts.name)
+    n, k = W.shape
+    blocks = W.float().reshape(n, k // g, g).transpose(0, 1).reshape(-1, g)
+    scale, zero = fit_grid(blocks, cfg.bits, cfg.sym, opts.scale_dtype)
+    codes = quantize_to_grid(blocks, scale, zero, cfg.bits)
+    deq = dequantize_codes(codes, scale, zero)
+    weight = deq.reshape(k // g, n, g).transpose(0, 1).reshape(n, k).contiguous()
+    codes = codes.reshape(k // g, n, g).transpose(0, 1).reshape(n, k)
+    packed, why = pack_int(
+        codes, scale.reshape(k // g, n), zero.reshape(k // g, n), cfg.bits, None, opts.scale_dtype
+    )
+    return QuantResult(
+        weight=weight,
+        packed=packed,
+        proxy_loss=proxy_loss(W, weight, H),
+        method="rtn",
+        config=cfg.to_dict(),
+        packed_error=why,
+    )

@@ -1,0 +1,110 @@
+"""The uniform min/max grid as GPTQ, RTN and OmniQuant use it, on top of trilm.formats' one quantizer.
+
+:func:`trilm.formats.fit_uniform_grid` / :func:`trilm.formats.quantize_to_grid` are the grid; this module
+adds what the methods share around it: their config (:class:`UniformConfig`), fitting a grid in the
+precision its scale is stored with (:func:`fit_grid`), dequantization, and packing the chosen codes into an
+:class:`~trilm.formats.IntWeight` (with ``g_idx`` when act-order scatters the groups over K).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from trilm.config import Config, ConfigError, require
+from trilm.formats import IntWeight, fit_uniform_grid, gptq_bits, quantize_to_grid
+from trilm.formats.intk import INT_BITS
+
+GRID_BITS = (2, 3, 4, 8)
+"""Bit widths the uniform methods quantize to (``IntWeight`` stores 2/3/4; 8-bit is fake-quant only)."""
+
+
+@dataclasses.dataclass
+class UniformConfig(Config):
+    """Settings of the uniform-grid layer methods; defaults are the reference GPTQ's (``llama.py``)."""
+
+    bits: int = 4
+    group_size: int = -1
+    """Input columns per scale/zero group; -1 = one grid per output row."""
+    sym: bool = False
+    """Symmetric grid: zero fixed at (maxq + 1) / 2 (3-bit levels −4…+3)."""
+    act_order: bool = False
+    """Quantize columns by descending diag(H) (GPTQ ``--act-order``); undone in the result."""
+    static_groups: bool = False
+    """Fit every group's grid on the original W up front, in original column order (instead of at the
+    group's first column on the error-updated W)."""
+    blocksize: int = 128
+    """Columns per lazy-batch block of the GPTQ loop (only changes speed, up to float rounding)."""
+    percdamp: float = 0.01
+    """Damping λ = percdamp · mean(diag H)."""
+
+    def validate(self) -> None:
+        require(self.bits in GRID_BITS, f"bits: must be one of {list(GRID_BITS)}, got {self.bits}")
+        require(
+            self.group_size == -1 or self.group_size > 0,
+            f"group_size: must be -1 (per row) or > 0, got {self.group_size}",
+        )
+        require(self.blocksize > 0, f"blocksize: must be > 0, got {self.blocksize}")
+        require(self.percdamp >= 0, f"percdamp: must be >= 0, got {self.percdamp}")
+        require(
+            not self.static_groups or self.group_size > 0,
+            "static_groups: needs group_size > 0 (per-row grids have no groups to fix)",
+        )
+
+    def paper_bits(self) -> float:
+        """GPTQ's count: b + (16-bit scale + b-bit zero) / g per weight; per row ≈ b."""
+        return gptq_bits(self.bits, self.group_size if self.group_size > 0 else None)
+
+    def check_weight(self, W: torch.Tensor, name: str = "layer") -> int:
+        """Raise when W's input size does not split into groups; returns the effective group size."""
+        k = W.shape[1]
+        g = k if self.group_size == -1 else self.group_size
+        if k % g:
+            raise ConfigError(
+                f"{name}: group_size={g} does not divide in_features K={k} (choose a divisor of K or -1)"
+            )
+        return g
+
+
+def fit_grid(
+    w: torch.Tensor, bits: int, sym: bool, scale_dtype: torch.dtype = torch.float32
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row (scale, zero) of ``w`` (rows, cols), the scale rounded to ``scale_dtype`` (fp32 = exact)."""
+    scale, zero = fit_uniform_grid(w, bits, sym)
+    if scale_dtype != torch.float32:
+        tiny = torch.finfo(scale_dtype).tiny
+        scale = scale.clamp(min=tiny).to(scale_dtype).float()
+    return scale, zero
+
+
+def dequantize_codes(codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor) -> torch.Tensor:
+    """s · (codes − z) for per-row ``scale``/``zero`` (rows,) broadcast over columns; float32."""
+    shape = (-1, *([1] * (codes.dim() - 1)))
+    return scale.reshape(shape) * (codes.float() - zero.reshape(shape))
+
+
+def quantize_column(
+    w: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bits: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(codes uint8 (rows,), dequantized float32 (rows,)) of one column on per-row grids."""
+    codes = quantize_to_grid(w.unsqueeze(1), scale, zero, bits).squeeze(1)
+    return codes, dequantize_codes(codes, scale, zero)
+
+
+def pack_int(
+    codes: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor,
+    bits: int,
+    g_idx: torch.Tensor | None,
+    scale_dtype: torch.dtype,
+) -> tuple[IntWeight | None, str | None]:
+    """IntWeight from codes (N, K), per-group tables (K / g, N) and optional g_idx, or (None, reason)."""
+    if bits not in INT_BITS:
+        return None, (
+            f"{bits}-bit codes cannot be stored: trilm.formats.IntWeight holds {list(INT_BITS)}-bit "
+            "grids (an 8-bit QuantLM would need a format and kernel extension)"
+        )
+    packed = IntWeight.pack(codes, scales, zeros, bits, g_idx=g_idx, scale_dtype=scale_dtype)
+    return packed, None
