@@ -32,6 +32,7 @@ from trilm.posthoc.uniform import UniformConfig, fit_grid, pack_int, quantize_co
     UniformConfig,
     "GPTQ: column-wise rounding with inverse-Hessian error feedback",
     paper_bits=UniformConfig.paper_bits,
+    unwritable=UniformConfig.unpackable,
 )
 def gptq(W: torch.Tensor, H: torch.Tensor, cfg: UniformConfig, opts: LayerOptions) -> QuantResult:
     g = cfg.check_weight(W, opts.name)

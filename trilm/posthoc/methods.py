@@ -70,7 +70,9 @@ def model_methods() -> dict[str, ModelMethod]:
                 _name, cfg, true_sequential=opts.true_sequential, scale_dtype=opts.scale_dtype
             )
 
-        out[name] = ModelMethod(name, layer.config_cls, build, layer.description, layer.paper_bits)
+        out[name] = ModelMethod(
+            name, layer.config_cls, build, layer.description, layer.paper_bits, layer.unwritable
+        )
     out.update(BLOCK_METHODS)
     return out
 

@@ -94,6 +94,11 @@ class OmniQuantConfig(Config):
         require(self.wd >= 0, f"wd: must be >= 0, got {self.wd}")
         require(self.batch_size > 0, f"batch_size: must be > 0, got {self.batch_size}")
 
+    def check_in_features(self, k: int, name: str = "layer") -> None:
+        g = k if self.group_size == -1 else self.group_size
+        if k % g:
+            raise ConfigError(f"{name}: group_size={g} does not divide in_features K={k}")
+
     @property
     def use_let(self) -> bool:
         return self.act_bits < 16 if self.let is None else self.let
@@ -117,6 +122,31 @@ def mode_config(mode: str, **overrides: Any) -> OmniQuantConfig:
     return OmniQuantConfig.from_dict(values)
 
 
+class _GridQuant(torch.autograd.Function):
+    """s·(clamp(⌊x/s⌉ + z, 0, maxq) − z) with a straight-through round, forward and backward fused.
+
+    Autograd over the elementwise chain costs about a dozen full-size tensors per matrix and step; the
+    gradients in closed form need three: ∂/∂x = 1 inside the clamp range, 0 outside; ∂/∂s = ⌊x/s⌉ − x/s
+    inside, (clamped code − z) outside (the same values the unfused chain's autograd produces)."""
+
+    @staticmethod
+    def forward(ctx, x, scale, zero, maxq: int):
+        u = x / scale
+        r = torch.round(u)
+        code = r + zero
+        inside = (code >= 0) & (code <= maxq)
+        q = torch.clamp(code, 0, maxq) - zero
+        ctx.save_for_backward(inside, torch.where(inside, r - u, q))
+        return q * scale
+
+    @staticmethod
+    def backward(ctx, grad):
+        inside, ds = ctx.saved_tensors
+        grad_x = grad * inside if ctx.needs_input_grad[0] else None
+        grad_s = (grad * ds).sum(-1, keepdim=True) if ctx.needs_input_grad[1] else None
+        return grad_x, grad_s, None, None
+
+
 class LWC(nn.Module):
     """Learnable clipping of one weight matrix on the asymmetric min/max grid (per row or row-group)."""
 
@@ -130,18 +160,30 @@ class LWC(nn.Module):
         rows = n * (k // g)
         self.upbound = nn.Parameter(torch.full((rows, 1), LWC_INIT, device=weight.device))
         self.lowbound = nn.Parameter(torch.full((rows, 1), LWC_INIT, device=weight.device))
+        self._source = weight
+        x = weight.detach().reshape(-1, g)
+        self._range = (x.amax(-1, keepdim=True), x.amin(-1, keepdim=True))
 
     def grid(self, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(groups (rows, g), scale (rows, 1), zero (rows, 1)) of the clipped grid (scale has gradients)."""
         x = weight.reshape(-1, self.group)
+        if weight is self._source:  # weight-only: W is frozen, its group ranges are constants
+            wmax, wmin = self._range
+        else:  # LET changes W every step
+            wmax, wmin = x.amax(-1, keepdim=True), x.amin(-1, keepdim=True)
         zero_t = torch.zeros((), device=x.device, dtype=x.dtype)
-        xmax = torch.maximum(torch.sigmoid(self.upbound) * x.amax(-1, keepdim=True), zero_t)
-        xmin = torch.minimum(torch.sigmoid(self.lowbound) * x.amin(-1, keepdim=True), zero_t)
+        xmax = torch.maximum(torch.sigmoid(self.upbound) * wmax, zero_t)
+        xmin = torch.minimum(torch.sigmoid(self.lowbound) * wmin, zero_t)
         scale = ((xmax - xmin) / ((1 << self.bits) - 1)).clamp(min=1e-5, max=1e4)
         zero = (-xmin / scale).clamp(min=-1e4, max=1e4).round()
         return x, scale, zero
 
     def forward(self, weight: torch.Tensor) -> torch.Tensor:
+        x, scale, zero = self.grid(weight)
+        return _GridQuant.apply(x, scale, zero, (1 << self.bits) - 1).reshape(weight.shape)
+
+    def unfused(self, weight: torch.Tensor) -> torch.Tensor:
+        """The same fake quantization as plain autograd ops (what the fused version is tested against)."""
         x, scale, zero = self.grid(weight)
         q = torch.clamp(round_ste(x / scale) + zero, 0, (1 << self.bits) - 1)
         return ((q - zero) * scale).reshape(weight.shape)

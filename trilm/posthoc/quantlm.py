@@ -23,6 +23,7 @@ from trilm.config import Config, ConfigError
 from trilm.model.config import ModelConfig
 from trilm.model.snapshot import (
     SnapshotMeta,
+    canonical_shapes,
     is_packed_snapshot,
     is_snapshot,
     read_snapshot,
@@ -85,6 +86,16 @@ def check_source(path: Path, cfg: ModelConfig, method: str) -> None:
         )
 
 
+def check_shapes(cfg: ModelConfig, config: Config) -> None:
+    """Every block linear's input size against the method's grouping, before any work is done."""
+    check = getattr(config, "check_in_features", None)
+    if check is None:
+        return
+    for name, shape in canonical_shapes(cfg).items():
+        if name.startswith("layers.") and len(shape) == 2:
+            check(shape[1], name.removesuffix(".weight"))
+
+
 def job_identity(job: QuantizeJob) -> dict[str, Any]:
     """What makes two QuantLMs the same model: source, method, all settings, calibration."""
     return {
@@ -135,6 +146,7 @@ def quantize_to_quantlm(job: QuantizeJob) -> QuantizeSummary:
         raise ConfigError(f"--method {job.method}: {why}")
     cfg, src_meta = read_source(job.source)
     check_source(job.source, cfg, job.method)
+    check_shapes(cfg, job.config)
     identity = job_identity(job)
     check_output(job.out, identity)
     if job.calib.seq_len > cfg.context:

@@ -74,6 +74,8 @@ class LayerMethod:
     description: str
     paper_bits: Callable[[Any], float] | None = None
     """Bits per weight as the method's paper counts them (a trilm.formats.accounting function)."""
+    unwritable: Callable[[Any], str | None] | None = None
+    """Why a QuantLM with this config cannot be written (None: it can); checked before any work."""
 
     def config(self, **cfg: Any) -> Config:
         """The method's typed config from keyword settings (unknown keys name the method)."""
@@ -91,6 +93,7 @@ def register_method(
     config_cls: type[Config],
     description: str,
     paper_bits: Callable[[Any], float] | None = None,
+    unwritable: Callable[[Any], str | None] | None = None,
 ) -> Callable[[LayerFn], LayerFn]:
     """Decorator: make ``fn(W, H, cfg, opts) -> QuantResult`` reachable as ``quantize_weight(name, ...)``
     (and as ``trilm quantize --method name``, its config fields becoming command-line options)."""
@@ -98,7 +101,7 @@ def register_method(
     def wrap(fn: LayerFn) -> LayerFn:
         if name in METHODS:
             raise ValueError(f"layer method {name!r} registered twice")
-        METHODS[name] = LayerMethod(name, config_cls, fn, description, paper_bits)
+        METHODS[name] = LayerMethod(name, config_cls, fn, description, paper_bits, unwritable)
         return fn
 
     return wrap

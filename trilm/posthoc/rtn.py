@@ -21,6 +21,7 @@ from trilm.posthoc.uniform import UniformConfig, dequantize_codes, fit_grid, pac
     UniformConfig,
     "round-to-nearest on the min/max grid (no error compensation)",
     paper_bits=UniformConfig.paper_bits,
+    unwritable=UniformConfig.unpackable,
 )
 def rtn(W: torch.Tensor, H: torch.Tensor, cfg: UniformConfig, opts: LayerOptions) -> QuantResult:
     if cfg.act_order or cfg.static_groups:

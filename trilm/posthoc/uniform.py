@@ -58,13 +58,24 @@ class UniformConfig(Config):
 
     def check_weight(self, W: torch.Tensor, name: str = "layer") -> int:
         """Raise when W's input size does not split into groups; returns the effective group size."""
-        k = W.shape[1]
+        return self.check_in_features(W.shape[1], name)
+
+    def check_in_features(self, k: int, name: str = "layer") -> int:
         g = k if self.group_size == -1 else self.group_size
         if k % g:
             raise ConfigError(
                 f"{name}: group_size={g} does not divide in_features K={k} (choose a divisor of K or -1)"
             )
         return g
+
+    def unpackable(self) -> str | None:
+        """Why a QuantLM cannot store this setting (None: it can)."""
+        if self.bits not in INT_BITS:
+            return (
+                f"bits={self.bits}: trilm.formats.IntWeight stores {list(INT_BITS)}-bit grids, so an "
+                f"{self.bits}-bit QuantLM cannot be written (quantize_weight still computes it)"
+            )
+        return None
 
 
 def fit_grid(

@@ -1,0 +1,192 @@
+"""``trilm quantize`` end to end: a QuantLM that loads, evaluates and runs through QuantLinear; bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from trilm.model.snapshot import read_packed_layers, read_snapshot
+
+from trilm.cli import main
+
+
+def quantize(snapshot: Path, data: dict, out: Path, *extra: str, samples: int = 8) -> int:
+    argv = ["quantize", str(snapshot), "--calib", str(data["train"]), "--samples", str(samples)]
+    argv += ["--seq-len", "64", "--out", str(out), "--no-progress", *extra]
+    return main(argv)
+
+
+def leftovers(parent: Path) -> list[str]:
+    return [p.name for p in parent.iterdir() if ".tmp-" in p.name or ".old-" in p.name]
+
+
+@pytest.fixture(scope="module")
+def gptq_quantlm(float_snapshot, embedded_data, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("quantlm") / "gptq-w4g64"
+    args = ("--method", "gptq", "--bits", "4", "--group-size", "64", "--act-order", "--true-sequential")
+    args += ("--eval", str(embedded_data["validation"]), "--eval-sequences", "4")
+    assert quantize(float_snapshot, embedded_data, out, *args) == 0
+    return out
+
+
+def test_quantlm_layout_and_metadata(gptq_quantlm, float_snapshot):
+    names = sorted(p.name for p in gptq_quantlm.iterdir())
+    assert names == ["config.json", "model.safetensors", "packed.safetensors", "tokenizer.model"]
+    assert (gptq_quantlm / "tokenizer.model").read_bytes() == (
+        float_snapshot / "tokenizer.model"
+    ).read_bytes()
+    _, meta = read_snapshot(gptq_quantlm)
+    quant = meta.extra["quant"]
+    assert quant["method"] == "gptq" and quant["source"] == str(float_snapshot.resolve())
+    assert quant["options"]["act_order"] and quant["options"]["true_sequential"]
+    assert quant["bits"]["paper"] == pytest.approx(4 + 20 / 64)
+    packed = read_packed_layers(gptq_quantlm)
+    stored = sum(p.storage_bits() for p in packed.values()) / sum(
+        p.in_features * p.out_features for p in packed.values()
+    )
+    assert quant["bits"]["stored"] == pytest.approx(stored)
+    assert quant["calibration"]["samples"] == 8 and quant["calibration"]["seed"] == 0
+    assert quant["calibration_data"]["seq_len"] == 64
+    assert quant["seconds"]["total"] > 0 and quant["memory"]["working_set_bytes"] > 0
+    assert all(p.g_idx is not None for p in packed.values())
+    assert meta.val_loss == quant["eval"]["val_loss"]
+    json.dumps(meta.to_dict())
+
+
+def test_quantlm_loads_and_evaluates(gptq_quantlm, embedded_data):
+    from trilm.infer import load_inference_model
+
+    from kernels import QuantLinear
+    from trilm.posthoc.evaluate import validation_loss
+
+    model = load_inference_model(gptq_quantlm)
+    linears = model.linear_modules()
+    assert all(isinstance(m, QuantLinear) and m.packed.bits == 4 for m in linears.values())
+    _, meta = read_snapshot(gptq_quantlm)
+    loss = validation_loss(model, embedded_data["validation"], 64, max_sequences=4)
+    assert loss == pytest.approx(meta.val_loss, rel=1e-6)
+
+
+def test_quantlm_computes_the_in_process_quantized_model(gptq_quantlm, float_snapshot, embedded_data):
+    """The written QuantLM (QuantLinear layers) = the float model quantized in process, same settings."""
+    from trilm.infer import load_inference_model, load_with_meta
+
+    from trilm.posthoc import UniformConfig
+    from trilm.posthoc.calibration import CalibrationConfig, load_calibration
+    from trilm.posthoc.engine import EngineConfig, quantize_blockwise
+    from trilm.posthoc.layerwise import LayerwiseMethod
+
+    calib = load_calibration(CalibrationConfig(source=str(embedded_data["train"]), samples=8, seq_len=64))
+    model, _ = load_with_meta(float_snapshot)
+    cfg = UniformConfig(bits=4, group_size=64, act_order=True)
+    method = LayerwiseMethod("gptq", cfg, true_sequential=True)
+    quantize_blockwise(model.requires_grad_(False), calib.windows, method, EngineConfig(progress=False))
+    ids = calib.windows[:2, :16]
+    with torch.no_grad():
+        assert torch.allclose(load_inference_model(gptq_quantlm)(ids), model(ids), atol=1e-5)
+
+
+def test_packed_layers_through_quantlinear_torch_and_interpreter(gptq_quantlm, monkeypatch):
+    from kernels import QuantLinear
+
+    packed = read_packed_layers(gptq_quantlm)
+    x = torch.randn(3, 256, generator=torch.Generator().manual_seed(0))
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    for name in ("layers.0.attn.wq", "layers.1.mlp.w_down"):
+        weight = packed[name]
+        xi = x[:, : weight.in_features]
+        expected = xi.double() @ weight.dequantize().double().t()
+        for backend in ("torch", "triton"):
+            y = QuantLinear(weight, backend=backend)(xi)
+            assert torch.allclose(y.double(), expected, atol=1e-4), (name, backend)
+
+
+def test_rerunning_the_same_job_replaces_it(float_snapshot, embedded_data, tmp_path):
+    out = tmp_path / "rtn"
+    args = ("--method", "rtn", "--bits", "3", "--group-size", "128")
+    assert quantize(float_snapshot, embedded_data, out, *args) == 0
+    assert quantize(float_snapshot, embedded_data, out, *args) == 0
+    assert leftovers(tmp_path) == []
+
+
+def test_huggingface_llama_directory(float_snapshot, embedded_data, tmp_path):
+    from safetensors.torch import load_file
+    from trilm.infer import load_inference_model
+
+    from trilm.model.hf import export_hf
+
+    cfg, _ = read_snapshot(float_snapshot)
+    hf = export_hf(cfg, load_file(str(float_snapshot / "model.safetensors")), tmp_path / "hf")
+    shutil.copy(float_snapshot / "tokenizer.model", hf / "tokenizer.model")
+    out = tmp_path / "q"
+    assert quantize(hf, embedded_data, out, "--method", "gptq", "--bits", "2", "--group-size", "128") == 0
+    assert read_snapshot(out)[1].extra["quant"]["source"] == str(hf.resolve())
+    assert (out / "tokenizer.model").is_file()
+    model = load_inference_model(out)
+    assert torch.isfinite(model(torch.tensor([[1, 2, 3]]))).all()
+
+
+# -- bad input: a clear error naming the problem, nothing written ---------------------------------------
+def refused(capsys, snapshot, data, out, *args, match, samples=8):
+    before = sorted(p.name for p in out.parent.iterdir())
+    assert quantize(snapshot, data, out, *args, samples=samples) == 2
+    err = capsys.readouterr().err
+    assert match in err, err
+    assert sorted(p.name for p in out.parent.iterdir()) == before
+    assert leftovers(out.parent) == []
+
+
+def test_trilm_checkpoint_is_refused(tmp_path, embedded_data, capsys):
+    from tests.posthoc.conftest import tiny_model, write_snapshot
+
+    trilm = write_snapshot(tiny_model(), tmp_path / "trilm", family="trilm")
+    refused(
+        capsys, trilm, embedded_data, tmp_path / "o", "--method", "gptq", "--bits", "4", match="a trilm model"
+    )
+
+
+@pytest.mark.parametrize(
+    "args,match",
+    [
+        (("--method", "gptq", "--bits", "8"), "8-bit QuantLM cannot be written"),
+        (("--method", "gptq", "--bits", "5"), "bits: must be one of"),
+        (("--method", "gptq", "--bits", "4", "--group-size", "96"), "group_size=96 does not divide"),
+        (("--method", "rtn", "--bits", "4", "--epochs", "3"), "--epochs: not a setting of --method rtn"),
+        (("--method", "omniquant", "--mode", "W4A4"), "no activation quantizer"),
+    ],
+)
+def test_settings_the_format_cannot_store_are_refused(
+    float_snapshot, embedded_data, tmp_path, capsys, args, match
+):
+    refused(capsys, float_snapshot, embedded_data, tmp_path / "o", *args, match=match)
+
+
+def test_calibration_data_shorter_than_requested(float_snapshot, embedded_data, tmp_path, capsys):
+    refused(
+        capsys,
+        float_snapshot,
+        embedded_data,
+        tmp_path / "o",
+        "--method",
+        "rtn",
+        "--bits",
+        "4",
+        match="were requested",
+        samples=10**6,
+    )
+
+
+def test_output_directory_with_another_model_is_left_alone(float_snapshot, embedded_data, tmp_path, capsys):
+    other = shutil.copytree(float_snapshot, tmp_path / "other")
+    before = {p.name: p.read_bytes() for p in other.iterdir()}
+    refused(
+        capsys, float_snapshot, embedded_data, other, "--method", "rtn", "--bits", "4", match="already holds"
+    )
+    assert {p.name: p.read_bytes() for p in other.iterdir()} == before
+    junk = tmp_path / "junk"
+    junk.mkdir()
+    (junk / "notes.txt").write_text("mine")
+    refused(capsys, float_snapshot, embedded_data, junk, "--method", "rtn", "--bits", "4", match="not empty")
