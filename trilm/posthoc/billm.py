@@ -93,6 +93,11 @@ class STBLLMConfig(BiLLMConfig):
     def paper_bits(self) -> float:
         return stbllm_bits(0.1, self.n, self.m)
 
+    def check_in_features(self, k: int, name: str = "layer") -> None:
+        """N:M groups tile the input dimension: refuse a K that M does not divide (before any work)."""
+        if k % self.m:
+            raise ConfigError(f"{name}: in_features={k} is not a multiple of m={self.m}")
+
 
 def _round(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return t.to(dtype).float() if dtype != torch.float32 else t

@@ -32,6 +32,8 @@ import numpy as np
 import torch
 
 SALIENT_ORDER = 2
+CANDIDATE_ELEMENTS = 1 << 22
+"""Searches evaluate their candidates in batches of about this many weights."""
 SPLIT_QUANTILES = (0.10, 0.90, 81)
 """BiLLM's break-point candidates: 81 quantiles from 10 % to 90 %."""
 TRISECTION_STEPS = (0.10, 0.90, 160)
@@ -53,18 +55,19 @@ class ResidualFit:
 
 
 def residual_fit(x: torch.Tensor, mask: torch.Tensor, order: int) -> ResidualFit:
-    """Residual binarization of order ``order`` of x over ``mask``, per row (see the module docstring)."""
+    """Residual binarization of order ``order`` of x (rows, cols) over ``mask`` (…, rows, cols), per row
+    (see the module docstring); leading dimensions of the mask fit several candidate masks at once."""
     m = mask.to(x.dtype)
-    count = m.sum(1).clamp(min=1)
-    approx = torch.zeros_like(x)
+    count = m.sum(-1).clamp(min=1)
+    approx = torch.zeros_like(m)
     mus, alphas, signs = [], [], []
     for _ in range(order):
         residual = (x - approx) * m
-        mu = residual.sum(1) / count
-        dev = (residual - mu.unsqueeze(1)) * m
-        alpha = dev.abs().sum(1) / count
+        mu = residual.sum(-1) / count
+        dev = (residual - mu.unsqueeze(-1)) * m
+        alpha = dev.abs().sum(-1) / count
         sign = torch.where(dev >= 0, 1, -1).to(torch.int8)
-        approx = approx + (alpha.unsqueeze(1) * sign + mu.unsqueeze(1)) * m
+        approx = approx + (alpha.unsqueeze(-1) * sign + mu.unsqueeze(-1)) * m
         mus.append(mu)
         alphas.append(alpha)
         signs.append(sign)
@@ -111,11 +114,16 @@ class SearchSpace:
     """(rows, cols) bool: not pruned."""
     reference: bool
 
-    def error(self, approx: torch.Tensor) -> float:
+    def errors(self, approx: torch.Tensor) -> torch.Tensor:
+        """Squared error of candidate approximations (…, rows, cols) → (…,)."""
         diff = (self.target - approx) * self.kept
         if self.reference:
-            return float(torch.mean(diff**2))
-        return float(((diff**2) * self.weights.unsqueeze(0)).sum())
+            return torch.mean(diff**2, dim=(-2, -1))
+        return ((diff**2) * self.weights).sum(dim=(-2, -1))
+
+    def chunk(self) -> int:
+        """Candidates evaluated per batch (bounds the (candidates, rows, cols) temporaries)."""
+        return max(1, CANDIDATE_ELEMENTS // self.target.numel())
 
 
 def search_space(
@@ -137,35 +145,26 @@ def search_salient_columns(space: SearchSpace, max_columns: int = 50) -> torch.T
     if limit < 2:
         return salient
     ranked = torch.topk(space.rank.sum(0), limit).indices
-    best, best_k = float("inf"), 1
-    for k in range(1, limit):
-        cand = torch.zeros_like(salient)
-        cand[ranked[:k]] = True
-        inside = space.kept & cand.unsqueeze(0)
-        outside = space.kept & ~cand.unsqueeze(0)
-        approx = residual_approx(space.target, inside, SALIENT_ORDER)
-        approx = approx + residual_approx(space.target, outside, SALIENT_ORDER)
-        err = space.error(approx)
-        if err < best:
-            best, best_k = err, k
+    position = torch.full((cols,), limit, dtype=torch.int64, device=salient.device)
+    position[ranked] = torch.arange(limit, device=salient.device)
+    sizes = torch.arange(1, limit, device=salient.device)
+    errors = []
+    for part in sizes.split(space.chunk()):
+        cand = (position.unsqueeze(0) < part.unsqueeze(1)).unsqueeze(1)  # (C, 1, cols)
+        approx = residual_approx(space.target, space.kept & cand, SALIENT_ORDER)
+        approx = approx + residual_approx(space.target, space.kept & ~cand, SALIENT_ORDER)
+        errors.append(space.errors(approx))
+    best_k = int(sizes[torch.argmin(torch.cat(errors))])
     salient[ranked[:best_k]] = True
     return salient
 
 
-def split_groups(score: torch.Tensor, member: torch.Tensor, thresholds: list[torch.Tensor]) -> torch.Tensor:
-    """Group ids (rows, cols) by |S|: g0 below the first threshold, g_i in [t_{i-1}, t_i), last ≥ the last;
-    −1 outside ``member``."""
-    gid = torch.zeros(score.shape, dtype=torch.int64, device=score.device)
-    for t in thresholds:
-        gid += (score >= t).to(torch.int64)
+def split_groups(score: torch.Tensor, member: torch.Tensor, thresholds: torch.Tensor) -> torch.Tensor:
+    """Group ids (…, rows, cols) by the score: g0 below the first threshold, g_i in [t_{i−1}, t_i), the last
+    ≥ the last threshold; −1 outside ``member``. ``thresholds`` (…, G − 1), one row per candidate."""
+    t = thresholds.reshape(*thresholds.shape[:-1], 1, 1, thresholds.shape[-1])
+    gid = (score.unsqueeze(-1) >= t).sum(-1)
     return torch.where(member, gid, torch.full_like(gid, -1))
-
-
-def _groups_error(space: SearchSpace, gid: torch.Tensor, groups: int, base: torch.Tensor) -> float:
-    approx = base.clone()
-    for g in range(groups):
-        approx = approx + residual_approx(space.target, gid == g, 1)
-    return space.error(approx)
 
 
 def search_split(space: SearchSpace, salient: torch.Tensor, groups: int, ratio: float = 2.0) -> torch.Tensor:
@@ -180,26 +179,27 @@ def search_split(space: SearchSpace, salient: torch.Tensor, groups: int, ratio: 
     else:
         pool = space.score[member]
     if groups == 2:
-        candidates = [[t] for t in quantiles(pool, *SPLIT_QUANTILES)]
+        candidates = quantiles(pool, *SPLIT_QUANTILES).unsqueeze(1)
     elif groups == 3:
         if space.reference:
             grid = quantiles(pool, *TRISECTION_STEPS)
-            candidates = [[t, ratio * t] for t in grid if ratio * t <= grid[-1]]
+            grid = grid[ratio * grid <= grid[-1]]
         else:
-            top = pool.max()
-            fractions = torch.linspace(*TRISECTION_STEPS, dtype=pool.dtype, device=pool.device)
-            candidates = [[f * top, ratio * f * top] for f in fractions]
+            grid = torch.linspace(*TRISECTION_STEPS, dtype=pool.dtype, device=pool.device) * pool.max()
+        candidates = torch.stack([grid, ratio * grid], dim=1)
     else:
         raise ValueError(f"the non-salient weights split into 1, 2 or 3 groups, not {groups}")
-    best, best_gid = float("inf"), None
-    for thresholds in candidates:
-        gid = split_groups(space.score, member, thresholds)
-        err = _groups_error(space, gid, groups, base)
-        if err < best:
-            best, best_gid = err, gid
-    if best_gid is None:  # no candidate (degenerate pool): one group
-        best_gid = torch.where(member, 0, -1)
-    return best_gid
+    if candidates.shape[0] == 0:  # degenerate pool: one group
+        return torch.where(member, 0, -1)
+    errors = []
+    for part in candidates.split(space.chunk()):
+        gid = split_groups(space.score, member, part)
+        approx = base.expand_as(gid).to(base.dtype)
+        for g in range(groups):
+            approx = approx + residual_approx(space.target, gid == g, 1)
+        errors.append(space.errors(approx))
+    best = candidates[torch.argmin(torch.cat(errors))]
+    return split_groups(space.score, member, best)
 
 
 # -- N:M keep masks ------------------------------------------------------------------------------------------
@@ -235,33 +235,27 @@ def outlier_ratio(metric: torch.Tensor, factor: float = 6.0) -> float:
 def adaptive_keep(ratios: list[float], sizes: list[int], n: int, m: int) -> list[int]:
     """Per-layer N around ``n`` from the layers' outlier ratios (STBLLM's adaptive layer-wise N).
 
-    Ratios are min-max scaled to [0, 2] and centred; layers with more outliers keep one more weight per
-    group, those with fewer one less (rounded, clamped to [1, m]). Then, so that the model keeps the same
-    share of weights as uniform N (equal value bits), the most-shifted layers are moved back one step at a
-    time until the weight-weighted mean N is as close to n as the layer sizes allow."""
+    Ratios are min-max scaled to [0, 2] and centred (the shift each layer should get: more outliers, more
+    kept weights per group); N = n + round(shift), clamped to [1, m]. Then, so that the model keeps the same
+    share of weights as uniform N (equal value bits), single ±1 steps are applied greedily — each time the
+    one that moves the weight-weighted excess toward zero at the least cost in squared distance from the
+    layers' shifts — while the |excess| decreases."""
     if not ratios:
         return []
     lo, hi = min(ratios), max(ratios)
     scaled = [0.0 if hi == lo else 2.0 * (r - lo) / (hi - lo) for r in ratios]
     centre = sum(scaled) / len(scaled)
-    shift = [s - centre for s in scaled]
-    keep = [min(m, max(1, n + round(d))) for d in shift]
+    target = [n + s - centre for s in scaled]
+    keep = [min(m, max(1, round(t))) for t in target]
 
-    def excess(values: list[int]) -> float:
+    def excess(values: list[int]) -> int:
         return sum((k - n) * s for k, s in zip(values, sizes, strict=True))
 
-    for _ in range(4 * len(keep)):
-        e = excess(keep)
-        if e == 0:
-            break
+    while (e := excess(keep)) != 0:
         step = -1 if e > 0 else 1
-        movable = [i for i, k in enumerate(keep) if (k - n) * step < 0]
-        if not movable:
+        options = [i for i, k in enumerate(keep) if 1 <= k + step <= m and abs(e + step * sizes[i]) < abs(e)]
+        if not options:
             break
-        i = min(movable, key=lambda j: abs(shift[j]))
-        trial = keep.copy()
-        trial[i] += step
-        if abs(excess(trial)) >= abs(e):
-            break
-        keep = trial
+        i = min(options, key=lambda j: (keep[j] + step - target[j]) ** 2 - (keep[j] - target[j]) ** 2)
+        keep[i] += step
     return keep

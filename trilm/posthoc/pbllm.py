@@ -129,6 +129,7 @@ def pbllm(W: torch.Tensor, H: torch.Tensor, cfg: PBLLMConfig, opts: LayerOptions
     codes = torch.zeros((n, k), dtype=torch.uint8, device=work.device)
     signs = torch.ones((n, k), dtype=torch.int8, device=work.device)
     Q = torch.empty((n, k), dtype=torch.float32, device=work.device)
+    latent = torch.empty((n, k), dtype=torch.float32, device=work.device) if cfg.qat_steps else None
     for i1 in range(0, k, cfg.blocksize):
         i2 = min(i1 + cfg.blocksize, k)
         block = work[:, i1:i2].clone()
@@ -137,6 +138,8 @@ def pbllm(W: torch.Tensor, H: torch.Tensor, cfg: PBLLMConfig, opts: LayerOptions
         for i in range(i2 - i1):
             col = i1 + i
             w = block[:, i]
+            if latent is not None:
+                latent[:, col] = w
             c, q_high = quantize_column(w, scale8, zero8, cfg.high_bit)
             sign = torch.where(w - mu >= 0, 1, -1).to(torch.int8)
             q_low = alpha * sign + mu
@@ -173,5 +176,6 @@ def pbllm(W: torch.Tensor, H: torch.Tensor, cfg: PBLLMConfig, opts: LayerOptions
             "dead_columns": int(dead.sum()),
             "salient_share": float((~binarized).float().mean()),
             "bits": layer_bits(packed),
+            **({"latent": latent} if latent is not None else {}),
         },
     )
