@@ -18,7 +18,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIG = ROOT / "configs" / "train" / "posthoc-floatlm.yaml"
+CONFIGS = {
+    "posthoc": ROOT / "configs" / "train" / "posthoc-floatlm.yaml",
+    "quickstart": ROOT / "configs" / "train" / "quickstart-floatlm.yaml",
+}
+"""Which FloatLM: the post-hoc evidence model, or the quickstart's FloatLM-tiny on the same data."""
 VOCAB_SIZE = 2048
 
 
@@ -39,12 +43,20 @@ class PosthocModel:
     """Wall time of the training call in this process (None when the run was already finished)."""
 
 
-def train_config(run_dir: Path, data: dict[str, Path], tokens: int | None = None, progress: bool = True):
-    """The evidence model's TrainConfig with its paths pointed under ``run_dir``."""
+def train_config(
+    run_dir: Path,
+    data: dict[str, Path],
+    tokens: int | None = None,
+    progress: bool = True,
+    model: str = "posthoc",
+):
+    """The model's TrainConfig with its paths pointed under ``run_dir`` (``floatlm`` or
+    ``quickstart-floatlm``)."""
     from trilm.train.config import TrainConfig
 
+    name = "floatlm" if model == "posthoc" else f"{model}-floatlm"
     overrides = [
-        f"run_dir={run_dir / 'floatlm'}",
+        f"run_dir={run_dir / name}",
         f"data.train_dir={data['train']}",
         f"data.valid_dir={data['validation']}",
         f"data.tokenizer={data['tokenizer']}",
@@ -52,11 +64,15 @@ def train_config(run_dir: Path, data: dict[str, Path], tokens: int | None = None
     ]
     if tokens:
         overrides.append(f"tokens={tokens}")
-    return TrainConfig.from_yaml(CONFIG, overrides)
+    return TrainConfig.from_yaml(CONFIGS[model], overrides)
 
 
 def prepare_posthoc_model(
-    run_dir: str | Path = "runs/posthoc", *, tokens: int | None = None, progress: bool = True
+    run_dir: str | Path = "runs/posthoc",
+    *,
+    tokens: int | None = None,
+    progress: bool = True,
+    model: str = "posthoc",
 ) -> PosthocModel:
     """Data + trained FloatLM under ``run_dir`` (reusing whatever is already complete)."""
     from trilm.data.pipeline import prepare_embedded
@@ -65,7 +81,7 @@ def prepare_posthoc_model(
 
     run_dir = Path(run_dir)
     data = prepare_embedded(run_dir / "data", vocab_size=VOCAB_SIZE, workers=2, progress=progress)
-    cfg = train_config(run_dir, data, tokens, progress)
+    cfg = train_config(run_dir, data, tokens, progress, model)
     final = Path(cfg.run_dir) / "snapshots" / f"step-{cfg.steps}"
     seconds = None
     if not is_complete(final):
@@ -87,9 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run-dir", default="runs/posthoc", help="data and the trained model go here")
     parser.add_argument("--tokens", type=int, default=None, help="training tokens (default: the config's)")
+    parser.add_argument("--model", choices=sorted(CONFIGS), default="posthoc", help="which FloatLM")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
-    model = prepare_posthoc_model(args.run_dir, tokens=args.tokens, progress=not args.no_progress)
+    model = prepare_posthoc_model(
+        args.run_dir, tokens=args.tokens, progress=not args.no_progress, model=args.model
+    )
     took = "already trained" if model.train_seconds is None else f"trained in {model.train_seconds:.0f} s"
     print(f"{model.snapshot} ({took})")
     return 0

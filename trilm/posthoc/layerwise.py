@@ -9,6 +9,7 @@ on inputs that already pass through the quantized linears before it (GPTQ's ``--
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -67,7 +68,10 @@ class LayerwiseMethod(BlockMethod):
             present = [n for n in names if n in linears]
             if not present:
                 continue
-            hessians = self._hessians(ctx, present, linears)
+            if self.method.needs_hessian:
+                hessians = self._hessians(ctx, present, linears)
+            else:
+                hessians = dict.fromkeys(INPUT_SITES.values())
             for name in sorted(present, key=LINEAR_ORDER.index):
                 module = linears[name]
                 canonical = f"{ctx.prefix}{name}"
@@ -81,13 +85,14 @@ class LayerwiseMethod(BlockMethod):
                 )
                 self.layer_done(canonical, result)
                 module.weight.data.copy_(result.weight.to(module.weight.dtype))
+                proxy = None if math.isnan(result.proxy_loss) else result.proxy_loss
                 records[canonical] = LayerRecord(
                     packed=result.packed.to("cpu"),
-                    proxy_loss=result.proxy_loss,
+                    proxy_loss=proxy,
                     seconds=result.seconds,
                     extra={"damp": result.damp, "damp_retries": result.damp_retries},
                 )
-                ctx.report(f"{name} proxy {result.proxy_loss:.3g}")
+                ctx.report(f"{name} proxy {result.proxy_loss:.3g}" if proxy is not None else name)
             del hessians
         return records
 

@@ -38,7 +38,8 @@ class QuantResult:
     """The trilm.formats packed weight (``IntWeight`` with scales, zeros and g_idx for the uniform grid);
     None only when the format cannot store the setting, and then ``packed_error`` says why."""
     proxy_loss: float
-    """tr((weight − W) H (weight − W)ᵀ) in float64 with the H that was passed in (undamped)."""
+    """tr((weight − W) H (weight − W)ᵀ) in float64 with the H that was passed in (undamped); NaN when
+    no H was given (methods that do not need one)."""
     method: str
     config: dict[str, Any]
     seconds: float = 0.0
@@ -76,6 +77,8 @@ class LayerMethod:
     """Bits per weight as the method's paper counts them (a trilm.formats.accounting function)."""
     unwritable: Callable[[Any], str | None] | None = None
     """Why a QuantLM with this config cannot be written (None: it can); checked before any work."""
+    needs_hessian: bool = True
+    """False: the method ignores H (the driver then collects none and passes None; no proxy loss)."""
 
     def config(self, **cfg: Any) -> Config:
         """The method's typed config from keyword settings (unknown keys name the method)."""
@@ -94,6 +97,7 @@ def register_method(
     description: str,
     paper_bits: Callable[[Any], float] | None = None,
     unwritable: Callable[[Any], str | None] | None = None,
+    needs_hessian: bool = True,
 ) -> Callable[[LayerFn], LayerFn]:
     """Decorator: make ``fn(W, H, cfg, opts) -> QuantResult`` reachable as ``quantize_weight(name, ...)``
     (and as ``trilm quantize --method name``, its config fields becoming command-line options)."""
@@ -101,7 +105,7 @@ def register_method(
     def wrap(fn: LayerFn) -> LayerFn:
         if name in METHODS:
             raise ValueError(f"layer method {name!r} registered twice")
-        METHODS[name] = LayerMethod(name, config_cls, fn, description, paper_bits, unwritable)
+        METHODS[name] = LayerMethod(name, config_cls, fn, description, paper_bits, unwritable, needs_hessian)
         return fn
 
     return wrap

@@ -22,8 +22,9 @@ from trilm.posthoc.uniform import UniformConfig, dequantize_codes, fit_grid, pac
     "round-to-nearest on the min/max grid (no error compensation)",
     paper_bits=UniformConfig.paper_bits,
     unwritable=UniformConfig.unpackable,
+    needs_hessian=False,
 )
-def rtn(W: torch.Tensor, H: torch.Tensor, cfg: UniformConfig, opts: LayerOptions) -> QuantResult:
+def rtn(W: torch.Tensor, H: torch.Tensor | None, cfg: UniformConfig, opts: LayerOptions) -> QuantResult:
     if cfg.act_order or cfg.static_groups:
         raise ConfigError(
             f"{opts.name}: rtn rounds every weight independently; act_order/static_groups are GPTQ settings"
@@ -42,7 +43,7 @@ def rtn(W: torch.Tensor, H: torch.Tensor, cfg: UniformConfig, opts: LayerOptions
     return QuantResult(
         weight=weight,
         packed=packed,
-        proxy_loss=proxy_loss(W, weight, H),
+        proxy_loss=float("nan") if H is None else proxy_loss(W, weight, H),
         method="rtn",
         config=cfg.to_dict(),
         packed_error=why,
