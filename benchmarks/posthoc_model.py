@@ -80,7 +80,9 @@ def prepare_posthoc_model(
     from trilm.train.trainer import Trainer
 
     run_dir = Path(run_dir)
-    data = prepare_embedded(run_dir / "data", vocab_size=VOCAB_SIZE, workers=2, progress=progress)
+    data = _prepared(run_dir / "data")
+    if data is None:  # re-preparing finished data would hide its index from concurrent readers meanwhile
+        data = prepare_embedded(run_dir / "data", vocab_size=VOCAB_SIZE, workers=2, progress=progress)
     cfg = train_config(run_dir, data, tokens, progress, model)
     final = Path(cfg.run_dir) / "snapshots" / f"step-{cfg.steps}"
     seconds = None
@@ -97,6 +99,19 @@ def prepare_posthoc_model(
         seq_len=cfg.sequence_length,
         train_seconds=seconds,
     )
+
+
+def _prepared(data: Path) -> dict[str, Path] | None:
+    """The data paths when the tokenizer and both splits are already prepared, else None."""
+    paths = {
+        "tokenizer": data / "tokenizer.model",
+        "train": data / "train",
+        "validation": data / "validation",
+    }
+    done = paths["tokenizer"].is_file() and all(
+        (paths[s] / "index.json").is_file() for s in ("train", "validation")
+    )
+    return paths if done else None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,21 +29,21 @@ def _base_type(tp: Any) -> Any:
 def _method_options(parser: argparse.ArgumentParser, methods: dict) -> dict[str, set[str]]:
     """Add one option per config field of every method; returns field → methods that have it."""
     owners: dict[str, set[str]] = {}
-    fields: dict[str, tuple[Any, Any, str]] = {}
+    fields: dict[str, tuple[Any, dict[str, Any]]] = {}
     for name, method in methods.items():
         hints = typing.get_type_hints(method.config_cls)
         for f in dataclasses.fields(method.config_cls):
             owners.setdefault(f.name, set()).add(name)
-            doc = f"{', '.join(sorted(owners[f.name]))}; default {f.default!r}"
-            fields[f.name] = (_base_type(hints[f.name]), f.default, doc)
-    group = parser.add_argument_group("method settings (each applies to the methods named in its help)")
-    for field, (tp, _default, doc) in fields.items():
+            fields.setdefault(f.name, (_base_type(hints[f.name]), {}))[1][name] = f.default
+    group = parser.add_argument_group("method settings (each names the methods that have it)")
+    for field, (tp, defaults) in fields.items():
         flag = "--" + field.replace("_", "-")
-        help_text = f"{doc} [{', '.join(sorted(owners[field]))}]"
+        values = {repr(v) for v in defaults.values()}
+        default = values.pop() if len(values) == 1 else "per method"
+        help_text = f"{', '.join(sorted(owners[field]))}; default {default}"
         if tp is bool:
-            group.add_argument(
-                flag, dest=field, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=doc
-            )
+            action = argparse.BooleanOptionalAction
+            group.add_argument(flag, dest=field, action=action, default=argparse.SUPPRESS, help=help_text)
         else:
             kind = tp if tp in (int, float, str) else str
             group.add_argument(flag, dest=field, type=kind, default=argparse.SUPPRESS, help=help_text)
@@ -54,7 +54,6 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "quantize") -> 
     from trilm.posthoc.methods import model_methods
 
     methods = model_methods()
-    parser.formatter_class = argparse.ArgumentDefaultsHelpFormatter
     parser.add_argument("model", type=Path, help="FloatLM snapshot or Hugging Face Llama directory")
     parser.add_argument(
         "--method",
@@ -68,23 +67,23 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "quantize") -> 
     )
     cal = parser.add_argument_group("calibration")
     cal.add_argument("--calib", required=True, help="prepared split, SlimPajama folder, .jsonl(.zst) or .txt")
-    cal.add_argument("--calib-split", default="train", help="split of a SlimPajama root folder")
-    cal.add_argument("--samples", type=int, default=128, help="calibration sequences N")
+    cal.add_argument("--calib-split", default="train", help="split of a SlimPajama root folder (train)")
+    cal.add_argument("--samples", type=int, default=128, help="calibration sequences N (128)")
     cal.add_argument(
         "--seq-len", type=int, default=None, help="tokens per sequence (default: min(2048, context))"
     )
-    cal.add_argument("--seed", type=int, default=0, help="calibration sampling seed")
+    cal.add_argument("--seed", type=int, default=0, help="calibration sampling seed (0)")
     cal.add_argument("--tokenizer", type=Path, default=None, help="default: the model's own tokenizer")
     eng = parser.add_argument_group("engine")
-    eng.add_argument("--device", default="cpu", help="cpu or cuda[:i]")
-    eng.add_argument("--forward-batch", type=int, default=8, help="sequences per block forward")
+    eng.add_argument("--device", default="cpu", help="cpu (default) or cuda[:i]")
+    eng.add_argument("--forward-batch", type=int, default=8, help="sequences per block forward (8)")
     eng.add_argument(
         "--true-sequential",
         action="store_true",
         help="calibrate [k,v,q] → [o] → [up,gate] → [down] in turn (GPTQ-family methods)",
     )
     eng.add_argument(
-        "--scale-dtype", choices=["float16", "float32"], default="float16", help="stored grid scales"
+        "--scale-dtype", choices=["float16", "float32"], default="float16", help="stored scales (float16)"
     )
     eng.add_argument("--no-progress", action="store_true", help="no progress bar")
     ev = parser.add_argument_group("evaluation")
