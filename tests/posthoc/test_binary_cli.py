@@ -90,3 +90,23 @@ def test_bad_binary_settings_are_refused(small_snapshot, embedded_data, tmp_path
     )
     assert match in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_huggingface_llama_directory_with_billm(small_snapshot, embedded_data, tmp_path):
+    import shutil
+
+    from safetensors.torch import load_file
+
+    from trilm.infer import load_inference_model
+    from trilm.model.hf import export_hf
+
+    cfg, _ = read_snapshot(small_snapshot)
+    hf = export_hf(cfg, load_file(str(small_snapshot / "model.safetensors")), tmp_path / "hf")
+    shutil.copy(small_snapshot / "tokenizer.model", hf / "tokenizer.model")
+    out = tmp_path / "q"
+    assert quantize(hf, embedded_data, out, "--method", "billm") == 0
+    _, meta = read_snapshot(out)
+    assert meta.extra["quant"]["source"] == str(hf.resolve())
+    assert {p.FORMAT for p in read_packed_layers(out).values()} == {"residual_binary"}
+    model = load_inference_model(out)
+    assert torch.isfinite(model(torch.tensor([[1, 2, 3]]))).all()
