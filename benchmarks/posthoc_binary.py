@@ -134,6 +134,49 @@ def quantize_row(model, name: str, args, out_root: Path) -> dict:
     return row
 
 
+HF_ROWS = {
+    "pbllm-10": ("pbllm", ["--low-frac", "0.9"]),
+    "billm": ("billm", []),
+    "stbllm-4:8": ("stbllm", ["--n", "4", "--m", "8"]),
+}
+
+
+def hf_rows(model, args, out_root: Path) -> dict:
+    """The FloatLM exported as a Hugging Face Llama directory, quantized by ``trilm quantize`` with each
+    method and evaluated (the same validation sequences)."""
+    from safetensors.torch import load_file
+
+    from trilm.cli import main as trilm_main
+    from trilm.model.hf import export_hf
+    from trilm.model.snapshot import read_snapshot
+
+    cfg, _ = read_snapshot(model.snapshot)
+    hf = out_root / "hf-llama"
+    if hf.exists():
+        shutil.rmtree(hf)
+    export_hf(cfg, load_file(str(model.snapshot / "model.safetensors")), hf, dtype=torch.float32)
+    shutil.copy(model.tokenizer, hf / "tokenizer.model")
+    fp = evaluate(hf, model.validation, model.seq_len, args.eval_sequences)
+    out: dict = {"fp_ppl": math.exp(fp)}
+    for name, (method, extra) in HF_ROWS.items():
+        target = out_root / f"hf-{name.replace(':', '-')}"
+        if target.exists():
+            shutil.rmtree(target)
+        argv = ["quantize", str(hf), "--method", method, *extra, "--calib", str(model.train)]
+        argv += ["--samples", str(args.samples), "--seq-len", str(model.seq_len), "--out", str(target)]
+        argv += [
+            "--eval",
+            str(model.validation),
+            "--eval-sequences",
+            str(args.eval_sequences),
+            "--no-progress",
+        ]
+        rc = trilm_main(argv)
+        loss = evaluate(target, model.validation, model.seq_len, args.eval_sequences) if rc == 0 else None
+        out[name] = {"rc": rc, "ppl": None if loss is None else math.exp(loss)}
+    return out
+
+
 def directions(rows: dict) -> dict[str, dict]:
     """The papers' orderings, each with the numbers it compares and whether it holds here."""
     ppl = {k: v["ppl"] for k, v in rows.items()}
@@ -192,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    parser.add_argument("--hf", action="store_true", help="also quantize the exported HF Llama directory")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     if args.threads:
@@ -208,20 +252,25 @@ def main(argv: list[str] | None = None) -> int:
     out_root.mkdir(parents=True, exist_ok=True)
     path = Path(args.out) / f"posthoc-binary-{args.model}-{datetime.date.today().isoformat()}.json"
     previous = json.loads(path.read_text()) if path.is_file() else {}
+    eval_setting = {
+        "split": str(model.validation),
+        "sequences": args.eval_sequences,
+        "seq_len": model.seq_len,
+    }
     result: dict = {
         "date": datetime.date.today().isoformat(),
         "machine": f"{os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}, shared with other jobs",
         "model": {"snapshot": str(model.snapshot), "config": cfg.to_dict(), "params": meta.params},
         "calibration": {"split": str(model.train), "samples": args.samples, "seq_len": model.seq_len},
-        "eval": {"split": str(model.validation), "sequences": args.eval_sequences, "seq_len": model.seq_len},
+        "eval": eval_setting,
         "qat": {"steps": args.qat_steps, "lr": args.qat_lr, "batch": args.qat_batch},
-        "rows": previous.get("rows", {})
-        if previous.get("eval", {}).get("sequences") == args.eval_sequences
-        else {},
+        "rows": previous.get("rows", {}) if previous.get("eval") == eval_setting else {},
     }
     fp_loss = evaluate(model.snapshot, model.validation, model.seq_len, args.eval_sequences)
     result["fp"] = {"val_loss": fp_loss, "ppl": math.exp(fp_loss)}
     print(f"FP: val loss {fp_loss:.4f}, perplexity {math.exp(fp_loss):.2f}", flush=True)
+    if "hf" in previous and previous.get("eval") == eval_setting:
+        result["hf"] = previous["hf"]
     for name in names:
         if name == "plain-binary":
             out = out_root / name
@@ -238,6 +287,10 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         result["directions"] = directions(result["rows"])
+        _save(path, result)
+    if args.hf:
+        result["hf"] = hf_rows(model, args, out_root)
+        print(f"Hugging Face Llama directory: {result['hf']}", flush=True)
         _save(path, result)
     print(table(result["fp"], result["rows"]))
     for label, c in result["directions"].items():
