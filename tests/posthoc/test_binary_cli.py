@@ -12,6 +12,16 @@ from trilm.cli import main
 from trilm.model.snapshot import read_packed_layers, read_snapshot
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _single_thread():
+    """One torch thread: the binary searches run many small ops, where a second thread on a loaded 2-core
+    machine costs far more in synchronization than it saves (20–40× here)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def small_snapshot(tmp_path_factory, embedded_data):
     return write_snapshot(

@@ -16,6 +16,16 @@ from trilm.posthoc.pbllm import binarized_mask, binary_statistics
 PBLLM_CASES = [(0.9, "hessian"), (0.9, "magnitude"), (0.5, "hessian"), (0.5, "magnitude")]
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _single_thread():
+    """One torch thread: the binary searches run many small ops, where a second thread on a loaded 2-core
+    machine costs far more in synchronization than it saves (20–40× here)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def within_reference_tolerance(weight, ref, step, proxy, ref_proxy):
     """The fixtures README's advice: |Δ| ≤ 1e-6 is equal; ≤ 0.5 % of entries differ, each by at most one
     grid step of its row (``step``, (N, K)); proxy loss within 2 %."""
@@ -47,7 +57,7 @@ def test_billm_reproduces_reference(metric, ref_fixtures, one_thread):
     p = r.packed
     assert isinstance(p, ResidualBinaryWeight) and torch.equal(p.dequantize(), r.weight)
     # one step = flipping a sign: twice the largest α of the row's block
-    alphas = p.params[:, [1, 2, 4, 6]].float().abs().amax(1)  # (blocks, N)
+    alphas = p.parameters()[:, [1, 2, 4, 6]].float().abs().amax(1)  # (blocks, N)
     step = 2 * alphas.t().repeat_interleave(p.block_size, dim=1)[:, : r.weight.shape[1]]
     within_reference_tolerance(r.weight, arrays[case], step, r.proxy_loss, cases[case]["proxy_loss"])
     # the fixture's structure: ≤ 8 distinct values per row inside each 128-column block

@@ -16,8 +16,18 @@ from trilm.posthoc.methods import MethodOptions
 from trilm.posthoc.pbllm import PBLLMConfig
 
 ENGINE = EngineConfig(batch_size=4, progress=False)
-SMALL = dict(hidden=64, ffn=128, heads=2, kv_heads=1)
+SMALL = dict(hidden=32, ffn=64, heads=2, kv_heads=1)
 """Smaller than the engine tests' model: the binary searches cost ~100 candidate fits per block."""
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _single_thread():
+    """One torch thread: the binary searches run many small ops, where a second thread on a loaded 2-core
+    machine costs far more in synchronization than it saves (20–40× here)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def small_model():
@@ -44,19 +54,26 @@ def through_quant_linear(model, layers, monkeypatch):
         assert (got - expected).abs().max() <= 1e-4 * expected.abs().max(), backend
 
 
-@pytest.mark.parametrize(
-    ("method", "cfg"),
-    [("pbllm", PBLLMConfig(low_frac=0.8)), ("billm", BiLLMConfig()), ("stbllm", STBLLMConfig(n=4, m=8))],
-)
-def test_tiny_model_through_each_method_and_quant_linear(method, cfg, monkeypatch):
-    model = small_model()
-    opts = MethodOptions()
-    block = {
-        "pbllm": lambda: PBLLMModelMethod(cfg, opts),
-        "stbllm": lambda: STBLLMModelMethod(cfg, opts),
-        "billm": lambda: LayerwiseMethod("billm", cfg),
-    }[method]()
-    report = quantize_blockwise(model, windows(), block, ENGINE)
+METHODS = {
+    "pbllm": lambda: PBLLMModelMethod(PBLLMConfig(low_frac=0.8), MethodOptions()),
+    "billm": lambda: LayerwiseMethod("billm", BiLLMConfig()),
+    "stbllm": lambda: STBLLMModelMethod(STBLLMConfig(n=4, m=8), MethodOptions()),
+}
+
+
+@pytest.fixture(scope="module")
+def quantized():
+    """Each method once on the small model: method → (model, engine report, block method)."""
+    out = {}
+    for name, make in METHODS.items():
+        model, block = small_model(), make()
+        out[name] = (model, quantize_blockwise(model, windows(), block, ENGINE), block)
+    return out
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_tiny_model_through_each_method_and_quant_linear(method, quantized, monkeypatch):
+    model, report, block = quantized[method]
     linears = model.linear_modules()
     fmt = PartialBinaryWeight if method == "pbllm" else ResidualBinaryWeight
     for name, rec in report.layers.items():
@@ -72,18 +89,19 @@ def test_tiny_model_through_each_method_and_quant_linear(method, cfg, monkeypatc
     through_quant_linear(model, {n: r.packed for n, r in report.layers.items()}, monkeypatch)
 
 
-def test_stbllm_adaptive_n_keeps_the_mean_share():
-    model = small_model()
-    block = STBLLMModelMethod(STBLLMConfig(n=4, m=8), MethodOptions())
-    quantize_blockwise(model, windows(), block, ENGINE)
+def test_stbllm_adaptive_n_keeps_the_mean_share(quantized):
+    model, _, block = quantized["stbllm"]
     sizes = {n.removesuffix(".weight"): m.weight.numel() for n, m in model.linear_modules().items()}
     mean = sum(block.layer_n[n] * s for n, s in sizes.items()) / sum(sizes.values())
     assert set(block.layer_n) == set(sizes)
     assert len(set(block.layer_n.values())) > 1, "outlier ratios differ, so N should too"
     assert abs(mean - 4) <= 0.25
     fixed = STBLLMModelMethod(STBLLMConfig(n=4, m=8, adaptive_n=False), MethodOptions())
-    quantize_blockwise(small_model(), windows(), fixed, ENGINE)
-    assert fixed.layer_n == {}
+    fresh = small_model()
+    x = fresh.embed(windows())
+    cos, sin = fresh.rope(x.shape[1])
+    fixed.prepare(fresh, x, cos, sin, ENGINE)
+    assert fixed.layer_n == {} and fixed.layer_config("layers.0.attn.wq").n == 4
 
 
 def test_pbllm_qat_starts_from_ptq():

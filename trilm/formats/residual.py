@@ -19,7 +19,12 @@ Layout — nothing stored that the output does not need (the parts that
 | ``signs`` | first sign of every kept weight, row-major | 1 per kept weight |
 | ``signs_hi`` | the further signs of the kept weights in salient columns | order − 1 per such weight |
 | ``group_ids`` | group of every kept non-salient weight, base-G digits | log2 G (+0.3 %) each |
-| ``params`` | (blocks, 1 + order + 2·groups, N): μ, α₀…, then μ_g, α_g per group | param dtype (fp16) each |
+| ``params`` | μ, α₀… of each salient part, μ_g, α_g of each group: non-empty ones only | fp16 each |
+
+Parameters are a table (blocks, 1 + order + 2·groups, N) — μ, α₀…, then μ_g, α_g per group — of which only
+the entries of non-empty (block, row, group) parts are stored, in table order: which ones those are follows
+from the decoded masks, so no index is needed (small blocks and the trisection's often empty third group
+would otherwise store a third of the table for nothing).
 
 BiLLM at 10 % salient columns with fp16 parameters stores ≈ 1 + 0.1 + 0.9 + 7·16/128 ≈ 2.9 bits/weight:
 the paper's 1.1 counts the signs only. The kernels read it through :meth:`ResidualBinaryWeight.kernel_layout`,
@@ -54,6 +59,24 @@ def param_count(order: int, groups: int) -> int:
     return 1 + order + 2 * groups
 
 
+def present_parts(
+    salient: torch.Tensor, gid: torch.Tensor, order: int, groups: int, block_size: int
+) -> torch.Tensor:
+    """bool (blocks, 1 + order + 2·groups, N): the parameters of the parts that have members — the salient
+    part of a (block, row) when it keeps a salient weight, group g's when some weight of the row's block is
+    in g (``salient`` (N, K) bool: kept weights in salient columns; ``gid`` (N, K): group or −1)."""
+    n, k = gid.shape
+    blocks = -(-k // block_size)
+    blk = torch.arange(k, device=gid.device) // block_size
+    count = torch.zeros((blocks, n), dtype=torch.int64, device=gid.device)
+    count.index_add_(0, blk, salient.to(torch.int64).t())
+    parts = [count > 0] * (1 + order)
+    for g in range(groups):
+        count = torch.zeros_like(count).index_add_(0, blk, (gid == g).to(torch.int64).t())
+        parts += [count > 0] * 2
+    return torch.stack(parts, dim=1)
+
+
 def expand_blocks(table: torch.Tensor, k: int, block_size: int) -> torch.Tensor:
     """(blocks, N) per-block values → (N, K) per weight, fp32."""
     return table.float().t().repeat_interleave(block_size, dim=1)[:, :k]
@@ -67,7 +90,7 @@ class ResidualBinaryWeight(PackedWeight):
     FORMAT = "residual_binary"
     TENSORS = ("salient_cols", "signs", "params")
     OPTIONAL_TENSORS = ("signs_hi", "patterns", "group_ids")
-    SETTINGS = ("block_size", "order", "groups", "nm_n", "nm_m", "salient_kept")
+    SETTINGS = ("block_size", "order", "groups", "nm_n", "nm_m", "salient_kept", "n_params")
 
     salient_cols: torch.Tensor
     signs: torch.Tensor
@@ -81,6 +104,7 @@ class ResidualBinaryWeight(PackedWeight):
     nm_n: int = 1
     nm_m: int = 1
     salient_kept: int = 0
+    n_params: int = 0
 
     # -- validation -----------------------------------------------------------------------------------------
     def validate(self) -> None:
@@ -100,10 +124,13 @@ class ResidualBinaryWeight(PackedWeight):
         nonsalient = self.kept - self.salient_kept
         ids = digit_stream_bytes(nonsalient, self.groups) if self.groups > 1 else 0
         self._check_optional("group_ids", self.group_ids, ids)
-        shape = (self.n_blocks, param_count(self.order, self.groups), n)
-        if not self.params.is_floating_point() or tuple(self.params.shape) != shape:
+        limit = self.n_blocks * param_count(self.order, self.groups) * n
+        if not 0 <= self.n_params <= limit:
+            raise FormatError(f"{f}.n_params: {self.n_params} outside [0, {limit}]")
+        if not self.params.is_floating_point() or tuple(self.params.shape) != (self.n_params,):
             raise FormatError(
-                f"{f}.params: expected floats {shape}, got {self.params.dtype} {tuple(self.params.shape)}"
+                f"{f}.params: expected floats ({self.n_params},), got {self.params.dtype} "
+                f"{tuple(self.params.shape)}"
             )
         if not bool(torch.isfinite(self.params).all()):
             raise FormatError(f"{f}.params: contains inf or nan")
@@ -185,12 +212,18 @@ class ResidualBinaryWeight(PackedWeight):
             except ValueError as exc:
                 raise FormatError(f"{f}.kept: {exc}") from None
         hi = torch.stack([signs[p][sal_kept] for p in range(1, order)]) if order > 1 else None
+        shape = (-(-k // block_size), param_count(order, groups), n)
+        if tuple(params.shape) != shape or not params.is_floating_point():
+            raise FormatError(f"{f}.params: expected a float table {shape}, got {tuple(params.shape)}")
+        gid = torch.where(nonsal_kept, group_ids.to(torch.int64), -1)
+        present = present_parts(sal_kept, gid, order, groups, block_size)
+        stored = params[present]
         return cls(
             n,
             k,
             pack_bits(sal, 1),
             pack_bits(signs[0][kept] > 0, 1),
-            params.contiguous(),
+            stored.contiguous(),
             None if hi is None else pack_bits(hi > 0, 1),
             patterns,
             pack_digits(ids, groups) if groups > 1 else None,
@@ -200,6 +233,7 @@ class ResidualBinaryWeight(PackedWeight):
             nm_n,
             nm_m,
             int(sal_kept.sum()),
+            int(present.sum()),
         )
 
     # -- decoding -------------------------------------------------------------------------------------------
@@ -236,22 +270,40 @@ class ResidualBinaryWeight(PackedWeight):
         gid[nonsal_kept] = unpack_digits(self.group_ids, self.groups, count) if self.groups > 1 else 0
         return kept, sal, signs, gid
 
+    def parameters(self) -> torch.Tensor:
+        """The dense parameter table (blocks, 1 + order + 2·groups, N), 0 for empty parts."""
+        kept, sal, _, gid = self.planes()
+        return self.param_table(kept, sal, gid)
+
+    def param_table(self, kept: torch.Tensor, sal: torch.Tensor, gid: torch.Tensor) -> torch.Tensor:
+        """The (blocks, 1 + order + 2·groups, N) parameter table (0 for empty parts), params' dtype."""
+        present = present_parts(kept & sal.unsqueeze(0), gid, self.order, self.groups, self.block_size)
+        if int(present.sum()) != self.n_params:
+            raise FormatError(
+                f"{self.FORMAT}: the masks have {int(present.sum())} non-empty parts' parameters, "
+                f"params holds {self.n_params}"
+            )
+        table = torch.zeros(present.shape, dtype=self.params.dtype, device=self.params.device)
+        table[present] = self.params
+        return table
+
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         n, k = self.shape
         kept, sal, signs, gid = self.planes()
+        table = self.param_table(kept, sal, gid)
         b, o = self.block_size, self.order
         s = signs.float()
         w = torch.zeros((n, k), dtype=torch.float32, device=kept.device)
         cols = torch.nonzero(sal).reshape(-1)
         if cols.numel():
-            part = expand_blocks(self.params[:, 0], k, b)[:, cols]
+            part = expand_blocks(table[:, 0], k, b)[:, cols]
             for p in range(o):
-                part = part + expand_blocks(self.params[:, 1 + p], k, b)[:, cols] * s[p][:, cols]
+                part = part + expand_blocks(table[:, 1 + p], k, b)[:, cols] * s[p][:, cols]
             w[:, cols] = part
         for g in range(self.groups):
             where = gid == g
-            mu = expand_blocks(self.params[:, 1 + o + 2 * g], k, b)
-            alpha = expand_blocks(self.params[:, 2 + o + 2 * g], k, b)
+            mu = expand_blocks(table[:, 1 + o + 2 * g], k, b)
+            alpha = expand_blocks(table[:, 2 + o + 2 * g], k, b)
             w = torch.where(where, mu + alpha * s[0], w)
         return torch.where(kept, w, torch.zeros_like(w)).to(dtype)
 
@@ -266,15 +318,7 @@ class ResidualBinaryWeight(PackedWeight):
         n, k = self.shape
         kept, sal, _, gid = self.planes()
         b, o = self.block_size, self.order
-        blk = torch.arange(k, device=kept.device) // b
-        sal_kept = (kept & sal.unsqueeze(0)).to(torch.int64)
-        per_block = torch.zeros((self.n_blocks, n), dtype=torch.int64, device=kept.device)
-        per_block.index_add_(0, blk, sal_kept.t())
-        params = int((per_block > 0).sum()) * (1 + o)
-        for g in range(self.groups):
-            per_block.zero_()
-            per_block.index_add_(0, blk, (gid == g).to(torch.int64).t())
-            params += int((per_block > 0).sum()) * 2
+        params = int(present_parts(kept & sal.unsqueeze(0), gid, o, self.groups, b).sum())
         sets = []
         for i in range(self.n_blocks):
             width = min(b, k - i * b)
@@ -296,6 +340,7 @@ class ResidualBinaryWeight(PackedWeight):
     def kernel_layout(self) -> MultiBinaryWeight:
         """The same weight as multi-plane binary (decode table in fp32, so it equals :meth:`dequantize`)."""
         kept, sal, signs, gid = self.planes()
+        table = self.param_table(kept, sal, gid)
         o, g_count = self.order, self.groups
         pruned = self.nm_n != self.nm_m
         groups = [ResidualGroup(1, 0) for _ in range(g_count)]
@@ -310,7 +355,7 @@ class ResidualBinaryWeight(PackedWeight):
         nb, n = self.n_blocks, self.out_features
         alpha = torch.zeros((nb, len(groups), o, n), dtype=torch.float32, device=self.params.device)
         mu = torch.zeros((nb, len(groups), n), dtype=torch.float32, device=self.params.device)
-        p = self.params.float()
+        p = table.float()
         mu[:, salient_group] = p[:, 0]
         alpha[:, salient_group] = p[:, 1 : 1 + o]
         for g in range(g_count):
