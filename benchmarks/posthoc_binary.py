@@ -61,6 +61,12 @@ ROWS = {
         {"n": 6, "prune_metric": "magnitude", "groups": 2, "adaptive_n": False},
     ),
     "stbllm-6:8": ("stbllm", {"n": 6}),
+    # STBLLM's three changes to the BiLLM + magnitude N:M baseline, one at a time (4:8)
+    "ablation-4:8-si": ("stbllm", {"n": 4, "groups": 2, "adaptive_n": False}),
+    "ablation-4:8-trisection": ("stbllm", {"n": 4, "prune_metric": "magnitude", "adaptive_n": False}),
+    "ablation-4:8-adaptive": ("stbllm", {"n": 4, "prune_metric": "magnitude", "groups": 2}),
+    "ablation-4:8-uniform": ("stbllm", {"n": 4, "adaptive_n": False}),
+    "ablation-4:8-per-linear-n": ("stbllm", {"n": 4, "adaptive_unit": "linear"}),
 }
 """``qat_steps: -1`` takes ``--qat-steps``."""
 

@@ -80,6 +80,8 @@ class STBLLMConfig(BiLLMConfig):
     """Trisection: p₂ = ratio · p₁."""
     adaptive_n: bool = True
     """Whole-model runs: per-layer N from the layers' outlier ratios, mean kept share unchanged."""
+    adaptive_unit: Literal["block", "linear"] = "block"
+    """What gets its own N: a decoder layer (OWL, STBLLM) or every linear."""
 
     def validate(self) -> None:
         super().validate()

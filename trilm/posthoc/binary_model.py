@@ -1,10 +1,13 @@
 """Whole-model drivers of the binary methods where a model needs more than one layer at a time:
 
 - **STBLLM's adaptive per-layer N**: before the first block, one pass of the float model over the
-  calibration windows measures each linear's outlier ratio (share of its standardized importance above 6× the
-  mean, with the input channels' activation norms); :func:`~trilm.posthoc.binarize.adaptive_keep` turns the
-  ratios into N per linear around the configured N (mean kept share preserved), and each linear is then
-  quantized with its own N.
+  calibration windows measures each decoder layer's outlier ratio (share of the standardized importance of
+  its linears above 6× each linear's mean, with the input channels' activation norms — OWL's layer-wise
+  outlier distribution); :func:`~trilm.posthoc.binarize.adaptive_keep` turns the ratios into N per decoder
+  layer around the configured N (mean kept share preserved), and its linears are quantized with that N.
+  ``adaptive_unit="linear"`` gives every linear its own ratio and N instead; on the evidence model that
+  hurts (the ratio then mostly tells linear *types* apart — w_down's inputs have the outlier channels — and
+  the attention and gate/up projections lose a kept weight per group; docs/posthoc.md).
 - **PB-LLM's QAT** (``qat_steps > 0``): after PB-GPTQ has quantized every block, the binary part of the whole
   model is trained with STE (:mod:`trilm.posthoc.qat`) on the training text — ``qat_data``, or the
   calibration source — and the retrained layers replace the PTQ ones.
@@ -53,6 +56,7 @@ class STBLLMModelMethod(LayerwiseMethod):
         device = inputs.device
         x = inputs.clone()
         sizes: dict[str, int] = {}
+        units: dict[str, list[str]] = {}
         for index, block in enumerate(model.layers):
             block.to(device)
             linears = block_linears(block)
@@ -66,17 +70,27 @@ class STBLLMModelMethod(LayerwiseMethod):
                 squares[site] += t.float().pow(2).reshape(-1, t.shape[-1]).sum(0)
 
             collect_inputs(block, x, cos, sin, cfg.batch_size, sites, add)
+            block_outliers = block_size = 0
             for name, module in linears.items():
                 act = squares[INPUT_SITES[name]].sqrt()
-                canonical = f"layers.{index}.{name}"
                 si = standardized_importance(module.weight.float(), act)
-                self.ratios[canonical] = outlier_ratio(si)
-                sizes[canonical] = module.weight.numel()
+                if c.adaptive_unit == "linear":
+                    canonical = f"layers.{index}.{name}"
+                    self.ratios[canonical] = outlier_ratio(si)
+                    sizes[canonical] = module.weight.numel()
+                    units[canonical] = [canonical]
+                block_outliers += outlier_ratio(si) * si.numel()
+                block_size += si.numel()
+            if c.adaptive_unit == "block" and linears:
+                unit = f"layers.{index}"
+                self.ratios[unit] = block_outliers / block_size
+                sizes[unit] = block_size
+                units[unit] = [f"{unit}.{name}" for name in linears]
             run_block(block, x, cos, sin, cfg.batch_size, out=x)
             block.to("cpu")
         names = list(self.ratios)
         keep = adaptive_keep([self.ratios[n] for n in names], [sizes[n] for n in names], c.n, c.m)
-        self.layer_n = dict(zip(names, keep, strict=True))
+        self.layer_n = {linear: k for unit, k in zip(names, keep, strict=True) for linear in units[unit]}
 
     def layer_config(self, canonical: str) -> STBLLMConfig:
         n = self.layer_n.get(canonical)
