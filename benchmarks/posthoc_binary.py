@@ -206,6 +206,7 @@ def directions(rows: dict) -> dict[str, dict]:
     check("Hessian ≤ magnitude (BiLLM)", "billm", "billm-magnitude", "≤")
     check("STBLLM 4:8 < BiLLM + magnitude 4:8", "stbllm-4:8", "billm-magnitude-4:8", "<")
     check("STBLLM 6:8 < BiLLM + magnitude 6:8", "stbllm-6:8", "billm-magnitude-6:8", "<")
+    check("STBLLM 4:8, uniform N < BiLLM + magnitude 4:8", "ablation-4:8-uniform", "billm-magnitude-4:8", "<")
     check("PB-LLM 10 % QAT ≤ PTQ", "pbllm-10-qat", "pbllm-10", "≤")
     return checks
 
