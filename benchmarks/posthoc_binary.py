@@ -183,6 +183,50 @@ def hf_rows(model, args, out_root: Path) -> dict:
     return out
 
 
+FIXTURES = ROOT / ".." / "shared" / "reference" / "fixtures" / "ref_fixtures.npz"
+
+
+def fixture_comparison() -> dict:
+    """Reference mode against the corrected defaults on the fixture layer (64×256, one thread): proxy
+    losses (the reference mode reproduces the stored outputs), and PB-LLM's α with and without the salient
+    zeros in its statistics."""
+    import numpy as np
+
+    from trilm.posthoc import quantize_weight
+    from trilm.posthoc.pbllm import binarized_mask, binary_statistics
+
+    arrays = {k: torch.from_numpy(v) for k, v in np.load(FIXTURES).items()}
+    W, H = arrays["W0"], arrays["H"]
+    out: dict = {"layer": "../shared/reference/fixtures W0 (64×256), H"}
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for method, cases in (
+            ("pbllm", [(lf, m) for lf in (0.9, 0.5) for m in ("hessian", "magnitude")]),
+            ("billm", [(None, m) for m in ("hessian", "magnitude")]),
+        ):
+            for low_frac, metric in cases:
+                kw = {"salient_metric": metric} | ({"low_frac": low_frac} if low_frac is not None else {})
+                ref = quantize_weight(method, W, H, reference_mode=True, **kw)
+                cor = quantize_weight(method, W, H, **kw)
+                case = (
+                    f"pbllm_xnor_lowfrac{low_frac}_{metric}" if method == "pbllm" else f"billm_braq_{metric}"
+                )
+                differ = int(((ref.weight - arrays[case]).abs() > 1e-6).sum())
+                out[case] = {
+                    "reference": ref.proxy_loss,
+                    "corrected": cor.proxy_loss,
+                    "entries_differ": differ,
+                }
+        mask = binarized_mask(W.abs(), 0.9, reference=False)
+        a_ref, _ = binary_statistics(W, mask, reference=True)
+        a_cor, _ = binary_statistics(W, mask, reference=False)
+        out["pbllm_alpha_ratio_median"] = float((a_ref / a_cor).median())
+    finally:
+        torch.set_num_threads(before)
+    return out
+
+
 def directions(rows: dict) -> dict[str, dict]:
     """The papers' orderings, each with the numbers it compares and whether it holds here."""
     ppl = {k: v["ppl"] for k, v in rows.items()}
@@ -243,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     parser.add_argument("--hf", action="store_true", help="also quantize the exported HF Llama directory")
+    parser.add_argument("--fixtures", action="store_true", help="reference vs corrected on the fixture layer")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     if args.threads:
@@ -276,8 +321,21 @@ def main(argv: list[str] | None = None) -> int:
     fp_loss = evaluate(model.snapshot, model.validation, model.seq_len, args.eval_sequences)
     result["fp"] = {"val_loss": fp_loss, "ppl": math.exp(fp_loss)}
     print(f"FP: val loss {fp_loss:.4f}, perplexity {math.exp(fp_loss):.2f}", flush=True)
-    if "hf" in previous and previous.get("eval") == eval_setting:
-        result["hf"] = previous["hf"]
+    for key in ("hf", "fixtures"):
+        if key in previous and previous.get("eval") == eval_setting:
+            result[key] = previous[key]
+    if args.fixtures:
+        result["fixtures"] = fixture_comparison()
+        for case, v in result["fixtures"].items():
+            if isinstance(v, dict):
+                print(
+                    f"{case}: proxy {v['reference']:.3f} (reference mode, {v['entries_differ']} entries "
+                    f"off the stored output) → {v['corrected']:.3f} (corrected)",
+                    flush=True,
+                )
+        print(
+            f"PB-LLM α reference/corrected (median row): {result['fixtures']['pbllm_alpha_ratio_median']:.3f}"
+        )
     for name in names:
         if name == "plain-binary":
             out = out_root / name
