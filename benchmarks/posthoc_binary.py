@@ -315,7 +315,6 @@ def main(argv: list[str] | None = None) -> int:
         "model": {"snapshot": str(model.snapshot), "config": cfg.to_dict(), "params": meta.params},
         "calibration": {"split": str(model.train), "samples": args.samples, "seq_len": model.seq_len},
         "eval": eval_setting,
-        "qat": {"steps": args.qat_steps, "lr": args.qat_lr, "batch": args.qat_batch},
         "rows": previous.get("rows", {}) if previous.get("eval") == eval_setting else {},
     }
     fp_loss = evaluate(model.snapshot, model.validation, model.seq_len, args.eval_sequences)
