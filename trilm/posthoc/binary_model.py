@@ -146,8 +146,10 @@ class PBLLMModelMethod(LayerwiseMethod):
     def describe(self) -> dict[str, Any]:
         out = super().describe()
         if self.qat_losses:
-            out["qat_loss_first"] = self.qat_losses[0]
-            out["qat_loss_last"] = self.qat_losses[-1]
+            window = max(1, len(self.qat_losses) // 10)
+            out["qat_loss_first"] = sum(self.qat_losses[:window]) / window
+            out["qat_loss_last"] = sum(self.qat_losses[-window:]) / window
+            out["qat_loss_window"] = window
         return out
 
 
