@@ -1,11 +1,14 @@
 """Compile the GPU kernels ahead of time for an NVIDIA target, without a GPU (Triton bundles ptxas).
 
 Usage: ``python -m kernels.compile_check [--cc 90] [--kinds ternary int3 ...] [--dtypes fp16 bf16]``
+       ``python -m kernels.compile_check --instructions``   (SASS instructions per weight, before vs after)
 
-Every (format, GEMV/GEMM config, activation dtype) the autotuner can pick is lowered to PTX and assembled
-to a cubin for the target, so code that only the GPU path reaches (``tl.dot`` shapes, fp16/bf16 casts,
-atomics) is checked on a CPU-only machine. It prints per kernel the registers ptxas reports and any spills.
-Must run without ``TRITON_INTERPRET`` (the interpreter never compiles).
+Every (format, GEMV/GEMM config, activation dtype) a GPU run can pick is lowered to PTX and assembled to a
+cubin for the target, so code that only the GPU path reaches (``tl.dot`` shapes, fp16/bf16 casts, atomics,
+pipelining) is checked on a CPU-only machine; ternary, binary and int weights go through the affine kernels,
+the other formats through the general ones. It prints per kernel the registers ptxas reports and any
+spills. Arguments are specialized as Triton's JIT would for LLaMA-sized layers (pointers and sizes divisible
+by 16), so vectorization matches a real launch. Must run without ``TRITON_INTERPRET``.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import torch
 
 from kernels.launch import GPU_GEMM, GPU_GEMV, KernelWeight, _aligned, kernel_module, prepare
 from kernels.samples import KINDS, random_packed
+from kernels.tuning import GEMM_CANDIDATES, GEMV_CANDIDATES
 
 TORCH_TO_TRITON = {
     torch.float16: "fp16",
@@ -87,6 +91,52 @@ def compile_kernel(
     )
 
 
+def compile_jit(fn, args: dict[str, Any], const: dict[str, Any], options: dict[str, Any], cc: int = 90):
+    """Compile ``fn`` for ``cc`` as the JIT would specialize these arguments: ``args`` maps each runtime
+    argument to a pointer type string ("*fp16", ...) or an int value (multiples of 16 get the divisibility
+    hint unless the kernel opts out)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        raise RuntimeError("compile_check needs TRITON_INTERPRET unset: the interpreter does not compile")
+    sig, attrs = {}, {}
+    skip = set(getattr(fn, "do_not_specialize", ()) or ())
+    for i, name in enumerate(fn.arg_names):
+        if name in const:
+            sig[name] = "constexpr"
+            continue
+        value = args[name]
+        if isinstance(value, str):
+            sig[name], attrs[(i,)] = value, [["tt.divisibility", 16]]
+        else:
+            sig[name] = "i32"
+            if value % 16 == 0 and name not in skip and i not in skip:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    src = ASTSource(fn, sig, const, attrs)
+    return triton.compile(
+        src, target=GPUTarget("cuda", cc, 32), options={"enable_fp_fusion": True, **options}
+    )
+
+
+def compile_affine(spec, path: str, config: dict[str, Any], x_dtype: torch.dtype, m: int, cc: int = 90):
+    """One affine kernel variant as a plan would launch it for ``m`` rows on a 132-SM GPU."""
+    from kernels.plan import LaunchPlan, kernel_for
+
+    mod = kernel_module("kernels.affine_kernels")
+    fn = mod.affine_gemv_kernel if path == "gemv" else mod.affine_gemm_kernel
+    plan = LaunchPlan(kernel_for(path), spec, path, m, x_dtype, config, sms=132)
+    x_t = TORCH_TO_TRITON[x_dtype]
+    args = {
+        "x_ptr": "*" + x_t, "y_ptr": "*" + x_t, "w_ptr": "*i32", "hi_ptr": "*i32", "s_ptr": _ptr(spec.s),
+        "z_ptr": _ptr(spec.z), "mu_ptr": _ptr(spec.mu), "perm_ptr": "*i32", "b_ptr": "*" + x_t,
+        "ws_ptr": "*fp32", "cnt_ptr": "*i32", "stride_xm": spec.k, **plan.runtime,
+    }  # fmt: skip
+    const = {**plan.const, "HAS_BIAS": False}
+    return compile_jit(fn, args, const, plan.options, cc), plan
+
+
 def ptxas_usage(kernel, cc: int) -> tuple[int, int]:
     """(registers, spill stores) that ptxas reports for the kernel's PTX."""
     from triton.backends.nvidia.compiler import get_ptxas
@@ -114,17 +164,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
     parser.add_argument("--dtypes", nargs="+", default=["fp16", "bf16"], choices=sorted(DTYPES))
     parser.add_argument("--paths", nargs="+", default=["gemv", "gemm"], choices=["gemv", "gemm"])
+    parser.add_argument(
+        "--instructions", action="store_true", help="print SASS instructions per weight, before vs after"
+    )
     args = parser.parse_args(argv)
+    if args.instructions:
+        from kernels.instructions import print_table
+
+        print_table(cc=args.cc)
+        return 0
     failures = 0
     for kind in args.kinds:
         kw = prepare(random_packed(kind, 256, 512, scale_dtype=torch.float16))
         for dtype in args.dtypes:
             for path in args.paths:
-                for cfg in GPU_GEMV if path == "gemv" else GPU_GEMM:
+                if kw.affine is not None:
+                    pool = GEMV_CANDIDATES if path == "gemv" else GEMM_CANDIDATES
+                    variants = [(bucket, c) for bucket, cs in pool.items() for c in cs]
+                else:
+                    variants = [(1, c) for c in (GPU_GEMV if path == "gemv" else GPU_GEMM)]
+                for bucket, cfg in variants:
                     t0 = time.time()
-                    label = f"{kind:12s} {dtype} {path} {cfg}"
+                    label = f"{kind:12s} {dtype} {path} M{bucket} {cfg}"
                     try:
-                        kernel = compile_kernel(kw, path, cfg, DTYPES[dtype], args.cc)
+                        if kw.affine is not None:
+                            kernel, _ = compile_affine(kw.affine, path, cfg, DTYPES[dtype], bucket, args.cc)
+                        else:
+                            kernel = compile_kernel(kw, path, cfg, DTYPES[dtype], args.cc)
                         regs, spills = ptxas_usage(kernel, args.cc)
                         print(
                             f"ok   {label} regs={regs} spills={spills}B {time.time() - t0:.1f}s", flush=True

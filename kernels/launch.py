@@ -1,9 +1,11 @@
-"""Launching the Triton kernels: packed weight → kernel arguments, launch configs, GEMV vs GEMM dispatch.
+"""Launching the Triton kernels: packed weight → kernel arguments, path choice, the general kernels' configs.
 
-On a GPU the kernels are autotuned over a few configs (cached per shape and format); under the CPU
-interpreter (``TRITON_INTERPRET=1``), which cannot autotune, a fixed large-block config is used.
-``@triton.jit`` decides between interpreter and compiler when the kernel module is imported, so
-:func:`kernel_module` re-imports it whenever the ``TRITON_INTERPRET`` setting has changed since.
+Ternary, binary and int weights run on the affine kernels through launch plans (:mod:`kernels.plan`: config
+resolved once, one launch per call). The other formats — N:M binary, multi-plane binary, PB-LLM — run on the
+general kernels of :mod:`kernels.triton_kernels`, autotuned on a GPU and zero + kernel + cast per call.
+Under the CPU interpreter (``TRITON_INTERPRET=1``), which cannot autotune, fixed large-block configs are
+used. ``@triton.jit`` decides between interpreter and compiler when a kernel module is imported, so
+:func:`kernel_module` re-imports one whenever the ``TRITON_INTERPRET`` setting has changed since.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from typing import Any
 import torch
 import triton
 
+from kernels import plan as plans
+from kernels import tuning
 from trilm.formats import (
     BinaryWeight,
     IntWeight,
@@ -30,8 +34,9 @@ from trilm.formats import (
 )
 
 FMT_IDS = {"ternary": 0, "binary": 1, "nm_binary": 2, "int": 3, "multibinary": 4, "pbllm": 1}
-GEMV_MAX_M = 4
-"""Batches up to this many rows take the GEMV path (one program row per input row); larger ones the GEMM."""
+GEMV_MAX_M = tuning.GEMV_MAX_M
+LEGACY_GEMV_MAX_M = 4
+"""The general GEMV runs one program row per input row; above this the general GEMM is used."""
 
 
 def interpreting() -> bool:
@@ -39,9 +44,8 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "yes", "on")
 
 
-def kernel_module() -> ModuleType:
-    """:mod:`kernels.triton_kernels`, (re)imported so its ``@triton.jit`` matches the interpreter setting."""
-    name = "kernels.triton_kernels"
+def kernel_module(name: str = "kernels.triton_kernels") -> ModuleType:
+    """A kernel module, (re)imported so its ``@triton.jit`` matches the interpreter setting."""
     mod = sys.modules.get(name)
     if mod is None:
         return importlib.import_module(name)
@@ -75,6 +79,7 @@ class KernelWeight:
     plane_stride: int = 0
     perm: torch.Tensor | None = None
     sparse: tuple[torch.Tensor, ...] | None = None
+    affine: plans.AffineSpec | None = None
 
     def constexprs(self) -> dict[str, Any]:
         return {
@@ -88,8 +93,23 @@ class KernelWeight:
         }
 
 
-def prepare(weight: PackedWeight) -> KernelWeight:
-    """Map a packed weight of any format onto the kernels' argument set (no copies of the big tensors)."""
+def prepare(weight: PackedWeight, *, general: bool = False) -> KernelWeight:
+    """Map a packed weight of any format onto the kernels' argument set (no copies of the big tensors).
+
+    Ternary, binary and int weights also get their affine form (``.affine``), which :func:`triton_matmul`
+    prefers; ``general=True`` leaves it out, so the general kernels serve every format (the baseline the
+    benchmark and the instruction counts compare against). Compact storage formats (``partial_binary``,
+    ``residual_binary``) are converted once to their kernel layout (``PackedWeight.kernel_layout``)."""
+    layout = weight.kernel_layout()
+    if layout is not weight:
+        return prepare(layout, general=general)
+    kw = _prepare_general(weight)
+    if not general:
+        kw.affine = plans.affine_spec(weight)
+    return kw
+
+
+def _prepare_general(weight: PackedWeight) -> KernelWeight:
     n, k = weight.shape
     if isinstance(weight, TernaryWeight):
         w = weight.qweight
@@ -159,9 +179,6 @@ def prepare(weight: PackedWeight) -> KernelWeight:
             lut_block=weight.block_size,
             plane_stride=planes.shape[1] * planes.shape[2],
         )
-    layout = weight.kernel_layout()
-    if layout is not weight:
-        return prepare(layout)
     raise TypeError(f"no Triton kernel for packed format {type(weight).__name__}")
 
 
@@ -313,17 +330,19 @@ def triton_matmul(
         raise RuntimeError(
             "Triton on CPU needs TRITON_INTERPRET=1 (set before launching); or use backend='torch'"
         )
-    mod = kernel_module()
     m = x.shape[0]
+    if m == 0:
+        return torch.zeros((0, kw.n), dtype=x.dtype, device=x.device)
+    if kw.affine is not None:
+        return affine_matmul(x, kw.affine, path=path, config=config)
+    mod = kernel_module()
     if kw.perm is not None:
         x = x.index_select(1, kw.perm)
     x = x.contiguous()
     if path is None:
-        path = "gemv" if m <= GEMV_MAX_M else "gemm"
+        path = "gemv" if m <= LEGACY_GEMV_MAX_M else "gemm"
     native = accumulate == "native" and x.dtype == torch.float16 and kw.sparse is None
     const = kw.constexprs()
-    if m == 0:
-        return torch.zeros((0, kw.n), dtype=x.dtype, device=x.device)
 
     if path == "gemv":
         y = torch.zeros((m, kw.n), dtype=torch.float16 if native else torch.float32, device=x.device)
@@ -397,3 +416,37 @@ def triton_matmul(
                 enable_fp_fusion=True,
             )
     return y if y.dtype == x.dtype else y.to(x.dtype)
+
+
+def affine_path(m: int) -> str:
+    """'gemv' (≤ GEMV_MAX_M rows), 'gemm', or 'cublas' (≥ the crossover: dequantize once, then cuBLAS)."""
+    if m <= GEMV_MAX_M:
+        return "gemv"
+    return "gemm" if m < tuning.CUBLAS_MIN_M else "cublas"
+
+
+def affine_matmul(
+    x: torch.Tensor,
+    spec: plans.AffineSpec,
+    *,
+    path: str | None = None,
+    config: dict[str, Any] | None = None,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """x (M, K) @ W^T (+ bias) for an affine weight, one launch (cuBLAS path: dequantize + matmul).
+
+    Builds a plan each call: layers keep theirs (:class:`kernels.QuantLinear`); this entry point is for tests
+    and one-off products. ``config`` pins a launch config, e.g. ``{"BLOCK_R": 8, "BLOCK_N": 128,
+    "SPLIT_K": 3, "num_warps": 4}``."""
+    m = x.shape[0]
+    path = path or affine_path(m)
+    if path == "cublas":
+        w_t = plans.dequantize_transposed(spec, x.dtype)
+        y = x @ w_t
+        return y if bias is None else y + bias.to(y.dtype)
+    if path not in ("gemv", "gemm"):
+        raise ValueError(f"path must be 'gemv', 'gemm' or 'cublas', got {path!r}")
+    if path == "gemv" and m > GEMV_MAX_M:
+        raise ValueError(f"the affine GEMV takes at most {GEMV_MAX_M} rows, got {m}")
+    x = x.contiguous()
+    return plans.make_plan(spec, path, m, x.dtype, config)(x, bias)

@@ -16,7 +16,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels.launch import GEMV_MAX_M, KernelWeight, interpreting, prepare, triton_matmul
+from kernels import plan as plans
+from kernels.launch import (
+    LEGACY_GEMV_MAX_M,
+    KernelWeight,
+    affine_path,
+    interpreting,
+    prepare,
+    triton_matmul,
+)
 from trilm.formats import FORMATS, IntWeight, PackedWeight, from_tensors
 
 BACKENDS = ("auto", "triton", "torch")
@@ -42,7 +50,7 @@ class QuantLinear(nn.Module):
         backend: str = "auto",
         cache_dequantized: bool = False,
         accumulate: str = "fp32",
-        gemv_max_m: int = GEMV_MAX_M,
+        gemv_max_m: int = LEGACY_GEMV_MAX_M,
     ) -> None:
         super().__init__()
         if backend not in BACKENDS:
@@ -97,6 +105,7 @@ class QuantLinear(nn.Module):
     def _reset_caches(self) -> None:
         self._packed_cache: PackedWeight | None = None
         self._kernel_cache: KernelWeight | None = None
+        self._plans: dict[tuple[int, torch.dtype, torch.device], Any] = {}
         self._dequant_cache: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
 
     @property
@@ -119,20 +128,31 @@ class QuantLinear(nn.Module):
 
     # -- forward ------------------------------------------------------------------------------------------
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (..., K) → (..., N). Ternary, binary and int layers on Triton make one kernel launch per call
+        (bias included) through a plan built on the first call for each (rows, dtype, device)."""
         if x.shape[-1] != self.in_features:
             raise ValueError(f"{self}: expected input with last dim {self.in_features}, got {tuple(x.shape)}")
+        x2 = x.reshape(-1, self.in_features)
+        plan = self._plans.get((x2.shape[0], x.dtype, x.device))
+        if plan is not None and self.backend != "torch" and (x.is_cuda or interpreting()):
+            if not x2.is_contiguous():
+                x2 = x2.contiguous()
+            return plan(x2, self.bias).view(*x.shape[:-1], self.out_features)
         if resolve_backend(self.backend, x) == "torch":
             y = F.linear(x, self._dequantized(x))
-        else:
-            if self._kernel_cache is None:
-                self._kernel_cache = prepare(self.packed)
-            x2 = x.reshape(-1, self.in_features)
-            path = "gemv" if x2.shape[0] <= self.gemv_max_m else "gemm"
-            y = triton_matmul(x2, self._kernel_cache, path=path, accumulate=self.accumulate)
-            y = y.reshape(*x.shape[:-1], self.out_features)
-        if self.bias is not None:
-            y = y + self.bias.to(y.dtype)
-        return y
+            return y if self.bias is None else y + self.bias.to(y.dtype)
+        if self._kernel_cache is None:
+            self._kernel_cache = prepare(self.packed)
+        kw = self._kernel_cache
+        m = x2.shape[0]
+        if kw.affine is not None and m and affine_path(m) != "cublas":
+            plan = plans.make_plan(kw.affine, affine_path(m), m, x.dtype)
+            self._plans[(m, x.dtype, x.device)] = plan
+            return plan(x2.contiguous(), self.bias).view(*x.shape[:-1], self.out_features)
+        path = "gemv" if m <= self.gemv_max_m else "gemm"
+        y = triton_matmul(x2, kw, path=None if kw.affine is not None else path, accumulate=self.accumulate)
+        y = y.reshape(*x.shape[:-1], self.out_features)
+        return y if self.bias is None else y + self.bias.to(y.dtype)
 
     def _dequantized(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype if x.is_floating_point() else torch.float32

@@ -25,6 +25,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("trilm.export.cli", "export a snapshot: hf (unpacked LlamaForCausalLM), packed"),
     "import": ("trilm.export.cli", "import a model: hf (LlamaForCausalLM directory)"),
     "quantize": ("trilm.posthoc.cli", "post-hoc quantization of a float model (gptq, omniquant, …)"),
+    "generate": ("trilm.serve.cli", "generate text from a prompt with the inference engine"),
+    "serve": ("trilm.serve.cli", "OpenAI-compatible server (/v1/completions, /v1/chat/completions)"),
 }
 
 

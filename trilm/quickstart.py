@@ -66,24 +66,16 @@ def _loss_table(summaries: dict) -> str:
 
 def _samples(summaries: dict, tokenizer_path: str) -> str:
     from trilm.data.tokenizer import Tokenizer
-    from trilm.model.generate import generate
-    from trilm.model.io import load_model
+    from trilm.serve import Engine, SamplingParams
 
     tok = Tokenizer.load(tokenizer_path)
     out = []
     for family, (cfg, summary) in summaries.items():
-        model = load_model(Path(summary.run_dir) / "snapshots" / f"step-{cfg.steps}")
-        for prompt in PROMPTS:
-            ids = generate(
-                model,
-                tok.encode(prompt),
-                max_new_tokens=40,
-                temperature=0.7,
-                top_k=20,
-                stop_id=tok.eos_id,
-                vocab_size=tok.vocab_size,
-            )
-            text = tok.decode(ids).replace("\n", " ")
+        snapshot = Path(summary.run_dir) / "snapshots" / f"step-{cfg.steps}"
+        engine = Engine.load(snapshot, device="cpu", tokenizer=tok, max_batch=len(PROMPTS))
+        params = SamplingParams(max_tokens=40, temperature=0.7, top_k=20, seed=0)
+        for prompt, done in zip(PROMPTS, engine.generate(list(PROMPTS), params)):
+            text = done.text.replace("\n", " ")
             out.append(f"[{family}] {prompt}{text}")
     return "\n".join(out)
 

@@ -9,10 +9,11 @@ import torch
 
 
 @pytest.fixture(autouse=True)
-def _triton_mode(request, monkeypatch):
+def _triton_mode(request, monkeypatch, tmp_path):
     if request.node.get_closest_marker("gpu") is not None:
         if not torch.cuda.is_available():
             pytest.skip("needs a CUDA GPU")
         monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+        monkeypatch.setenv("TRILM_KERNEL_CACHE", str(tmp_path / "kernel_tuning.json"))  # never the user's
     else:
         monkeypatch.setenv("TRITON_INTERPRET", "1")

@@ -6,9 +6,10 @@ import pytest
 import torch
 
 from kernels import prepare
-from kernels.compile_check import compile_kernel
+from kernels.compile_check import compile_affine, compile_kernel
 from kernels.launch import GPU_GEMM, GPU_GEMV
 from kernels.samples import random_packed
+from kernels.tuning import GEMM_CANDIDATES, GEMV_CANDIDATES
 
 CASES = [(k, torch.float16) for k in ("ternary", "binary_mean", "nm2:4", "billm", "int3", "pbllm")]
 CASES += [("ternary", torch.bfloat16), ("int4", torch.bfloat16)]
@@ -18,6 +19,15 @@ CASES += [("ternary", torch.bfloat16), ("int4", torch.bfloat16)]
 def test_compiles_for_sm90(kind, dtype, monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET")
     kw = prepare(random_packed(kind, 256, 512, scale_dtype=torch.float16))
+    if (
+        kw.affine is not None
+    ):  # the kernels a QuantLinear launches: GEMV with in-kernel split-K, pipelined GEMM
+        gemv, _ = compile_affine(kw.affine, "gemv", {**GEMV_CANDIDATES[1][0], "SPLIT_K": 2}, dtype, 1)
+        gemm, _ = compile_affine(kw.affine, "gemm", GEMM_CANDIDATES[16][0], dtype, 16)
+        assert "cp.async" in gemm.asm["ptx"] or "cp.async.bulk" in gemm.asm["ptx"]  # num_stages ≥ 2
+        assert "atom.global" in gemv.asm["ptx"]  # the split-K tile counter
+        assert "mma" in gemm.asm["ptx"]
+        return
     gemv = compile_kernel(kw, "gemv", GPU_GEMV[0], dtype, cc=90)
     gemm = compile_kernel(kw, "gemm", GPU_GEMM[0], dtype, cc=90, split_k=2)
     for kernel in (gemv, gemm):

@@ -6,15 +6,35 @@ class. Module paths equal the canonical names of a snapshot (``layers.0.attn.wq.
 ``model.layers[0].attn.wq.weight``), so a float model's ``state_dict()`` *is* a canonical state and any
 linear can be swapped for a ``kernels.QuantLinear`` by name. The math is the training decoder's
 (pre-norm RMSNorm in fp32, rotate-half RoPE, SDPA, SwiGLU); a test holds the logits of the two within 1e-5.
+
+Serving adds one seam: :meth:`InferenceModel.forward_cached` runs the same blocks with explicit token
+positions and hands each attention layer a *KV view* (any object with ``attend(q, k, v) -> out``) that
+stores the new keys/values and attends over what it holds. The cache itself (slots, prefill, decode,
+masks) lives in :mod:`trilm.serve.cache`; the no-cache ``forward`` is untouched by it.
 """
 
 from __future__ import annotations
+
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from trilm.model.config import LayerShape, ModelConfig
+
+
+class KVView(Protocol):
+    """One attention layer's view of a KV cache for one forward step."""
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Store ``k``/``v`` [b, kv_heads, s, head_dim] and attend ``q`` [b, heads, s, head_dim] over the
+        cached keys (causally); returns [b, heads, s, head_dim]."""
+        ...
+
+
+class KVCacheStep(Protocol):
+    def layer(self, index: int) -> KVView: ...
 
 
 class RMSNorm(nn.Module):
@@ -43,13 +63,19 @@ class Attention(nn.Module):
         self.wv = nn.Linear(cfg.hidden, shape.kv_heads * hd, bias=False)
         self.wo = nn.Linear(shape.heads * hd, cfg.hidden, bias=False)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: KVView | None = None
+    ) -> torch.Tensor:
         b, s, _ = x.shape
         q = self.wq(x).view(b, s, self.heads, self.head_dim).transpose(1, 2)
         k = self.wk(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         v = self.wv(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.kv_heads != self.heads)
+        if kv is None:
+            gqa = self.kv_heads != self.heads
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+        else:
+            out = kv.attend(q, k, v)
         return self.wo(out.transpose(1, 2).reshape(b, s, self.heads * self.head_dim))
 
 
@@ -77,9 +103,11 @@ class InferenceBlock(nn.Module):
             self.mlp_norm = RMSNorm(cfg.hidden, cfg.norm_eps)
             self.mlp = SwiGLU(cfg, shape.ffn)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: KVView | None = None
+    ) -> torch.Tensor:
         if self.attn is not None:
-            x = x + self.attn(self.attn_norm(x), cos, sin)
+            x = x + self.attn(self.attn_norm(x), cos, sin, kv)
         if self.mlp is not None:
             x = x + self.mlp(self.mlp_norm(x))
         return x
@@ -125,6 +153,26 @@ class InferenceModel(nn.Module):
         cos, sin = self.rope(input_ids.shape[1], x.dtype)
         for layer in self.layers:
             x = layer(x, cos, sin)
+        return self.head(self.norm(x))
+
+    def forward_cached(
+        self,
+        input_ids: torch.Tensor,
+        positions: int | torch.Tensor,
+        cache: KVCacheStep,
+        *,
+        last_only: bool = False,
+    ) -> torch.Tensor:
+        """Logits [b, s or 1, padded_vocab] of ``input_ids`` [b, s] at ``positions`` (an int S for 0..S−1,
+        or [b, s] per-sequence positions), with attention through ``cache.layer(i)`` of each block.
+
+        ``last_only`` projects only the last position to the vocabulary (a prefill needs one row)."""
+        x = self.embed(input_ids)
+        cos, sin = self.rope(positions, x.dtype)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, cache.layer(i) if layer.attn is not None else None)
+        if last_only:
+            x = x[:, -1:]
         return self.head(self.norm(x))
 
     def linear_modules(self) -> dict[str, nn.Module]:

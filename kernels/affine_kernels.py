@@ -1,0 +1,362 @@
+"""Triton kernels for the affine word formats — ternary, binary and int2/3/4 — built to stream weights.
+
+These formats share one value rule, ``w = s · (c − z) (+ μ)`` over an unsigned code ``c`` (ternary z = 1;
+binary s·(2b − 1) = 2s·(b − ½); int the stored zero), and one layout: codes packed along K into int32 words
+with N contiguous (:mod:`trilm.formats.packing`). The design (issue 11):
+
+* **Each word is loaded once, whole, with wide loads.** A program owns a (rows of words × BLOCK_N columns)
+  tile; N is the contiguous axis, so a thread loads four neighbouring columns' words in one 128-bit load and
+  decodes every code of them from registers (``tl.static_range`` over the codes of a word).
+* **Two integer ops and one FMA per weight (GEMV).** The code moves into the top mantissa bits of 1.0 — a
+  shift plus one and-or — which *is* the float ``f = 1 + c / 2^bits``, exact; the program accumulates
+  ``A = Σ f·x`` and ``X = Σ x``, and since ``Σ c·x = 2^bits·(A − X)`` a scale group's contribution is
+  ``s·(2^bits·A − (2^bits + z)·X) (+ μ·X)``: scales, zeros and means are applied once per group and column,
+  not per weight.
+* **Split-K only as deep as it takes to fill the SMs, in one launch.** With one K split a program stores its
+  result in the output dtype. With several, each writes its fp32 partial to a workspace and bumps a per-tile
+  counter; the last program of a tile sums the partials in split order (deterministic), writes the output,
+  and resets the counter to zero, so the workspace is reusable by the next call or CUDA-graph replay with no
+  zeroing kernel, no atomics on the output and no cast kernel.
+* **GEMM** decodes a (BLOCK_K × BLOCK_N) tile of exact small integers (magic-number conversion into the
+  activation dtype) that ``tl.dot`` consumes; the group's scale and zero are applied to the fp32 product.
+  ``num_stages`` ≥ 2 pipelines the word and activation loads.
+
+Act-order int weights gather their activations inside the kernel (``x[perm[k]]``), so no extra launch.
+All arithmetic after a load is fp32 except the dot operands. Like :mod:`kernels.triton_kernels`, only core
+builtins are used (see there why) and :mod:`kernels.launch` reloads this module when ``TRITON_INTERPRET``
+changes.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+from triton import knobs
+
+INTERPRET = bool(knobs.runtime.interpret)
+
+AFFINE_TERNARY = tl.constexpr(0)
+AFFINE_BINARY = tl.constexpr(1)
+AFFINE_INT = tl.constexpr(3)
+
+
+if INTERPRET:
+
+    @triton.jit
+    def _sum(x, axis):
+        return tl.reduce(x, axis, tl.standard._sum_combine)
+
+else:
+
+    @triton.jit
+    def _sum(x, axis):
+        return tl.sum(x, axis=axis)
+
+
+@triton.jit
+def _move(w, FROM: tl.constexpr, TO: tl.constexpr):
+    """Shift int32 words so that bit FROM lands on bit TO (bits that leave the word are masked by callers)."""
+    if TO >= FROM:
+        out = w << (TO - FROM)
+    else:
+        out = w >> (FROM - TO)
+    return out
+
+
+@triton.jit
+def _unit_float(lo, hi, J: tl.constexpr, H: tl.constexpr, WBITS: tl.constexpr, BITS: tl.constexpr):
+    """``1 + c / 2^BITS`` in fp32 for code J of every word: the code sits in the top BITS mantissa bits of
+    1.0 (for 3-bit codes the low 2 bits come from ``lo`` and the high bit, bit H·16 + J, from ``hi``)."""
+    TOP: tl.constexpr = 23 - BITS
+    if BITS == 3:
+        v = (_move(lo, J * 2, TOP) & (3 << TOP)) | (_move(hi, H * 16 + J, 22) & (1 << 22))
+    else:
+        v = _move(lo, J * WBITS, TOP) & (((1 << BITS) - 1) << TOP)
+    return (v | 0x3F800000).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _affine_terms(
+    s_ptr, z_ptr, mu_ptr, rows, offs_n, mask, N, FMT: tl.constexpr, BITS: tl.constexpr, HAS_MEAN: tl.constexpr
+):
+    """Per (group row, column): the multipliers of A and X in ``s·(P·A − (P + z)·X) + μ·X``, P = 2^BITS."""
+    P: tl.constexpr = 1 << BITS
+    ptrs = rows * N + offs_n
+    s = tl.load(s_ptr + ptrs, mask=mask, other=0.0).to(tl.float32)
+    if FMT == AFFINE_TERNARY:
+        z = 1.0
+    elif FMT == AFFINE_BINARY:
+        s = s * 2.0
+        z = 0.5
+    else:
+        z = tl.load(z_ptr + ptrs, mask=mask, other=0).to(tl.float32)
+    coef_a = s * P
+    coef_x = -s * (P + z)
+    if HAS_MEAN:
+        coef_x += tl.load(mu_ptr + ptrs, mask=mask, other=0.0).to(tl.float32)
+    return coef_a, coef_x
+
+
+@triton.jit
+def _finish(
+    part, y_ptr, b_ptr, ws_ptr, cnt_ptr, offs_m, offs_n, M, N, tile, pid_k,
+    SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+):  # fmt: skip
+    """Write a (BM, BN) fp32 result: directly, or through the workspace when K is split (see module doc)."""
+    y_offs = offs_m[:, None] * N + offs_n[None, :]
+    mask_y = (offs_m < M)[:, None] & (offs_n < N)[None, :]
+    if SPLIT_K == 1:
+        if HAS_BIAS:
+            part += tl.load(b_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
+        tl.store(y_ptr + y_offs, part.to(y_ptr.dtype.element_ty), mask=mask_y)
+    else:
+        tl.store(ws_ptr + pid_k * M * N + y_offs, part, mask=mask_y)
+        tl.debug_barrier()
+        arrived = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
+        if arrived == SPLIT_K - 1:
+            tl.debug_barrier()
+            total = tl.full((BM, BN), 0.0, tl.float32)
+            for sk in tl.static_range(SPLIT_K):
+                total += tl.load(ws_ptr + sk * M * N + y_offs, mask=mask_y, other=0.0, cache_modifier=".cg")
+            if HAS_BIAS:
+                total += tl.load(b_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
+            tl.store(y_ptr + y_offs, total.to(y_ptr.dtype.element_ty), mask=mask_y)
+            tl.atomic_xchg(cnt_ptr + tile, 0, sem="relaxed", scope="gpu")
+
+
+@triton.jit(do_not_specialize=["M", "stride_xm", "UNITS_PER_SPLIT"])
+def affine_gemv_kernel(
+    x_ptr, y_ptr, w_ptr, hi_ptr, s_ptr, z_ptr, mu_ptr, perm_ptr, b_ptr, ws_ptr, cnt_ptr,
+    M, N, K, stride_xm, G, UNITS_PER_SPLIT,
+    FMT: tl.constexpr, BITS: tl.constexpr, WBITS: tl.constexpr, HS: tl.constexpr,
+    HAS_MEAN: tl.constexpr, HAS_PERM: tl.constexpr, HAS_BIAS: tl.constexpr, SCALE_ONCE: tl.constexpr,
+    K_TAIL: tl.constexpr, SPLIT_K: tl.constexpr, BM: tl.constexpr, BLOCK_R: tl.constexpr,
+    BLOCK_N: tl.constexpr, NUM_STAGES: tl.constexpr,
+):  # fmt: skip
+    """y[:M] = x[:M] @ W^T for M ≤ BM rows, reading every packed word of W once.
+
+    Grid (N / BLOCK_N, SPLIT_K). A *unit* is HS rows of words (HS = 2 pairs 3-bit codes' low-bit rows with
+    one high-bit row); a program walks UNITS_PER_SPLIT units in tiles of BLOCK_R. With SCALE_ONCE (one scale
+    group spans K) A and X are folded once at the end, else once per tile with each unit's group row (the
+    caller guarantees a unit never straddles a group)."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    PER: tl.constexpr = 32 // WBITS
+    UNIT_K: tl.constexpr = PER * HS
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_n = offs_n < N
+    offs_m = tl.arange(0, BM)
+    mask_m = offs_m < M
+    n_units = (K + UNIT_K - 1) // UNIT_K
+    u_start = pid_k * UNITS_PER_SPLIT
+    u_end = tl.minimum(u_start + UNITS_PER_SPLIT, n_units)
+    a_acc = tl.full((BM, BLOCK_R, BLOCK_N), 0.0, tl.float32)
+    x_acc = tl.full((BM, BLOCK_R), 0.0, tl.float32)
+    y_acc = tl.full((BM, BLOCK_R, BLOCK_N), 0.0, tl.float32)
+    for u0 in tl.range(u_start, u_end, BLOCK_R, num_stages=NUM_STAGES):
+        offs_u = u0 + tl.arange(0, BLOCK_R)
+        mask_u = offs_u < u_end
+        # words are loaded as (1, BLOCK_R, BLOCK_N) so that the 3-D products below keep the load's layout
+        # (four neighbouring columns per thread, one 128-bit load) with all BM batch rows in each thread
+        w_offs = offs_u[None, :, None] * (HS * N) + offs_n[None, None, :]
+        mask3 = mask_u[None, :, None] & mask_n[None, None, :]
+        if HS == 2:
+            hi = tl.load(hi_ptr + offs_u[None, :, None] * N + offs_n[None, None, :], mask=mask3, other=0)
+        else:
+            hi = 0
+        if not SCALE_ONCE:
+            a_acc = tl.full((BM, BLOCK_R, BLOCK_N), 0.0, tl.float32)
+            x_acc = tl.full((BM, BLOCK_R), 0.0, tl.float32)
+        for h in tl.static_range(HS):
+            lo = tl.load(w_ptr + w_offs + h * N, mask=mask3, other=0, eviction_policy="evict_first")
+            for j in tl.static_range(PER):
+                k = (offs_u * HS + h) * PER + j
+                if K_TAIL:
+                    mask_k = mask_u & (k < K)
+                else:
+                    mask_k = mask_u
+                if HAS_PERM:
+                    k = tl.load(perm_ptr + k, mask=mask_k, other=0)
+                xj = tl.load(
+                    x_ptr + offs_m[:, None] * stride_xm + k[None, :],
+                    mask=mask_m[:, None] & mask_k[None, :],
+                    other=0.0,
+                ).to(tl.float32)
+                f = _unit_float(lo, hi, j, h, WBITS, BITS)
+                a_acc += f * xj[:, :, None]
+                x_acc += xj
+        if not SCALE_ONCE:
+            group = (offs_u * UNIT_K) // G
+            coef_a, coef_x = _affine_terms(
+                s_ptr,
+                z_ptr,
+                mu_ptr,
+                group[None, :, None],
+                offs_n[None, None, :],
+                mask3,
+                N,
+                FMT,
+                BITS,
+                HAS_MEAN,
+            )
+            y_acc += coef_a * a_acc + coef_x * x_acc[:, :, None]
+    if SCALE_ONCE:
+        coef_a, coef_x = _affine_terms(s_ptr, z_ptr, mu_ptr, 0, offs_n, mask_n, N, FMT, BITS, HAS_MEAN)
+        part = coef_a[None, :] * _sum(a_acc, 1) + coef_x[None, :] * _sum(x_acc, 1)[:, None]
+    else:
+        part = _sum(y_acc, 1)
+    _finish(
+        part,
+        y_ptr,
+        b_ptr,
+        ws_ptr,
+        cnt_ptr,
+        offs_m,
+        offs_n,
+        M,
+        N,
+        pid_n,
+        pid_k,
+        SPLIT_K,
+        HAS_BIAS,
+        BM,
+        BLOCK_N,
+    )
+
+
+@triton.jit
+def _code_tile(
+    w_ptr, hi_ptr, k0, offs_n, mask_n, N, K,
+    WBITS: tl.constexpr, HS: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """Unsigned codes (BLOCK_K, BLOCK_N) of K rows k0.. as int32, each word loaded once and expanded."""
+    PER: tl.constexpr = 32 // WBITS
+    offs_k = k0 + tl.arange(0, BLOCK_K)
+    mask = (offs_k < K)[:, None] & mask_n[None, :]
+    rows = k0 // PER + tl.arange(0, BLOCK_K // PER)
+    rmask = (rows < (K + PER - 1) // PER)[:, None] & mask_n[None, :]
+    words = tl.load(
+        w_ptr + rows[:, None] * N + offs_n[None, :], mask=rmask, other=0, eviction_policy="evict_first"
+    )
+    shifts = tl.arange(0, PER) * WBITS
+    codes = (words[:, None, :] >> shifts[None, :, None]) & ((1 << WBITS) - 1)
+    codes = tl.reshape(codes, (BLOCK_K, BLOCK_N))
+    if HS == 2:
+        hw = tl.load(hi_ptr + (offs_k // 32)[:, None] * N + offs_n[None, :], mask=mask, other=0)
+        codes = codes | (((hw >> (offs_k % 32)[:, None]) & 1) << 2)
+    return codes
+
+
+@triton.jit
+def _exact(c, dt: tl.constexpr, OFFSET: tl.constexpr):
+    """c − OFFSET as exact floats of dt for small non-negative integer codes c: c is OR-ed into the mantissa
+    of a power of two whose value, plus OFFSET, one add then removes (no int→float conversion)."""
+    if dt == tl.float16:
+        f = (c | 0x6400).to(tl.int16).to(tl.float16, bitcast=True) - (1024.0 + OFFSET)
+    elif dt == tl.bfloat16:
+        f = (c | 0x4300).to(tl.int16).to(tl.bfloat16, bitcast=True) - (128.0 + OFFSET)
+    else:
+        f = (c | 0x4B000000).to(tl.float32, bitcast=True) - (8388608.0 + OFFSET)
+    return f
+
+
+@triton.jit(do_not_specialize=["M", "stride_xm", "TILES_PER_SPLIT"])
+def affine_gemm_kernel(
+    x_ptr, y_ptr, w_ptr, hi_ptr, s_ptr, z_ptr, mu_ptr, perm_ptr, b_ptr, ws_ptr, cnt_ptr,
+    M, N, K, stride_xm, G, TILES_PER_SPLIT,
+    FMT: tl.constexpr, BITS: tl.constexpr, WBITS: tl.constexpr, HS: tl.constexpr,
+    HAS_MEAN: tl.constexpr, HAS_PERM: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT_K: tl.constexpr,
+    DOT_IEEE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """y = x @ W^T by (BLOCK_M × BLOCK_N) tiles: each K tile's codes are decoded once into the exact small
+    integers c − z (ternary c − 1, binary 2b − 1) in the activation dtype that feed ``tl.dot``; the caller
+    picks BLOCK_K inside one scale group, whose scale multiplies the fp32 product once (``s·Σ q·x``, plus
+    ``μ·Σ x`` for binary means). Grid (M / BLOCK_M, N / BLOCK_N, SPLIT_K)."""
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_m = offs_m < M
+    mask_n = offs_n < N
+    n_tiles = (K + BLOCK_K - 1) // BLOCK_K
+    t_start = pid_k * TILES_PER_SPLIT
+    t_end = tl.minimum(t_start + TILES_PER_SPLIT, n_tiles)
+    acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)
+    for t in range(t_start, t_end):
+        k0 = t * BLOCK_K
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        mask_k = offs_k < K
+        if HAS_PERM:
+            kx = tl.load(perm_ptr + offs_k, mask=mask_k, other=0)
+        else:
+            kx = offs_k
+        x = tl.load(
+            x_ptr + offs_m[:, None] * stride_xm + kx[None, :],
+            mask=mask_m[:, None] & mask_k[None, :],
+            other=0.0,
+        )
+        codes = _code_tile(w_ptr, hi_ptr, k0, offs_n, mask_n, N, K, WBITS, HS, BLOCK_K, BLOCK_N)
+        g = k0 // G
+        if FMT == AFFINE_TERNARY:
+            q = _exact(codes, x.dtype, 1.0)  # c − 1
+        elif FMT == AFFINE_BINARY:
+            q = _exact(codes << 1, x.dtype, 1.0)  # 2b − 1
+        else:
+            zero = tl.load(z_ptr + g * N + offs_n, mask=mask_n, other=0).to(x.dtype)
+            q = _exact(codes, x.dtype, 0.0) - zero[None, :]  # c − z, exact in fp16/bf16 (|c − z| ≤ 16)
+        if DOT_IEEE:
+            part = tl.dot(x, q, input_precision="ieee")
+        else:
+            part = tl.dot(x, q)
+        scale = tl.load(s_ptr + g * N + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+        acc += scale[None, :] * part
+        if HAS_MEAN:
+            mean = tl.load(mu_ptr + g * N + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+            acc += _sum(x.to(tl.float32), 1)[:, None] * mean[None, :]
+    tile = pid_m * tl.num_programs(1) + pid_n
+    _finish(
+        acc,
+        y_ptr,
+        b_ptr,
+        ws_ptr,
+        cnt_ptr,
+        offs_m,
+        offs_n,
+        M,
+        N,
+        tile,
+        pid_k,
+        SPLIT_K,
+        HAS_BIAS,
+        BLOCK_M,
+        BLOCK_N,
+    )
+
+
+@triton.jit
+def affine_dequant_kernel(
+    out_ptr, w_ptr, hi_ptr, s_ptr, z_ptr, mu_ptr, perm_ptr, N, K, G,
+    FMT: tl.constexpr, BITS: tl.constexpr, WBITS: tl.constexpr, HS: tl.constexpr,
+    HAS_MEAN: tl.constexpr, HAS_PERM: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """W^T (K, N) in out's dtype, for the large-batch path that hands the product to cuBLAS; act-order rows
+    are scattered to their original input column, so ``x @ out`` needs no gathered x."""
+    pid_k = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    k0 = pid_k * BLOCK_K
+    offs_k = k0 + tl.arange(0, BLOCK_K)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_n = offs_n < N
+    mask2 = (offs_k < K)[:, None] & mask_n[None, :]
+    codes = _code_tile(w_ptr, hi_ptr, k0, offs_n, mask_n, N, K, WBITS, HS, BLOCK_K, BLOCK_N).to(tl.float32)
+    coef_a, coef_x = _affine_terms(
+        s_ptr, z_ptr, mu_ptr, (offs_k // G)[:, None], offs_n[None, :], mask2, N, FMT, BITS, HAS_MEAN
+    )
+    scale = coef_a * (1.0 / (1 << BITS))
+    w = scale * codes + (coef_x + coef_a)
+    if HAS_PERM:
+        rows = tl.load(perm_ptr + offs_k, mask=offs_k < K, other=0)
+    else:
+        rows = offs_k
+    tl.store(out_ptr + rows[:, None] * N + offs_n[None, :], w.to(out_ptr.dtype.element_ty), mask=mask2)

@@ -1,0 +1,362 @@
+"""Launch plans for the affine kernels: config resolved once, then one cached launch per call.
+
+A :class:`LaunchPlan` is built the first time a layer sees a (batch rows, dtype, device): it resolves the
+config (tuning cache or default, see :mod:`kernels.tuning`), the grid, the split-K depth, and every argument
+that does not depend on the input. On CUDA its first launch compiles through Triton's normal path and keeps
+the compiled kernel; every later call goes straight to the compiled kernel's launcher with the argument list
+already laid out — no binder, no specialization key, no autotuner. The split-K workspace and its counters
+are shared per (device, stream) and left zeroed by every launch (see :mod:`kernels.affine_kernels`), so the
+call is one kernel and can be captured in a CUDA graph.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, ClassVar
+
+import torch
+import triton
+
+from kernels import tuning
+from trilm.formats import BinaryWeight, IntWeight, PackedWeight, PBLLMWeight, TernaryWeight
+
+
+@dataclasses.dataclass
+class AffineSpec:
+    """A ternary, binary or int weight in the affine kernels' argument form."""
+
+    n: int
+    k: int
+    fmt: int  # 0 ternary, 1 binary, 3 int
+    bits: int
+    lo: torch.Tensor
+    hi: torch.Tensor
+    s: torch.Tensor
+    z: torch.Tensor
+    mu: torch.Tensor
+    perm: torch.Tensor
+    group_size: int
+    has_mean: bool = False
+    has_perm: bool = False
+
+    @property
+    def wbits(self) -> int:
+        return 2 if self.bits == 3 else self.bits
+
+    @property
+    def hs(self) -> int:
+        return 2 if self.bits == 3 else 1
+
+    @property
+    def unit_k(self) -> int:
+        """K columns per GEMV unit (HS rows of words)."""
+        return 32 // self.wbits * self.hs
+
+    @property
+    def key(self) -> str:
+        name = {0: "ternary", 1: "binary", 3: f"int{self.bits}"}[self.fmt]
+        return f"{name}{'+mean' if self.has_mean else ''}{'+perm' if self.has_perm else ''}"
+
+    def constexprs(self) -> dict[str, Any]:
+        return {
+            "FMT": self.fmt,
+            "BITS": self.bits,
+            "WBITS": self.wbits,
+            "HS": self.hs,
+            "HAS_MEAN": self.has_mean,
+            "HAS_PERM": self.has_perm,
+        }
+
+
+def affine_spec(weight: PackedWeight) -> AffineSpec | None:
+    """The affine form of ``weight``, or None when another kernel must serve it (other formats, or groups
+    that split a GEMV unit of 16/32/8 codes)."""
+    n, k = weight.shape
+    if isinstance(weight, PBLLMWeight) or not isinstance(weight, TernaryWeight | BinaryWeight | IntWeight):
+        return None
+    g = weight.group_size
+    lo = weight.qweight
+    if isinstance(weight, TernaryWeight):
+        spec = AffineSpec(n, k, 0, 2, lo, lo, weight.scales, weight.scales, weight.scales, lo, g)
+    elif isinstance(weight, BinaryWeight):
+        mu = weight.means if weight.means is not None else weight.scales
+        spec = AffineSpec(
+            n, k, 1, 1, lo, lo, weight.scales, weight.scales, mu, lo, g, weight.means is not None
+        )
+    else:
+        hi = weight.qweight_hi if weight.qweight_hi is not None else lo
+        perm = weight.perm
+        spec = AffineSpec(n, k, 3, weight.bits, lo, hi, weight.scales, weight.zeros, weight.scales, lo, g)
+        if perm is not None:
+            spec.perm, spec.has_perm = perm.to(device=lo.device, dtype=torch.int32), True
+    if g < k and g % spec.unit_k:
+        return None
+    return spec
+
+
+# -- workspace ------------------------------------------------------------------------------------------
+class Workspace:
+    """fp32 partials and int32 tile counters for split-K, one pair per (device, stream).
+
+    Counters start at zero and every launch leaves them at zero, so the buffers are reused across calls and
+    graph replays. Growing replaces the buffers but keeps the old ones alive: a captured graph may still point
+    at them."""
+
+    _pool: ClassVar[dict[tuple[str, int], Workspace]] = {}
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.partials = torch.empty(0, dtype=torch.float32, device=device)
+        self.counters = torch.zeros(0, dtype=torch.int32, device=device)
+        self._retired: list[torch.Tensor] = []
+
+    @classmethod
+    def get(cls, device: torch.device, stream: int) -> Workspace:
+        key = (str(device), stream)
+        ws = cls._pool.get(key)
+        if ws is None:
+            ws = cls._pool[key] = cls(device)
+        return ws
+
+    def reserve(self, partials: int, counters: int) -> None:
+        if partials > self.partials.numel():
+            self._retired.append(self.partials)
+            self.partials = torch.empty(
+                max(partials, 2 * self.partials.numel()), dtype=torch.float32, device=self.device
+            )
+        if counters > self.counters.numel():
+            self._retired.append(self.counters)
+            self.counters = torch.zeros(
+                max(counters, 2 * self.counters.numel()), dtype=torch.int32, device=self.device
+            )
+
+
+def _stream(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 0
+    return torch._C._cuda_getCurrentRawStream(
+        device.index if device.index is not None else torch.cuda.current_device()
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def _sms(device: torch.device) -> int:
+    return sm_count(device.index or 0) if device.type == "cuda" else 8
+
+
+# -- configs → launch geometry ------------------------------------------------------------------------------
+def gemv_geometry(spec: AffineSpec, m: int, cfg: dict[str, Any], sms: int) -> dict[str, Any]:
+    """Grid, split-K and per-split units for a GEMV config: split K only until ~2 programs per SM."""
+    units = -(-spec.k // spec.unit_k)
+    programs_n = -(-spec.n // cfg["BLOCK_N"])
+    split = cfg.get("SPLIT_K") or min(16, max(1, -(-2 * sms // programs_n)))
+    split = max(1, min(split, -(-units // cfg["BLOCK_R"])))
+    per = -(-units // split)
+    per = -(-per // cfg["BLOCK_R"]) * cfg["BLOCK_R"]
+    split = -(-units // per)
+    return {"grid": (programs_n, split, 1), "SPLIT_K": split, "UNITS_PER_SPLIT": per, "counters": programs_n}
+
+
+def gemm_block_k(spec: AffineSpec, block_k: int) -> int | None:
+    """BLOCK_K inside one scale group and a multiple of the codes per word row (None: no such tile)."""
+    step = 32 if spec.hs == 2 else 32 // spec.wbits
+    bk = block_k
+    while bk >= max(16, step):
+        if (spec.group_size >= spec.k or spec.group_size % bk == 0) and bk % step == 0:
+            return bk
+        bk //= 2
+    return None
+
+
+def gemm_geometry(spec: AffineSpec, m: int, cfg: dict[str, Any], sms: int) -> dict[str, Any] | None:
+    bk = gemm_block_k(spec, cfg["BLOCK_K"])
+    if bk is None:
+        return None
+    tiles = -(-m // cfg["BLOCK_M"]) * -(-spec.n // cfg["BLOCK_N"])
+    k_tiles = -(-spec.k // bk)
+    split = cfg.get("SPLIT_K") or max(1, min(8, -(-sms // tiles), k_tiles // 2))
+    split = max(1, min(split, k_tiles))
+    per = -(-k_tiles // split)
+    split = -(-k_tiles // per)
+    grid = (-(-m // cfg["BLOCK_M"]), -(-spec.n // cfg["BLOCK_N"]), split)
+    return {"grid": grid, "SPLIT_K": split, "TILES_PER_SPLIT": per, "BLOCK_K": bk, "counters": tiles}
+
+
+# -- plans ------------------------------------------------------------------------------------------------
+class LaunchPlan:
+    """One resolved launch of an affine kernel for a fixed (M, dtype, device); ``plan(x, bias)`` → y."""
+
+    def __init__(
+        self,
+        kernel,
+        spec: AffineSpec,
+        path: str,
+        m: int,
+        dtype: torch.dtype,
+        cfg: dict[str, Any],
+        sms: int | None = None,
+    ):
+        self.kernel, self.spec, self.path, self.m, self.dtype = kernel, spec, path, m, dtype
+        self.config = dict(cfg)
+        self.device = spec.lo.device
+        sms = sms or _sms(self.device)
+        const = spec.constexprs()
+        if path == "gemv":
+            geo = gemv_geometry(spec, m, cfg, sms)
+            const.update(
+                SCALE_ONCE=spec.group_size >= spec.k,
+                K_TAIL=spec.k % spec.unit_k != 0,
+                SPLIT_K=geo["SPLIT_K"],
+                BM=tuning.gemv_bucket(m),
+                BLOCK_R=cfg["BLOCK_R"],
+                BLOCK_N=cfg["BLOCK_N"],
+                NUM_STAGES=cfg.get("num_stages", 1),
+            )
+            self.runtime = {"M": m, "N": spec.n, "K": spec.k, "G": spec.group_size,
+                            "UNITS_PER_SPLIT": geo["UNITS_PER_SPLIT"]}  # fmt: skip
+        else:
+            geo = gemm_geometry(spec, m, cfg, sms)
+            if geo is None:
+                raise ValueError(f"no GEMM K tile fits group size {spec.group_size}")
+            const.update(
+                SPLIT_K=geo["SPLIT_K"],
+                DOT_IEEE=dtype == torch.float32,
+                BLOCK_M=cfg["BLOCK_M"],
+                BLOCK_N=cfg["BLOCK_N"],
+                BLOCK_K=geo["BLOCK_K"],
+            )
+            self.runtime = {"M": m, "N": spec.n, "K": spec.k, "G": spec.group_size,
+                            "TILES_PER_SPLIT": geo["TILES_PER_SPLIT"]}  # fmt: skip
+        self.grid = geo["grid"]
+        self.split_k = geo["SPLIT_K"]
+        self.n_counters = geo["counters"]
+        self.const = const
+        self.options = {"num_warps": cfg.get("num_warps", 4), "num_stages": cfg.get("num_stages", 1)}
+        self._compiled = None
+        self._names = list(kernel.arg_names)
+
+    def _args(self, x, y, bias, ws: Workspace) -> dict[str, Any]:
+        s = self.spec
+        return {
+            "x_ptr": x, "y_ptr": y, "w_ptr": s.lo, "hi_ptr": s.hi, "s_ptr": s.s, "z_ptr": s.z, "mu_ptr": s.mu,
+            "perm_ptr": s.perm, "b_ptr": bias if bias is not None else y, "ws_ptr": ws.partials,
+            "cnt_ptr": ws.counters, "stride_xm": x.stride(0), "HAS_BIAS": bias is not None,
+            **self.runtime,
+        }  # fmt: skip
+
+    def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        y = torch.empty((self.m, self.spec.n), dtype=x.dtype, device=x.device)
+        stream = _stream(x.device)
+        ws = Workspace.get(x.device, stream)
+        if self.split_k > 1:
+            ws.reserve(self.split_k * self.m * self.spec.n, self.n_counters)
+        args = self._args(x, y, bias, ws)
+        compiled = self._compiled
+        # the compiled kernel assumed 16-byte aligned activations (as the JIT specialized the first call)
+        if compiled is not None and compiled[0] == (bias is not None) and x.data_ptr() % 16 == 0:
+            ck = compiled[1]
+            g0, g1, g2 = self.grid
+            ck.run(g0, g1, g2, stream, ck.function, ck.packed_metadata, None, None, None,
+                   *[args[n] if n in args else self.const[n] for n in self._names])  # fmt: skip
+            return y
+        ck = self.kernel[self.grid](**args, **self.const, **self.options)
+        if x.device.type == "cuda" and ck is not None and hasattr(ck, "packed_metadata"):
+            from triton import knobs
+
+            aligned = x.data_ptr() % 16 == 0
+            if knobs.runtime.launch_enter_hook is None and aligned:  # a profiling hook wants Triton's path
+                self._compiled = (bias is not None, ck)
+        return y
+
+
+def kernel_for(path: str):
+    from kernels.launch import kernel_module
+
+    mod = kernel_module("kernels.affine_kernels")
+    return mod.affine_gemv_kernel if path == "gemv" else mod.affine_gemm_kernel
+
+
+def tuning_key(spec: AffineSpec, path: str, m: int, dtype: torch.dtype) -> str:
+    bucket = tuning.gemv_bucket(m) if path == "gemv" else tuning.gemm_bucket(m)
+    dev = torch.cuda.get_device_name(spec.lo.device) if spec.lo.is_cuda else "cpu"
+    return (
+        f"{dev}|triton-{triton.__version__}|{path}|{spec.key}|N{spec.n}|K{spec.k}|G{spec.group_size}"
+        f"|M{bucket}|{str(dtype).removeprefix('torch.')}"
+    )
+
+
+def candidates(spec: AffineSpec, path: str, m: int) -> list[dict[str, Any]]:
+    """The configs worth timing. GEMV candidates are written for 16 codes per unit (2-bit); binary units of
+    32 codes take half the rows and 3-bit units (two rows of low bits plus a high-bit row) a quarter, which
+    keeps them free of register spills at sm_90."""
+    if path == "gemv":
+        shrink = max(1, spec.unit_k // 16) * spec.hs
+        pool = tuning.GEMV_CANDIDATES[tuning.gemv_bucket(m)]
+        return [{**c, "BLOCK_R": max(1, c["BLOCK_R"] // shrink)} for c in pool]
+    return [c for c in tuning.GEMM_CANDIDATES[tuning.gemm_bucket(m)] if gemm_block_k(spec, c["BLOCK_K"])]
+
+
+def make_plan(spec: AffineSpec, path: str, m: int, dtype: torch.dtype, config: dict[str, Any] | None = None):
+    """The plan for (spec, path, m, dtype): ``config`` pinned, else cached/tuned (GPU) or fixed (CPU)."""
+    kernel = kernel_for(path)
+    if config is not None:
+        return LaunchPlan(kernel, spec, path, m, dtype, config)
+    if not spec.lo.is_cuda:
+        cfg = (
+            dict(tuning.CPU_GEMV) if path == "gemv" else {**tuning.CPU_GEMM, "BLOCK_M": 16 if m <= 16 else 64}
+        )
+        return LaunchPlan(kernel, spec, path, m, dtype, cfg)
+    cache = tuning.shared_cache()
+    key = tuning_key(spec, path, m, dtype)
+    cfg = cache.get(key)
+    if cfg is not None:
+        return LaunchPlan(kernel, spec, path, m, dtype, cfg)
+    options = candidates(spec, path, m)
+    if not options:
+        raise ValueError(f"{spec.key}: no {path} config fits group size {spec.group_size}")
+    if not tuning.tuning_enabled() or torch.cuda.is_current_stream_capturing():
+        return LaunchPlan(kernel, spec, path, m, dtype, options[0])
+    best, best_us = _time_candidates(kernel, spec, path, m, dtype, options)
+    cache.put(key, best.config, best_us)
+    cache.save()
+    return best
+
+
+def _time_candidates(kernel, spec, path, m, dtype, options):
+    import triton.testing
+
+    x = torch.randn(m, spec.k, device=spec.lo.device).to(dtype)
+    best, best_us = None, float("inf")
+    for cfg in options:
+        plan = LaunchPlan(kernel, spec, path, m, dtype, cfg)
+        try:
+            us = triton.testing.do_bench(lambda plan=plan: plan(x), warmup=5, rep=20) * 1e3
+        except Exception:  # a candidate that does not fit (registers, shared memory) is skipped
+            continue
+        if us < best_us:
+            best, best_us = plan, us
+    if best is None:
+        raise RuntimeError(f"{spec.key}: none of the {path} configs {options} could run")
+    return best, best_us
+
+
+# -- large batches: dequantize once, then cuBLAS -----------------------------------------------------------
+def dequantize_transposed(spec: AffineSpec, dtype: torch.dtype) -> torch.Tensor:
+    """W^T (K, N) in ``dtype`` from one kernel launch (act-order rows back in input-column order)."""
+    from kernels.launch import kernel_module
+
+    mod = kernel_module("kernels.affine_kernels")
+    out = torch.empty((spec.k, spec.n), dtype=dtype, device=spec.lo.device)
+    block_k = 32 if spec.hs == 2 else max(32, 32 // spec.wbits)
+    block_n = 128
+    grid = (-(-spec.k // block_k), -(-spec.n // block_n))
+    mod.affine_dequant_kernel[grid](
+        out, spec.lo, spec.hi, spec.s, spec.z, spec.mu, spec.perm, spec.n, spec.k, spec.group_size,
+        **spec.constexprs(), BLOCK_K=block_k, BLOCK_N=block_n,
+    )  # fmt: skip
+    return out

@@ -1,0 +1,151 @@
+"""``trilm generate`` (text from a prompt) and ``trilm serve`` (the OpenAI-compatible server).
+
+::
+
+    trilm generate --model runs/quickstart/trilm-tiny/snapshots/step-80 --prompt "In the beginning"
+    trilm serve --model runs/quickstart/trilm-tiny/snapshots/step-80 --port 8000
+
+``--model`` is a snapshot, a packed snapshot (QuantLM, packed export) or a Hugging Face Llama directory; the
+tokenizer is the snapshot's own (next to it, or in its run directory) unless ``--tokenizer`` names one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import sys
+from pathlib import Path
+
+from trilm.config import ConfigError
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def build_parser(parser: argparse.ArgumentParser, command: str = "generate") -> None:
+    parser.add_argument("--model", required=True, help="snapshot, packed snapshot or HF Llama directory")
+    parser.add_argument("--tokenizer", default=None, help="SentencePiece .model (default: the snapshot's)")
+    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if available)")
+    parser.add_argument("--dtype", choices=DTYPES, default="auto", help="auto: bf16 on CUDA, fp32 on CPU")
+    parser.add_argument(
+        "--packed", action="store_true", help="serve TriLM/BiLM latent weights as packed ternary/binary"
+    )
+    parser.add_argument("--backend", choices=("auto", "triton", "torch"), default="auto")
+    parser.add_argument(
+        "--max-seq-len", type=int, default=None, help="prompt + generation (default: context)"
+    )
+    parser.add_argument("--no-cuda-graphs", action="store_true", help="decode eagerly on CUDA")
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's)")
+    if command == "serve":
+        parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument(
+            "--model-name", default=None, help="the model id clients send (default: dir name)"
+        )
+        parser.add_argument("--max-batch", type=int, default=32, help="sequences decoded together")
+        parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+        return
+    parser.add_argument("--prompt", action="append", required=True, help="repeat for a batch of prompts")
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--temperature", type=float, default=0.8, help="0 = greedy")
+    parser.add_argument("--top-k", type=int, default=0, help="0 = off")
+    parser.add_argument("--top-p", type=float, default=1.0, help="1 = off")
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    parser.add_argument("--ignore-eos", action="store_true")
+    parser.add_argument("--no-stream", action="store_true", help="print when done instead of streaming")
+
+
+def _engine(args, max_batch: int, need_tokenizer: bool):
+    import torch
+
+    from trilm.serve import Engine
+
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ConfigError(f"--threads: must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
+
+    dtype = None if args.dtype == "auto" else getattr(torch, args.dtype)
+    engine = Engine.load(
+        args.model,
+        device=args.device,
+        dtype=dtype,
+        packed=args.packed,
+        backend=args.backend,
+        tokenizer=args.tokenizer,
+        max_batch=max_batch,
+        max_seq_len=args.max_seq_len,
+        cuda_graphs=False if args.no_cuda_graphs else None,
+    )
+    if engine.tokenizer is None and need_tokenizer:
+        raise ConfigError(
+            f"{args.model}: no tokenizer found (tokenizer.model next to the snapshot or in its run "
+            "directory); pass --tokenizer"
+        )
+    return engine
+
+
+def run(args) -> int:
+    if hasattr(args, "host"):
+        return _serve(args)
+    return _generate(args)
+
+
+def _generate(args) -> int:
+    from trilm.serve import RequestError, SamplingError, SamplingParams
+
+    try:
+        params = SamplingParams(
+            max_tokens=args.max_tokens,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            seed=args.seed,
+            stop=tuple(args.stop),
+            ignore_eos=args.ignore_eos,
+        )
+    except SamplingError as exc:
+        field, _, rest = str(exc).partition(":")
+        raise ConfigError(f"--{field.replace('_', '-')}:{rest}") from None
+    engine = _engine(args, max_batch=len(args.prompt), need_tokenizer=True)
+    try:
+        if len(args.prompt) == 1 and not args.no_stream:
+            print(args.prompt[0], end="", flush=True)
+            for delta in engine.stream(args.prompt[0], params):
+                print(delta.text, end="", flush=True)
+            print()
+            return 0
+        outs = engine.generate(args.prompt, params)
+    except RequestError as exc:
+        raise ConfigError(str(exc)) from None
+    print("\n\n".join(prompt + out.text for prompt, out in zip(args.prompt, outs)))
+    return 0
+
+
+def _serve(args) -> int:
+    from trilm.serve.server import serve
+
+    if not ipaddress.ip_address(_resolve(args.host)).is_loopback:
+        print(
+            f"trilm serve: warning: binding {args.host}, reachable beyond this machine (no authentication)",
+            file=sys.stderr,
+        )
+    engine = _engine(args, max_batch=args.max_batch, need_tokenizer=False)
+    if engine.tokenizer is None:
+        print("trilm serve: no tokenizer found: only token-id prompts will work", file=sys.stderr)
+    name = args.model_name or Path(args.model).resolve().name
+    if engine.graphs is not None:
+        count = engine.graphs.capture_all()
+        print(f"captured {count} CUDA graphs of the decode step", file=sys.stderr)
+    print(f"serving {name!r} on http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
+    serve(engine, name, host=args.host, port=args.port, log_level=args.log_level)
+    return 0
+
+
+def _resolve(host: str) -> str:
+    import socket
+
+    try:
+        return socket.gethostbyname(host)
+    except OSError:
+        raise ConfigError(f"--host: cannot resolve {host!r}") from None
