@@ -277,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     parser.add_argument("--skip", default="", help="comma list of steps to skip: quantize,timing,hf")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    parser.add_argument("--tag", default="", help="suffix of the results file (parallel partial runs)")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     if args.threads:
@@ -328,7 +329,8 @@ def main(argv: list[str] | None = None) -> int:
         ratios = [r["ratio"] for r in result["gptq_timing"]["rows"]]
         result["gptq_timing"]["median_ratio"] = statistics.median(ratios)
         median = statistics.median(ratios)
-        print(f"GPTQ ours/transcription time: median {median:.2f} over {len(ratios)} layers")
+        print(f"GPTQ ours/transcription time: median {median:.2f} over {len(ratios)} layers", flush=True)
+        _save(result, args, rows and table(result["fp"], rows))
     if "hf" not in skip:
         result["hf"] = hf_check(model, args, out_root)
         print(f"HF Llama directory: {result['hf']}")
@@ -342,7 +344,8 @@ def main(argv: list[str] | None = None) -> int:
 def _save(result: dict, args, markdown) -> Path:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"posthoc-{args.model}-{result['date']}.json"
+    tag = f"-{args.tag}" if args.tag else ""
+    path = out / f"posthoc-{args.model}{tag}-{result['date']}.json"
     path.write_text(json.dumps({**result, "table": markdown or None}, indent=2))
     return path
 

@@ -99,8 +99,8 @@ def quantize_column(
     w: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bits: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(codes uint8 (rows,), dequantized float32 (rows,)) of one column on per-row grids."""
-    codes = quantize_to_grid(w.unsqueeze(1), scale, zero, bits).squeeze(1)
-    return codes, dequantize_codes(codes, scale, zero)
+    codes = quantize_to_grid(w, scale, zero, bits)  # 1-D: per-row grids are elementwise here
+    return codes, scale * (codes.float() - zero)
 
 
 def pack_int(
