@@ -98,7 +98,11 @@ def prepare(weight: PackedWeight, *, general: bool = False) -> KernelWeight:
 
     Ternary, binary and int weights also get their affine form (``.affine``), which :func:`triton_matmul`
     prefers; ``general=True`` leaves it out, so the general kernels serve every format (the baseline the
-    benchmark and the instruction counts compare against)."""
+    benchmark and the instruction counts compare against). Compact storage formats (``partial_binary``,
+    ``residual_binary``) are converted once to their kernel layout (``PackedWeight.kernel_layout``)."""
+    layout = weight.kernel_layout()
+    if layout is not weight:
+        return prepare(layout, general=general)
     kw = _prepare_general(weight)
     if not general:
         kw.affine = plans.affine_spec(weight)

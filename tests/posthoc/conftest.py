@@ -49,7 +49,6 @@ TINY = dict(vocab_size=2048, hidden=128, ffn=256, heads=4, kv_heads=2, layers=2,
 def tiny_model(seed: int = 0, **overrides):
     """A random GQA FloatLM InferenceModel (hidden 128, ffn 256: 128-column groups fit)."""
     from trilm.infer import InferenceModel
-
     from trilm.model.config import preset
 
     cfg = preset("floatlm-nano", **{**TINY, **overrides})
@@ -69,6 +68,7 @@ def write_snapshot(model, directory: Path, tokenizer: Path | None = None, family
     import shutil
 
     from safetensors.torch import save_file
+
     from trilm.model.snapshot import SnapshotMeta, write_snapshot_config
 
     cfg = model.cfg if family is None else model.cfg.replace(family=family)

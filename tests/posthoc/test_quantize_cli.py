@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from trilm.model.snapshot import read_packed_layers, read_snapshot
 
 from trilm.cli import main
+from trilm.model.snapshot import read_packed_layers, read_snapshot
 
 
 def quantize(snapshot: Path, data: dict, out: Path, *extra: str, samples: int = 8) -> int:
@@ -57,9 +57,8 @@ def test_quantlm_layout_and_metadata(gptq_quantlm, float_snapshot):
 
 
 def test_quantlm_loads_and_evaluates(gptq_quantlm, embedded_data):
-    from trilm.infer import load_inference_model
-
     from kernels import QuantLinear
+    from trilm.infer import load_inference_model
     from trilm.posthoc.evaluate import validation_loss
 
     model = load_inference_model(gptq_quantlm)
@@ -73,7 +72,6 @@ def test_quantlm_loads_and_evaluates(gptq_quantlm, embedded_data):
 def test_quantlm_computes_the_in_process_quantized_model(gptq_quantlm, float_snapshot, embedded_data):
     """The written QuantLM (QuantLinear layers) = the float model quantized in process, same settings."""
     from trilm.infer import load_inference_model, load_with_meta
-
     from trilm.posthoc import UniformConfig
     from trilm.posthoc.calibration import CalibrationConfig, load_calibration
     from trilm.posthoc.engine import EngineConfig, quantize_blockwise
@@ -114,8 +112,8 @@ def test_rerunning_the_same_job_replaces_it(float_snapshot, embedded_data, tmp_p
 
 def test_huggingface_llama_directory(float_snapshot, embedded_data, tmp_path):
     from safetensors.torch import load_file
-    from trilm.infer import load_inference_model
 
+    from trilm.infer import load_inference_model
     from trilm.model.hf import export_hf
 
     cfg, _ = read_snapshot(float_snapshot)

@@ -8,20 +8,37 @@
 | ``multibinary`` | :class:`MultiBinaryWeight` | n_bits + table bits·classes·2^n_bits/block (BiLLM ≈ 3.0) |
 | ``int`` | :class:`IntWeight` | b + (scale bits + 8)/g (int4 g128 fp16 → 4.19) |
 | ``pbllm`` | :class:`PBLLMWeight` | 1 + salient share·(8 + 16) + row tables (10 % → ≈ 3.4) |
+| ``partial_binary`` | :class:`PartialBinaryWeight` | PB-LLM compact: Elias–Fano salient set (10 % → ≈ 2.23) |
+| ``residual_binary`` | :class:`ResidualBinaryWeight` | BiLLM/STBLLM compact: signs, N:M ranks, group digits |
+
+The last two are storage layouts (within 10 % + 0.05 bit of the information-theoretic minimum of the
+method's output, :func:`~trilm.formats.accounting.layer_bits`); ``kernel_layout()`` converts them once into
+a format the kernels decode.
 
 Every class has ``pack(...)`` from integer codes, ``dequantize()``, ``to_tensors()/meta()`` and
 ``from_tensors()``; :func:`save_packed`/:func:`load_packed` hold many layers in one safetensors file. This
 package imports nothing from the kernels or the model.
 """
 
-from trilm.formats.accounting import billm_bits, billm_storing_bits, gptq_bits, pbllm_bits, stbllm_bits
+from trilm.formats.accounting import (
+    billm_bits,
+    billm_storing_bits,
+    gptq_bits,
+    layer_bits,
+    model_bits_summary,
+    pbllm_bits,
+    stbllm_bits,
+    within_budget,
+)
 from trilm.formats.base import FORMATS, FormatError, PackedWeight, from_tensors
 from trilm.formats.binary import BinaryWeight
 from trilm.formats.intk import IntWeight, fit_uniform_grid, quantize_to_grid, quantize_uniform
 from trilm.formats.io import load_packed, save_packed
 from trilm.formats.multibinary import MultiBinaryWeight, ResidualGroup, residual_value
 from trilm.formats.nm import NMBinaryWeight, check_nm_pattern
+from trilm.formats.partial import PartialBinaryWeight
 from trilm.formats.pbllm import PBLLMWeight
+from trilm.formats.residual import ResidualBinaryWeight
 from trilm.formats.ternary import TernaryWeight, partition_scales
 
 __all__ = [
@@ -33,6 +50,8 @@ __all__ = [
     "NMBinaryWeight",
     "PBLLMWeight",
     "PackedWeight",
+    "PartialBinaryWeight",
+    "ResidualBinaryWeight",
     "ResidualGroup",
     "TernaryWeight",
     "billm_bits",
@@ -41,7 +60,9 @@ __all__ = [
     "fit_uniform_grid",
     "from_tensors",
     "gptq_bits",
+    "layer_bits",
     "load_packed",
+    "model_bits_summary",
     "partition_scales",
     "pbllm_bits",
     "quantize_to_grid",
@@ -49,4 +70,5 @@ __all__ = [
     "residual_value",
     "save_packed",
     "stbllm_bits",
+    "within_budget",
 ]

@@ -65,6 +65,11 @@ class PackedWeight(abc.ABC):
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """The float weight (N, K) this packed weight stands for, computed in fp32 then cast."""
 
+    def kernel_layout(self) -> PackedWeight:
+        """The packed weight the kernels read: this one, or — for compact storage formats that no kernel
+        decodes in place — the same weight converted once into a kernel format (exact, same dequantize)."""
+        return self
+
     # -- shared -------------------------------------------------------------------------------------------
     @property
     def shape(self) -> tuple[int, int]:

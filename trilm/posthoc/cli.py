@@ -148,9 +148,22 @@ def run(args) -> int:
     summary = quantize_to_quantlm(job)
     q = summary.quant
     bits = q["bits"]
-    paper = f"{bits['paper']:.3f}" if bits["paper"] is not None else "n/a"
+
+    def fmt(value) -> str:
+        return f"{value:.3f}" if value is not None else "n/a"
+
     print(f"wrote {summary.out}: {job.method} {q['method_settings']}")
-    print(f"  bits/weight: {paper} as the paper counts, {bits['stored']:.3f} as stored")
+    if any("minimum_bits" in rec for rec in q["layers"].values()):
+        print("  bits/weight per layer: paper (value bits) / information-theoretic minimum / stored")
+        for name, rec in q["layers"].items():
+            print(
+                f"    {name:<24} {fmt(rec.get('value_bits'))} / {fmt(rec.get('minimum_bits'))} / "
+                f"{rec['bits_per_weight']:.3f}"
+            )
+    print(
+        f"  bits/weight: {fmt(bits['paper'])} as the paper counts, {fmt(bits.get('minimum'))} minimum, "
+        f"{bits['stored']:.3f} as stored"
+    )
     print(f"  time: {q['seconds']['quantize']:.1f} s quantizing, {q['seconds']['total']:.1f} s in all")
     print(f"  memory: {summary.report.memory_line()}")
     if summary.val_loss is not None:

@@ -131,6 +131,17 @@ class BlockMethod(abc.ABC):
         """JSON-able settings recorded in the QuantLM metadata."""
         return {}
 
+    def prepare(self, model: nn.Module, inputs: torch.Tensor, cos, sin, cfg: EngineConfig) -> None:  # noqa: B027
+        """Called once before the first block with block 0's inputs (not to be modified): methods that need
+        whole-model statistics first (STBLLM's per-layer N) collect them here."""
+
+    def finish(
+        self, model: nn.Module, layers: dict[str, LayerRecord], cfg: EngineConfig
+    ) -> dict[str, LayerRecord]:
+        """Called once after the last block (model on the CPU, holding the compressed weights): methods that
+        train the whole compressed model (PB-LLM's QAT) do it here and return the final layers."""
+        return layers
+
 
 @dataclasses.dataclass
 class EngineReport:
@@ -267,6 +278,7 @@ def quantize_blockwise(
     fp = x.clone() if method.needs_targets else None
     cos, sin = model.rope(seq, dtype)
     cos, sin = cos.to(device), sin.to(device)
+    method.prepare(model, x, cos, sin, cfg)
     layers: dict[str, LayerRecord] = {}
     block_seconds: list[float] = []
     worst = {"block": 0, "activations": 0, "statistics": 0, "total": 0}
@@ -302,6 +314,7 @@ def quantize_blockwise(
             bar.update(1)
     finally:
         bar.close()
+    layers = method.finish(model, layers, cfg)
     memory = {
         "device": str(device),
         "working_set_bytes": worst["total"],

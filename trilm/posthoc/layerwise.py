@@ -26,7 +26,7 @@ from trilm.posthoc.engine import (
     collect_inputs,
 )
 from trilm.posthoc.hessian import HessianAccumulator
-from trilm.posthoc.registry import LayerOptions, get_method, run_layer_method
+from trilm.posthoc.registry import LayerOptions, QuantResult, get_method, run_layer_method
 
 
 class LayerwiseMethod(BlockMethod):
@@ -77,8 +77,13 @@ class LayerwiseMethod(BlockMethod):
                 canonical = f"{ctx.prefix}{name}"
                 opts = LayerOptions(scale_dtype=self.scale_dtype, name=canonical, need_packed=True)
                 result = run_layer_method(
-                    self.name, module.weight.data, hessians[INPUT_SITES[name]], self.cfg, opts
+                    self.name,
+                    module.weight.data,
+                    hessians[INPUT_SITES[name]],
+                    self.layer_config(canonical),
+                    opts,
                 )
+                self.layer_done(canonical, result)
                 module.weight.data.copy_(result.weight.to(module.weight.dtype))
                 proxy = None if math.isnan(result.proxy_loss) else result.proxy_loss
                 records[canonical] = LayerRecord(
@@ -90,6 +95,13 @@ class LayerwiseMethod(BlockMethod):
                 ctx.report(f"{name} proxy {result.proxy_loss:.3g}" if proxy is not None else name)
             del hessians
         return records
+
+    def layer_config(self, canonical: str) -> Config:
+        """The config one linear is quantized with (subclasses vary it per layer, e.g. STBLLM's N)."""
+        return self.cfg
+
+    def layer_done(self, canonical: str, result: QuantResult) -> None:
+        """Sees every layer's full result before the block moves on (subclasses keep what they need)."""
 
     def _hessians(self, ctx: BlockContext, names: list[str], linears: dict) -> dict[str, torch.Tensor]:
         """One Hessian per input site of ``names``, from one pass over the calibration stream."""

@@ -26,6 +26,10 @@ class MethodOptions:
     true_sequential: bool = False
     scale_dtype: torch.dtype = torch.float16
     seed: int = 0
+    calibration: Any = None
+    """The job's CalibrationConfig (methods that train, PB-LLM's QAT, read their text from its source)."""
+    tokenizer: Any = None
+    """The model's tokenizer, for methods that read raw text."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +61,7 @@ def register_block_method(method: ModelMethod) -> ModelMethod:
 
 def model_methods() -> dict[str, ModelMethod]:
     """Every method ``trilm quantize --method`` accepts, by name."""
-    from trilm.posthoc import omniquant  # noqa: F401  (registers itself)
+    from trilm.posthoc import binary_model, omniquant  # noqa: F401  (register themselves)
     from trilm.posthoc.layerwise import LayerwiseMethod
     from trilm.posthoc.registry import METHODS, get_method
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from trilm.config import Config, ConfigError
+from trilm.formats import layer_bits, model_bits_summary
 from trilm.model.config import ModelConfig
 from trilm.model.snapshot import (
     SnapshotMeta,
@@ -158,24 +159,29 @@ def quantize_to_quantlm(job: QuantizeJob) -> QuantizeSummary:
     model, _ = load_with_meta(job.source)
     model.requires_grad_(False).eval()
     t_quant = time.perf_counter()
-    block_method = method.build(job.config, job.options)
+    options = dataclasses.replace(job.options, calibration=job.calib, tokenizer=tokenizer)
+    block_method = method.build(job.config, options)
     report = quantize_blockwise(model, calib.windows, block_method, job.engine)
     packed = {name: rec.packed for name, rec in report.layers.items()}
 
-    stored_bits = sum(p.storage_bits() for p in packed.values())
-    weights = sum(p.out_features * p.in_features for p in packed.values())
+    bits = model_bits_summary(packed)
     quant = {
         **identity,
         "method_settings": block_method.describe(),
         "bits": {
-            "paper": method.paper_bits(job.config) if method.paper_bits else None,
-            "stored": stored_bits / weights,
+            "paper": bits["value"]
+            if bits["value"] is not None
+            else (method.paper_bits(job.config) if method.paper_bits else None),
+            "minimum": bits["minimum"],
+            "stored": bits["stored"],
             "stored_note": "bytes of packed.safetensors tensors (codes, scales, zeros, g_idx) / weights",
+            "minimum_note": "information-theoretic minimum of the layers' output (formats that define it)",
         },
         "calibration_data": calib.record,
         "source_meta": {"val_loss": src_meta.val_loss, "step": src_meta.step, "run": src_meta.run},
         "layers": {
             name: {"bits_per_weight": round(rec.packed.bits_per_weight(), 6), "proxy_loss": rec.proxy_loss}
+            | {f"{k}_bits": v for k, v in layer_bits(rec.packed).items() if k != "stored" and v is not None}
             | {k: v for k, v in rec.extra.items() if isinstance(v, int | float | str | None)}
             for name, rec in report.layers.items()
         },

@@ -151,4 +151,4 @@ def quantize_weight(method: str, W: torch.Tensor, H: torch.Tensor, **cfg: Any) -
 
 def _load_builtin_methods() -> None:
     """Import the modules that register the built-in methods (idempotent)."""
-    from trilm.posthoc import gptq, rtn  # noqa: F401
+    from trilm.posthoc import billm, gptq, pbllm, rtn  # noqa: F401
