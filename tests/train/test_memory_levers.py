@@ -58,8 +58,8 @@ def _tp2_runs(ids):
             init_parallel(ParallelConfig(tensor_parallel=2, sequence_parallel=sp))
             model = build_model(cfg, seed=5)
             model.set_recompute(recompute)
-            shapes = []
-            model.layers[0].register_forward_hook(lambda m, args, y: shapes.append(tuple(y.shape)))
+            shapes: list[tuple[int, ...]] = []
+            model.layers[0].register_forward_hook(lambda m, args, y, seen=shapes: seen.append(tuple(y.shape)))
             out[family, name] = (*_loss_and_grads(model, ids), shapes[0])
     return out
 
