@@ -113,3 +113,24 @@ def test_trilm_step_memory_within_5_percent_of_floatlm(monkeypatch, one_thread):
     assert _step_peak(tri_cfg, _ids(batch=4, seq=64, vocab=512), recompute="all") < _step_peak(
         tri_cfg, _ids(batch=4, seq=64, vocab=512)
     )
+
+
+def test_dry_run_activation_estimate_matches_the_allocator(one_thread):
+    """The plan's activation memory (no recompute) against the bytes a real forward keeps for backward."""
+    from trilm.train.config import TrainConfig
+    from trilm.train.memory import measure_peak
+    from trilm.train.plan import RunPlan
+
+    b, s = 4, 128
+    cfg = TrainConfig.from_dict(
+        {"model": {"preset": "trilm-micro", "vocab_size": 512}, "seq_len": s, "batch_tokens": b * s}
+        | {"tokens": b * s, "micro_batch": b, "precision": "fp32", "data": {"train_dir": "unused"}}
+    )
+    plan = RunPlan(cfg, dp_size=1, tp_size=1)
+    model = build_model(cfg.model, seed=0)
+    ids = _ids(batch=b, seq=s, vocab=512)
+    with measure_peak("cpu") as kept:
+        loss = model(ids[:, :-1], labels=ids[:, 1:]).mean()
+    assert kept.end_bytes == pytest.approx(plan.memory_gb(0)["activations"] * 1e9, rel=0.15)
+    assert plan.memory_gb("all")["activations"] < plan.memory_gb(0)["activations"] / 2
+    loss.backward()
