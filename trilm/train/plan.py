@@ -3,9 +3,10 @@
 The memory estimate is per device and counts what dominates at scale: weights, gradients and Adam state
 (sharded by ZeRO stage across data-parallel ranks and by tensor parallelism) plus the activations a
 micro-batch keeps for backward, with and without activation recompute. Per token and block the decoder
-keeps about 6·h values outside the tensor-parallel regions (norm inputs and outputs; split over TP under
-sequence parallelism) and 3·h + 3·kv + 5·ffn inside them (q, k, v, rotated q/k, attention output, the
-SwiGLU gate/up/product): counted with ``saved_tensors_hooks`` on the real block (kv = kv heads × head dim).
+keeps about 3·h values per sub-block outside the tensor-parallel regions (norm input and outputs; split
+over TP under sequence parallelism) and 3·q + 3·kv + 5·ffn inside them (q, k, v, rotated q/k, attention
+output, the SwiGLU gate/up/product; q and kv = heads × head dim of that block, per-layer shapes honoured):
+counted with ``saved_tensors_hooks`` on the real block.
 A recomputed block keeps only its input, plus one block's activations while it is being recomputed. TriLM
 keeps the same activations as FloatLM (``QuantizedLinear`` saves the latent weight, not W̃). It is an
 estimate, stated as such.
@@ -53,13 +54,19 @@ class RunPlan:
         m = cfg.model
         tokens = cfg.micro_batch * cfg.sequence_length
         outside = tp if cfg.parallel.sequence_parallel else 1
-        kv = m.num_kv_heads * m.head_dim
-        inside = 3 * m.hidden + 3 * kv + 5 * m.ffn
-        per_block = tokens * (6 * m.hidden / outside + inside / tp) * weight_bytes
+        hd = m.head_dim
+        per_block = []
+        for shape in m.layer_shapes():
+            values = 0.0
+            if shape.kv_heads:
+                values += 3 * m.hidden / outside + (3 * shape.heads * hd + 3 * shape.kv_heads * hd) / tp
+            if shape.ffn:
+                values += 3 * m.hidden / outside + 5 * shape.ffn / tp
+            per_block.append(tokens * values * weight_bytes)
         block_input = tokens * m.hidden / outside * weight_bytes
         logits = tokens * m.padded_vocab / tp * 4 * 2
         n = self.recompute_blocks(recompute)
-        acts = (m.layers - n) * per_block + n * block_input + (per_block if n else 0) + logits
+        acts = sum(per_block[n:]) + n * block_input + (max(per_block[:n]) if n else 0) + logits
         out = {
             "weights": params * weight_bytes,
             "grads": grads,
