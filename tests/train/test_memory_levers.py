@@ -134,3 +134,40 @@ def test_dry_run_activation_estimate_matches_the_allocator(one_thread):
     assert kept.end_bytes == pytest.approx(plan.memory_gb(0)["activations"] * 1e9, rel=0.15)
     assert plan.memory_gb("all")["activations"] < plan.memory_gb(0)["activations"] / 2
     loss.backward()
+
+
+@pytest.mark.slow
+def test_compiled_blocks_and_fused_quantizer_match_eager(one_thread):
+    """The speed levers change no result: compiled blocks (with recompute) and the compiled quantizer."""
+    from trilm.model.quant import ScaleLayout, quantized_linear, set_fused_quantizer
+    from trilm.train.config import TrainConfig
+    from trilm.train.engine import prepare_model
+
+    cfg = preset("trilm-nano", vocab_size=256)
+    ids = _ids()
+    eager_loss, eager = _loss_and_grads(build_model(cfg, seed=2), ids)
+    model = build_model(cfg, seed=2)
+    train_cfg = TrainConfig.from_dict(
+        {"model": cfg.to_dict(), "compile": True, "recompute": "all", "data": {"train_dir": "unused"}}
+    )
+    prepare_model(model, train_cfg)
+    loss, grads = _loss_and_grads(model, ids)
+    torch.testing.assert_close(loss, eager_loss, rtol=1e-5, atol=0)
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, eager[name], rtol=1e-4, atol=1e-6, msg=name)
+
+    layout = ScaleLayout(fmt="ternary", group="shard", partitions=2, parallel="column", segments=(8, 4))
+    w = (torch.randn(12, 16) * 0.02).requires_grad_()
+    x = torch.randn(3, 16, requires_grad=True)
+    outs = []
+    for fused in (False, True):
+        set_fused_quantizer(fused)
+        try:
+            y = quantized_linear(x, w, layout)
+            y.backward(torch.ones_like(y))
+            outs.append((y.detach(), x.grad.clone(), w.grad.clone()))
+            x.grad = w.grad = None
+        finally:
+            set_fused_quantizer(False)
+    for a, b in zip(*outs):  # the generated mean|W| may sum in another order: last-bit differences
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-9)

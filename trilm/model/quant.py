@@ -132,13 +132,7 @@ def _image(wf: torch.Tensor, s: torch.Tensor, fmt: str) -> torch.Tensor:
     return torch.div(wf, s).round_().clamp_(-1.0, 1.0).mul_(s)
 
 
-def quantized_image(w: torch.Tensor, s: torch.Tensor, layout: ScaleLayout) -> torch.Tensor:
-    """W̃ = s·codes(W/s) in ``w``'s dtype from the latent weight and its :func:`compact_scales`.
-
-    The arithmetic is fp32 whatever the weight dtype (the same values as :func:`quantize_weight`); eager
-    PyTorch materialises an fp32 temporary, the compiled version (:func:`set_fused_quantizer`) does it in one
-    elementwise pass that reads W once and writes W̃ once.
-    """
+def _quantized_image_eager(w: torch.Tensor, s: torch.Tensor, layout: ScaleLayout) -> torch.Tensor:
     with torch.no_grad():
         wf = w.float()
         if layout.kind == "group":
@@ -148,26 +142,43 @@ def quantized_image(w: torch.Tensor, s: torch.Tensor, layout: ScaleLayout) -> to
         return _image(wf, s, layout.fmt).to(w.dtype)
 
 
-_fused_quantize = None
+_fused: dict | None = None
 
 
 def set_fused_quantizer(enabled: bool) -> None:
-    """Route :func:`quantize` through ``torch.compile``: the scale reduction and the round/clip/scale pass
-    become generated kernels without fp32 copies of the weight (a training lever; results are equal)."""
-    global _fused_quantize
-    _fused_quantize = torch.compile(_quantize_eager, dynamic=False) if enabled else None
+    """Route :func:`quantize` (forward) and :func:`quantized_image` (backward) through ``torch.compile``: the
+    scale reduction and the round/clip/scale pass become generated kernels that read W once each and keep
+    no fp32 copy of it (a training lever; the same values up to the summation order of mean|W|)."""
+    global _fused
+    _fused = None
+    if enabled:
+        _fused = {
+            "quantize": torch.compile(_quantize_eager, dynamic=False),
+            "image": torch.compile(_quantized_image_eager, dynamic=False),
+        }
 
 
 def _quantize_eager(w: torch.Tensor, layout: ScaleLayout) -> tuple[torch.Tensor, torch.Tensor]:
     s = compact_scales(w, layout)
-    return quantized_image(w, s, layout), s
+    return _quantized_image_eager(w, s, layout), s
 
 
 def quantize(w: torch.Tensor, layout: ScaleLayout) -> tuple[torch.Tensor, torch.Tensor]:
-    """(W̃, compact scales) of a (detached) latent weight; the fused kernel when one is enabled."""
-    if _fused_quantize is not None and not torch.compiler.is_compiling():
-        return _fused_quantize(w, layout)
+    """(W̃, compact scales) of a (detached) latent weight; the fused kernels when enabled."""
+    if _fused is not None and not torch.compiler.is_compiling():
+        return _fused["quantize"](w, layout)
     return _quantize_eager(w, layout)
+
+
+def quantized_image(w: torch.Tensor, s: torch.Tensor, layout: ScaleLayout) -> torch.Tensor:
+    """W̃ = s·codes(W/s) in ``w``'s dtype from the latent weight and its :func:`compact_scales`.
+
+    The arithmetic is fp32 whatever the weight dtype (the same values as :func:`quantize_weight`); eager
+    PyTorch materialises one fp32 temporary, the fused version (:func:`set_fused_quantizer`) none.
+    """
+    if _fused is not None and not torch.compiler.is_compiling():
+        return _fused["image"](w, s, layout)
+    return _quantized_image_eager(w, s, layout)
 
 
 def quantize_weight(w: torch.Tensor, layout: ScaleLayout) -> tuple[torch.Tensor, torch.Tensor]:
