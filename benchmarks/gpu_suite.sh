@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Everything the CPU cannot show, in one short unattended run on one GPU (~9 minutes on an H200):
+# Everything the CPU cannot show, in one short unattended run on one GPU (~11 minutes on an H200):
 #   bash benchmarks/gpu_suite.sh OUTDIR
-# 1. training step time and MFU of FloatLM/TriLM-1.1B in bf16 through the DeepSpeed engine,
+# 1. training tokens/s, MFU and peak memory of FloatLM/TriLM-1.1B and HF Llama in bf16 through the DeepSpeed
+#    engine, with and without compile and recompute, one process per contender, most important first
+#    (TRAIN_LIMIT cuts the tail; the JSON keeps what finished; TRAIN_CONTENDERS=levers for one lever at a time),
 # 2. the low-bit kernel benchmark (every format × LLaMA shape × batch 1/16/64),
 # 3. the GPU-marked tests (kernels in fp16/bf16 at their real configs; bf16 training; GPU vs CPU logits).
 # Each stage has its own time limit and writes its results as it goes, so a slow stage cannot starve the rest.
@@ -19,8 +21,9 @@ fi
   $PY -c "import torch, triton, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
 } 2>&1 | tee "$OUT/gpu_info.txt"
 echo "== 1/3 training benchmark"
-timeout "${TRAIN_LIMIT:-150}" $PY benchmarks/train.py --engine --out "$OUT" > "$OUT/train_bench.log" 2>&1
-echo "exit $?"; grep -v "^\[20" "$OUT/train_bench.log" | tail -n 8
+timeout "${TRAIN_LIMIT:-270}" $PY benchmarks/train.py --engine --contenders "${TRAIN_CONTENDERS:-matrix}" \
+    --timeout 200 --out "$OUT" > "$OUT/train_bench.log" 2>&1
+echo "exit $?"; grep -v "^\[20" "$OUT/train_bench.log" | tail -n 30
 echo "== 2/3 kernel benchmark"
 timeout "${KERNEL_LIMIT:-250}" $PY benchmarks/kernels.py --out "$OUT" > "$OUT/kernels_bench.log" 2>&1
 echo "exit $?"; tail -n 40 "$OUT/kernels_bench.log"
