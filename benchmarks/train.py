@@ -23,9 +23,11 @@ import argparse
 import datetime
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -284,11 +286,15 @@ def engine_benchmark(args, out_path: Path | None) -> dict:
         "failed": {},
     }
     runs: dict[str, list[dict]] = {}
+    # a private compile cache: the default one in /tmp is shared with every other job on the machine
+    cache = tempfile.mkdtemp(prefix="trilm-bench-inductor-")
     for repeat in range(args.repeats):
         for name, family, overrides in chosen:
             spec = {"family": family, "overrides": overrides, "size": size, "micro_batch": mb, "seq": seq}
             spec |= {"warmup": args.warmup, "steps": args.steps}
-            env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)} if not cuda else dict(os.environ)
+            env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR", cache)}
+            if not cuda:
+                env["OMP_NUM_THREADS"] = str(args.threads)
             cmd = [sys.executable, __file__, "--worker", json.dumps(spec), "--threads", str(args.threads)]
             try:
                 proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
@@ -297,7 +303,7 @@ def engine_benchmark(args, out_path: Path | None) -> dict:
                     raise RuntimeError(f"exit {proc.returncode}: {proc.stderr[-1500:]}")
                 runs.setdefault(name, []).append(json.loads(line[-1][7:]))
             except (RuntimeError, subprocess.TimeoutExpired) as exc:
-                res["failed"][name] = str(exc)[-1500:]
+                res["failed"][f"{name} (repeat {repeat + 1})"] = str(exc)[-1500:]
                 print(f"{name:28s} failed: {str(exc)[-300:]}", flush=True)
                 continue
             r = runs[name][-1]
@@ -311,6 +317,9 @@ def engine_benchmark(args, out_path: Path | None) -> dict:
             res["ratios"] = _ratios(res["results"])
             if out_path is not None:
                 out_path.write_text(json.dumps(res, indent=2))
+    shutil.rmtree(cache, ignore_errors=True)
+    if out_path is not None:
+        out_path.write_text(json.dumps(res, indent=2))
     return res
 
 
