@@ -58,8 +58,6 @@ def _hf_step(model, opt, batch):
 
 
 def cpu_benchmark(size: str, batch: int, seq: int, rounds: int, steps: int) -> dict:
-    import tempfile
-
     from transformers import LlamaForCausalLM
 
     torch.manual_seed(0)
@@ -177,8 +175,6 @@ def run_contender(spec: dict) -> dict:
     cfg = _engine_config(spec, cuda)
     model = Decoder(cfg.model.resolved(1), info, seed=0)
     if spec["family"] == "hf":
-        import tempfile
-
         from transformers import LlamaForCausalLM
 
         with tempfile.TemporaryDirectory() as tmp:
@@ -292,7 +288,7 @@ def engine_benchmark(args, out_path: Path | None) -> dict:
         for name, family, overrides in chosen:
             spec = {"family": family, "overrides": overrides, "size": size, "micro_batch": mb, "seq": seq}
             spec |= {"warmup": args.warmup, "steps": args.steps}
-            env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR", cache)}
+            env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
             if not cuda:
                 env["OMP_NUM_THREADS"] = str(args.threads)
             cmd = [sys.executable, __file__, "--worker", json.dumps(spec), "--threads", str(args.threads)]
