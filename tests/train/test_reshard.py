@@ -5,6 +5,8 @@ import json
 import shutil
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
 from trilm.testing import run_distributed
 
@@ -81,3 +83,7 @@ def test_zero1_resumes_2_to_1_to_2(prepared, tmp_path):
     assert not list((chain / "state").glob(".universal-*"))  # conversions are removed once loaded
     final = json.loads((chain / "state/step-24/trainer_state.json").read_text())
     assert final["dp_size"] == 2 and final["data"]["samples_consumed"] == 24 * global_batch
+    a = load_file(str(tmp_path / "straight/snapshots/step-24/model.safetensors"))
+    b = load_file(str(chain / "snapshots/step-24/model.safetensors"))
+    for key in a:  # Adam moments and fp32 master weights came through both conversions
+        torch.testing.assert_close(b[key], a[key], rtol=0, atol=2e-4, msg=key)
