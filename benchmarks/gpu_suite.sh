@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Everything the CPU cannot show, in one short unattended run on one GPU (stages 1–3 took ~8 minutes on an H200;
-# stage 4 is limited to 4 minutes):
+# Everything the CPU cannot show, in one short unattended run on one GPU (the stage limits add up to 11 minutes):
 #   bash benchmarks/gpu_suite.sh OUTDIR
 # 1. the low-bit kernel benchmark (issue 11): ternary, binary, int2, int3, int4 at 8192×8192, batch 1 and 16,
 #    L2-flushed and as a CUDA graph over layer copies larger than L2, % of the copy bandwidth measured in the
 #    same run, and the whole-model single-token forward (FloatLM-1.1B bf16 vs TriLM-1.1B packed vs int4);
 #    the kernel tuning cache it fills is kept in OUTDIR/kernel_tuning.json,
-# 2. the GPU-marked tests (kernels in fp16/bf16 at every config, one launch per call, CUDA graphs; training;
-#    CUDA-graph decode of the serving engine),
-# 3. training step time and MFU of FloatLM/TriLM-1.1B in bf16 through the DeepSpeed engine,
+# 2. the GPU-marked tests (kernels in fp16/bf16 at every config, one launch per call, CUDA graphs; bf16
+#    training; CUDA-graph decode of the serving engine; post-hoc and pruning on CUDA),
+# 3. training tokens/s, MFU and peak memory of FloatLM/TriLM-1.1B and HF Llama in bf16 through the DeepSpeed
+#    engine, one process per contender, most important first (TRAIN_LIMIT cuts the tail; the JSON keeps what
+#    finished; TRAIN_CONTENDERS=levers for one lever at a time),
 # 4. the serving benchmark (issue 12): FloatLM/TriLM/QuantLM-3.9B with random weights — time to first token,
 #    decode tokens/s, memory, and the two H200 targets.
 # Each stage has its own time limit and writes its results as it goes, so a slow stage cannot starve the rest;
@@ -28,16 +29,17 @@ fi
   $PY -c "import torch, triton, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
 } 2>&1 | tee "$OUT/gpu_info.txt"
 echo "== 1/4 kernel benchmark"
-timeout "${KERNEL_LIMIT:-270}" $PY benchmarks/kernels.py --formats ternary binary int2 int3 int4 \
+timeout "${KERNEL_LIMIT:-240}" $PY benchmarks/kernels.py --formats ternary binary int2 int3 int4 \
     --shapes 8192x8192 --batches 1 16 --out "$OUT" > "$OUT/kernels_bench.log" 2>&1
 echo "exit $?"; tail -n 30 "$OUT/kernels_bench.log"
 echo "== 2/4 GPU tests"
-timeout "${TEST_LIMIT:-150}" $PY -m pytest -m gpu tests/kernels tests/train tests/serve/test_gpu.py -q -p no:cacheprovider \
+timeout "${TEST_LIMIT:-130}" $PY -m pytest -m gpu tests -q -p no:cacheprovider \
     > "$OUT/gpu_tests.log" 2>&1
 echo "exit $?"; tail -n 15 "$OUT/gpu_tests.log"
 echo "== 3/4 training benchmark"
-timeout "${TRAIN_LIMIT:-90}" $PY benchmarks/train.py --engine --out "$OUT" > "$OUT/train_bench.log" 2>&1
-echo "exit $?"; grep -v "^\[20" "$OUT/train_bench.log" | tail -n 8
+timeout "${TRAIN_LIMIT:-150}" $PY benchmarks/train.py --engine --contenders "${TRAIN_CONTENDERS:-matrix}" \
+    --timeout 120 --out "$OUT" > "$OUT/train_bench.log" 2>&1
+echo "exit $?"; grep -v "^\[20" "$OUT/train_bench.log" | tail -n 30
 echo "== 4/4 serving benchmark"
-timeout "${SERVE_LIMIT:-240}" $PY benchmarks/serve.py --device cuda --size 3.9b --out "$OUT" > "$OUT/serve_bench.log" 2>&1
+timeout "${SERVE_LIMIT:-150}" $PY benchmarks/serve.py --device cuda --size 3.9b --out "$OUT" > "$OUT/serve_bench.log" 2>&1
 echo "exit $?"; tail -n 30 "$OUT/serve_bench.log"

@@ -58,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"trilm {name}: error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        if "trilm.parallel" in sys.modules:  # a command that built a model holds a process group
+            sys.modules["trilm.parallel"].shutdown_parallel()
 
 
 if __name__ == "__main__":

@@ -104,3 +104,74 @@ def test_activation_fake_quant_is_int8_per_token():
     assert (xq - x).abs().max() <= step.max() / 2 + 1e-6
     xq.sum().backward()
     torch.testing.assert_close(x.grad, torch.ones_like(x))
+
+
+# ---- QuantizedLinear (latent weight + scales saved, W̃ rebuilt in backward) against today's path -------
+def _megatron_linear_on_fake_quant(layer, input, weight, **kw):
+    """trilm before QuantizedLinear: megatron's linear on the STE image (W̃ kept for backward)."""
+    from megatron.core.tensor_parallel.layers import linear_with_grad_accumulation_and_async_allreduce
+
+    kw.pop("wgrad_deferral_limit", None)
+    kw.pop("grad_output_buffer", None)
+    kw = {"bias": None, "gradient_accumulation_fusion": False, "allreduce_dgrad": False, **kw}
+    kw.setdefault("sequence_parallel", False)
+    return linear_with_grad_accumulation_and_async_allreduce(
+        input, fake_quant_weight(weight, layer.layout), **kw
+    )
+
+
+LAYOUTS = [
+    ScaleLayout(fmt="ternary", group="shard", partitions=2, parallel="column", segments=(8, 4)),
+    ScaleLayout(fmt="ternary", group="shard", partitions=2, parallel="row"),
+    ScaleLayout(fmt="ternary", group="group:4"),
+    ScaleLayout(fmt="ternary", group="row"),
+    ScaleLayout(fmt="binary", group="tensor"),
+    ScaleLayout(fmt="float"),
+]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda lay: f"{lay.fmt}-{lay.group}-{lay.parallel}")
+def test_quantized_linear_equals_megatron_linear_on_the_ste_image(layout):
+    from megatron.core.tensor_parallel.layers import linear_with_grad_accumulation_and_async_allreduce
+
+    from trilm.model.quant import quantized_linear
+    from trilm.parallel import init_parallel
+
+    init_parallel()
+    g = torch.Generator().manual_seed(7)
+    w = (torch.randn(12, 16, generator=g) * 0.02).requires_grad_()
+    x = torch.randn(3, 5, 16, generator=g, requires_grad=True)
+    upstream = torch.randn(3, 5, 12, generator=g)
+    w_ref, x_ref = w.detach().clone().requires_grad_(), x.detach().clone().requires_grad_()
+
+    out = quantized_linear(x, w, layout)
+    out.backward(upstream)
+    ref = linear_with_grad_accumulation_and_async_allreduce(
+        x_ref, fake_quant_weight(w_ref, layout), None, False, False, False
+    )
+    ref.backward(upstream)
+    assert torch.equal(out, ref)
+    assert torch.equal(x.grad, x_ref.grad)
+    assert torch.equal(w.grad, w_ref.grad)
+
+
+@pytest.mark.parametrize("family", ["trilm", "bilm"])
+def test_decoder_gradients_equal_todays_path(monkeypatch, family):
+    """Loss and every parameter gradient of a whole model are bitwise those of the W̃-saving path."""
+    import trilm.model.layers as layers
+    from trilm.model import build_model, preset
+
+    cfg = preset(f"{family}-nano", vocab_size=256, quant={"activation_bits": 8})
+    ids = torch.randint(0, 256, (2, 33), generator=torch.Generator().manual_seed(0))
+
+    def loss_and_grads(model):
+        loss = model(ids[:, :-1], labels=ids[:, 1:]).mean()
+        loss.backward()
+        return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    new_loss, new_grads = loss_and_grads(build_model(cfg, seed=3))
+    monkeypatch.setattr(layers, "_linear_impl", _megatron_linear_on_fake_quant)
+    old_loss, old_grads = loss_and_grads(build_model(cfg, seed=3))
+    assert torch.equal(new_loss, old_loss)
+    for name, grad in new_grads.items():
+        assert torch.equal(grad, old_grads[name]), name

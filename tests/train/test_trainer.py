@@ -90,6 +90,8 @@ def test_dry_run_prints_the_plan(prepared, tmp_path, capsys):
         "step 12: lr_drop",
         "snapshots          7 at steps 0, 1, 2, 4, 8, 16, 24",
         "memory / device",
+        "no activation recompute",
+        "with recompute   ",
         "sequences",
     ):
         assert text in out, text

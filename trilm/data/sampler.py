@@ -211,13 +211,15 @@ class DataConfig(Config):
     tokenizer: str = ""  # .model path; when set, its hash must equal the shards'
     seed: int = 1234
     valid_sequences: int = 0  # 0: every validation sequence
+    verify_checksums: bool = False
+    """Re-hash every shard against its recorded SHA-256 when the run starts (reads all tokens once)."""
 
     def validate(self) -> None:
         require(bool(self.train_dir), "train_dir: the prepared train split directory is required")
         require(self.valid_sequences >= 0, "valid_sequences: must be >= 0")
 
     def build(self, seq_len: int) -> Data:
-        train = TokenShards.open(self.train_dir)
+        train = TokenShards.open(self.train_dir, verify=self.verify_checksums)
         tok = None
         if self.tokenizer:
             tok = Tokenizer.load(self.tokenizer)
@@ -228,7 +230,7 @@ class DataConfig(Config):
                 )
         valid = None
         if self.valid_dir:
-            vshards = TokenShards.open(self.valid_dir)
+            vshards = TokenShards.open(self.valid_dir, verify=self.verify_checksums)
             if vshards.tokenizer_hash != train.tokenizer_hash:
                 raise DataError(
                     f"{self.valid_dir}: tokenizer {vshards.tokenizer_hash[:16]}… differs from the train "

@@ -140,6 +140,14 @@ def read_finished_shard(out_dir: Path, name: str) -> dict | None:
     return meta
 
 
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 24):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def fingerprint(tokenizer_hash: str, dtype: str, shards: list[dict]) -> str:
     """Content fingerprint of a prepared split: changes when any token, the order or the tokenizer does."""
     payload = [tokenizer_hash, dtype, [(s["name"], s["num_tokens"], s["bin_sha256"]) for s in shards]]
@@ -165,12 +173,15 @@ class TokenShards:
         self.num_tokens: int = int(index["num_tokens"])
         self.num_documents: int = int(index["num_documents"])
         self.offsets = np.cumsum([0] + [s["num_tokens"] for s in self.shards], dtype=np.int64)
+        self.vocab_size: int | None = index.get("vocab_size")
         self._maps: OrderedDict[int, np.ndarray] = OrderedDict()
         self._docs: dict[int, np.ndarray] = {}
 
     @classmethod
     def open(cls, path: str | os.PathLike, *, verify: bool = False) -> TokenShards:
-        """Open a prepared split; ``verify=True`` also re-hashes every ``.bin`` against its sidecar."""
+        """Open a prepared split; ``verify=True`` also re-hashes every ``.bin`` against its sidecar (reads
+        every token once: ``data.verify_checksums`` in a run config). Without it, a shard is still checked
+        for its size, and every token read is checked against the vocabulary."""
         path = Path(path)
         index_path = path / INDEX_NAME
         if not index_path.is_file():
@@ -188,7 +199,7 @@ class TokenShards:
             if meta is None or meta["bin_sha256"] != shard["bin_sha256"]:
                 raise DataError(f"{path / shard['name']}.bin: missing, truncated or not the shard indexed")
             if verify:
-                digest = hashlib.sha256((path / f"{shard['name']}.bin").read_bytes()).hexdigest()
+                digest = _file_sha256(path / f"{shard['name']}.bin")
                 if digest != shard["bin_sha256"]:
                     raise DataError(f"{path / shard['name']}.bin: checksum mismatch (file changed on disk)")
         return cls(path, index)
@@ -220,10 +231,21 @@ class TokenShards:
         while pos < end:
             lo = pos - int(self.offsets[k])
             take = min(end - pos, int(self.offsets[k + 1]) - pos)
-            out[pos - start : pos - start + take] = self._shard(k)[lo : lo + take]
+            piece = self._shard(k)[lo : lo + take]
+            if self.vocab_size is not None and take and int(piece.max()) >= self.vocab_size:
+                self._bad_token(k, lo, piece)
+            out[pos - start : pos - start + take] = piece
             pos += take
             k += 1
         return out
+
+    def _bad_token(self, k: int, lo: int, piece: np.ndarray) -> None:
+        at = int(np.argmax(piece >= self.vocab_size))
+        raise DataError(
+            f"{self.path / self.shards[k]['name']}.bin: token {lo + at} is id {int(piece[at])}, outside the "
+            f"vocabulary of {self.vocab_size}: the shard is corrupted (its checksum is checked with "
+            "data.verify_checksums=true); prepare it again"
+        )
 
     def num_sequences(self, seq_len: int) -> int:
         if seq_len <= 0:

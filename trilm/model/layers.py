@@ -20,17 +20,20 @@ from megatron.core.model_parallel_config import ModelParallelConfig
 from torch import nn
 
 from trilm.model.config import LayerShape, ModelConfig
-from trilm.model.quant import ScaleLayout, fake_quant_activation, fake_quant_weight
+from trilm.model.quant import ScaleLayout, fake_quant_activation, quantized_linear
+from trilm.parallel import reduce_scatter_to_sequence_parallel_region
 
 
-def megatron_config(tp: int, dtype: torch.dtype = torch.float32) -> ModelParallelConfig:
+def megatron_config(
+    tp: int, dtype: torch.dtype = torch.float32, sequence_parallel: bool = False
+) -> ModelParallelConfig:
     """Weights are created on CPU, then filled from canonical full tensors (``Decoder.reset_parameters``)."""
     return ModelParallelConfig(
         tensor_model_parallel_size=tp,
         use_cpu_initialization=True,
         perform_initialization=False,
         params_dtype=dtype,
-        sequence_parallel=False,
+        sequence_parallel=sequence_parallel and tp > 1,
         gradient_accumulation_fusion=False,
     )
 
@@ -65,6 +68,22 @@ class _ShardSpec:
         }
 
 
+def _linear_impl(layer, input, weight, allreduce_dgrad=False, sequence_parallel=False, tp_group=None, **kw):
+    """Stands in for megatron's ``linear_with_grad_accumulation_and_async_allreduce`` (same flags): the
+    quantizing :class:`~trilm.model.quant.QuantizedLinear`, which keeps the latent weight, not W̃, for
+    backward. Bias, gradient-accumulation fusion and deferred wgrad are never enabled in trilm."""
+    if kw.get("bias") is not None or kw.get("gradient_accumulation_fusion"):
+        raise NotImplementedError("trilm linears have no bias and no gradient-accumulation fusion")
+    return quantized_linear(
+        input,
+        weight,
+        layer.layout,
+        allreduce_dgrad=allreduce_dgrad,
+        sequence_parallel=sequence_parallel,
+        group=tp_group if tp_group is not None else layer.tp_group,
+    )
+
+
 class QuantColumnParallelLinear(tensor_parallel.ColumnParallelLinear, _ShardSpec):
     """Column-parallel linear (outputs split); fused sub-matrices (q|k|v, gate|up) keep separate scales."""
 
@@ -73,11 +92,11 @@ class QuantColumnParallelLinear(tensor_parallel.ColumnParallelLinear, _ShardSpec
         self.parts, self.part_sizes, self.shard_dim = tuple(segments), tuple(segments.values()), 0
         self.layout, self.act_bits = layout, act_bits
 
-    def _forward_impl(self, input, weight, *args, **kwargs):
-        input = fake_quant_activation(input, self.act_bits)
-        return super()._forward_impl(input, fake_quant_weight(weight, self.layout), *args, **kwargs)
+    def _forward_impl(self, input, weight, **kwargs):
+        return _linear_impl(self, fake_quant_activation(input, self.act_bits), weight, **kwargs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """[b, s, in] → [b, s, out/TP]; under sequence parallelism x is [b, s/TP, in] (gathered inside)."""
         return super().forward(x)[0]
 
 
@@ -97,12 +116,16 @@ class QuantRowParallelLinear(tensor_parallel.RowParallelLinear, _ShardSpec):
         self.parts, self.part_sizes, self.shard_dim = (name,), (in_features,), 1
         self.layout, self.act_bits = layout, act_bits
 
-    def _forward_impl(self, input, weight, *args, **kwargs):
+    def _forward_impl(self, input, weight, **kwargs):
         input = fake_quant_activation(input, self.act_bits, reduce_over_tp=self.layout.tp_size > 1)
-        return super()._forward_impl(input, fake_quant_weight(weight, self.layout), *args, **kwargs)
+        return _linear_impl(self, input, weight, **kwargs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return super().forward(x)[0]
+        """[b, s, in/TP] → [b, s, out] (summed over TP ranks), or [b, s/TP, out] under sequence
+        parallelism (megatron's reduce-scatter, done by a device-agnostic version: see trilm.parallel)."""
+        if not self.sequence_parallel:
+            return super().forward(x)[0]
+        return reduce_scatter_to_sequence_parallel_region(self._forward_impl(x, self.weight), self.tp_group)
 
 
 class RMSNorm(nn.Module, _ShardSpec):
@@ -173,9 +196,10 @@ class Attention(nn.Module):
         )
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        b, s, _ = x.shape
         hd, heads, kv = self.head_dim, self.local_heads, self.local_kv
-        qkv = self.wqkv(x).view(b, s, heads + 2 * kv, hd)
+        qkv = self.wqkv(x)
+        b, s = qkv.shape[:2]  # the whole sequence, also when x is a sequence-parallel slice
+        qkv = qkv.view(b, s, heads + 2 * kv, hd)
         # q and k are rotated together: one set of elementwise ops over both
         qk = apply_rotary(qkv[:, :, : heads + kv].transpose(1, 2), cos, sin)
         q, k = qk.split([heads, kv], dim=1)

@@ -10,6 +10,13 @@ ranks. With ``shard`` scales the number of *scale partitions* P is a property of
 current run: when the local shard holds whole partitions the scales are local; when one partition spans
 several ranks (loaded at a higher TP than trained) their |W| sums are all-reduced, so the quantized weights
 do not depend on how the model is split.
+
+Training runs every linear through :class:`QuantizedLinear`, one autograd function that quantizes the latent
+weight, multiplies, and keeps only the input, the latent weight (the parameter itself: no extra memory) and
+the small scale tensor for backward; backward rebuilds W̃ from them instead of keeping a second copy of every
+matrix alive from forward to backward. It also carries megatron-core's tensor-parallel communication
+(input-gradient all-reduce, or sequence-parallel all-gather/reduce-scatter), so it is a drop-in for
+megatron's ``linear_with_grad_accumulation_and_async_allreduce``.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from trilm.model.config import ModelConfig
+from trilm.parallel import gather_sequence, reduce_scatter_sequence
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,15 +87,15 @@ def _block_absmean(w: torch.Tensor, blocks: int, dim: int, full_numel_per_block:
     return (vec[r // ranks_per_block] / full_numel_per_block).reshape(1, 1)
 
 
-def weight_scales(w: torch.Tensor, layout: ScaleLayout) -> torch.Tensor:
-    """Scales (fp32) broadcastable against the local weight ``w`` (out_local, in_local)."""
+def compact_scales(w: torch.Tensor, layout: ScaleLayout) -> torch.Tensor:
+    """The scales (fp32) in their smallest form: broadcastable against ``w`` (out_local, in_local), except
+    for ``group:g`` scales, which are (out_local, in_local // g) and apply to ``w`` viewed as groups."""
     kind = layout.kind
     binary = layout.fmt == "binary"
     if kind == "group":
         g = layout.group_size
         out, k = w.shape
         s = w.reshape(out, k // g, g).abs().mean(-1, dtype=torch.float32)
-        s = s.repeat_interleave(g, dim=1)
     elif kind == "row":
         s = w.abs().sum(1, keepdim=True, dtype=torch.float32)
         if layout.parallel == "row" and layout.tp_size > 1:
@@ -107,6 +115,70 @@ def weight_scales(w: torch.Tensor, layout: ScaleLayout) -> torch.Tensor:
         numel = w.shape[0] * (w.shape[1] * layout.tp_size // layout.cells)
         s = _block_absmean(w, layout.cells, 1, numel, layout)
     return s if binary else s + layout.eps
+
+
+def weight_scales(w: torch.Tensor, layout: ScaleLayout) -> torch.Tensor:
+    """Scales (fp32) broadcastable against the local weight ``w`` (out_local, in_local)."""
+    s = compact_scales(w, layout)
+    if layout.kind == "group":
+        s = s.repeat_interleave(layout.group_size, dim=1)
+    return s
+
+
+def _image(wf: torch.Tensor, s: torch.Tensor, fmt: str) -> torch.Tensor:
+    """s·codes(wf/s), in place on one fp32 temporary (eager PyTorch would otherwise keep two alive)."""
+    if fmt == "binary":
+        return torch.where(wf >= 0, 1.0, -1.0).mul_(s)
+    return torch.div(wf, s).round_().clamp_(-1.0, 1.0).mul_(s)
+
+
+def _quantized_image_eager(w: torch.Tensor, s: torch.Tensor, layout: ScaleLayout) -> torch.Tensor:
+    with torch.no_grad():
+        wf = w.float()
+        if layout.kind == "group":
+            out, k = w.shape
+            g = layout.group_size
+            return _image(wf.view(out, k // g, g), s[..., None], layout.fmt).view(out, k).to(w.dtype)
+        return _image(wf, s, layout.fmt).to(w.dtype)
+
+
+_fused: dict | None = None
+
+
+def set_fused_quantizer(enabled: bool) -> None:
+    """Route :func:`quantize` (forward) and :func:`quantized_image` (backward) through ``torch.compile``: the
+    scale reduction and the round/clip/scale pass become generated kernels that read W once each and keep
+    no fp32 copy of it (a training lever; the same values up to the summation order of mean|W|)."""
+    global _fused
+    _fused = None
+    if enabled:
+        _fused = {
+            "quantize": torch.compile(_quantize_eager, dynamic=False),
+            "image": torch.compile(_quantized_image_eager, dynamic=False),
+        }
+
+
+def _quantize_eager(w: torch.Tensor, layout: ScaleLayout) -> tuple[torch.Tensor, torch.Tensor]:
+    s = compact_scales(w, layout)
+    return _quantized_image_eager(w, s, layout), s
+
+
+def quantize(w: torch.Tensor, layout: ScaleLayout) -> tuple[torch.Tensor, torch.Tensor]:
+    """(W̃, compact scales) of a (detached) latent weight; the fused kernels when enabled."""
+    if _fused is not None and not torch.compiler.is_compiling():
+        return _fused["quantize"](w, layout)
+    return _quantize_eager(w, layout)
+
+
+def quantized_image(w: torch.Tensor, s: torch.Tensor, layout: ScaleLayout) -> torch.Tensor:
+    """W̃ = s·codes(W/s) in ``w``'s dtype from the latent weight and its :func:`compact_scales`.
+
+    The arithmetic is fp32 whatever the weight dtype (the same values as :func:`quantize_weight`); eager
+    PyTorch materialises one fp32 temporary, the fused version (:func:`set_fused_quantizer`) none.
+    """
+    if _fused is not None and not torch.compiler.is_compiling():
+        return _fused["image"](w, s, layout)
+    return _quantized_image_eager(w, s, layout)
 
 
 def quantize_weight(w: torch.Tensor, layout: ScaleLayout) -> tuple[torch.Tensor, torch.Tensor]:
@@ -137,6 +209,66 @@ def fake_quant_weight(w: torch.Tensor, layout: ScaleLayout) -> torch.Tensor:
     if layout.fmt == "float":
         return w
     return _StraightThrough.apply(w, layout)
+
+
+class QuantizedLinear(torch.autograd.Function):
+    """y = x·W̃ᵀ with the straight-through estimator, saving (x, latent W, scales) instead of W̃.
+
+    Forward: W̃ from the latent weight (scales all-reduced over tensor-parallel ranks where a scale cell
+    spans several), then the matmul; with ``sequence_parallel`` the input is first all-gathered along the
+    sequence. Backward: W̃ is rebuilt from the saved latent weight and scales (elementwise; no collective),
+    ∂L/∂x = g·W̃ (all-reduced over TP ranks when ``allreduce_dgrad``, reduce-scattered along the sequence
+    under sequence parallelism), and ∂L/∂W := ∂L/∂W̃ = gᵀ·x goes to the latent weight unchanged (STE).
+    For ``fmt="float"`` W̃ is W itself, so FloatLM runs the very same function.
+    """
+
+    @staticmethod
+    def forward(ctx, input, weight, layout: ScaleLayout, allreduce_dgrad, sequence_parallel, group):
+        if layout.fmt == "float":
+            wq, s = weight, None
+        else:
+            wq, s = quantize(weight.detach(), layout)
+        total = gather_sequence(input, group) if sequence_parallel else input
+        ctx.save_for_backward(input, weight, s)
+        ctx.layout, ctx.allreduce_dgrad, ctx.sequence_parallel, ctx.group = (
+            layout,
+            allreduce_dgrad,
+            sequence_parallel,
+            group,
+        )
+        return torch.matmul(total, wq.t())
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        input, weight, s = ctx.saved_tensors
+        wq = weight if s is None else quantized_image(weight, s, ctx.layout)
+        total = gather_sequence(input, ctx.group) if ctx.sequence_parallel else input
+        grad_input = grad_output.matmul(wq)
+        handle = None
+        if ctx.sequence_parallel:
+            grad_input = reduce_scatter_sequence(grad_input, ctx.group)
+        elif ctx.allreduce_dgrad:
+            handle = dist.all_reduce(grad_input, group=ctx.group, async_op=True)
+        grad_weight = None
+        if ctx.needs_input_grad[1]:
+            g2 = grad_output.reshape(-1, grad_output.shape[-1])
+            grad_weight = g2.t().matmul(total.reshape(-1, total.shape[-1]))
+        if handle is not None:
+            handle.wait()
+        return grad_input, grad_weight, None, None, None, None
+
+
+def quantized_linear(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    layout: ScaleLayout,
+    *,
+    allreduce_dgrad: bool = False,
+    sequence_parallel: bool = False,
+    group=None,
+) -> torch.Tensor:
+    """``input @ W̃ᵀ`` through :class:`QuantizedLinear` (see there for the communication flags)."""
+    return QuantizedLinear.apply(input, weight, layout, allreduce_dgrad, sequence_parallel, group)
 
 
 class _ActivationSTE(torch.autograd.Function):

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from megatron.core import tensor_parallel
 from megatron.core.tensor_parallel.layers import set_tensor_model_parallel_attributes
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from trilm.model.config import ModelConfig
 from trilm.model.layers import (
@@ -30,7 +31,7 @@ from trilm.model.layers import (
     megatron_config,
 )
 from trilm.model.quant import ScaleLayout
-from trilm.parallel import ParallelInfo, current_parallel, tp_group
+from trilm.parallel import ParallelInfo, current_parallel, scatter_to_sequence_parallel_region, tp_group
 
 
 class _VocabEmbedding(tensor_parallel.VocabParallelEmbedding, _ShardSpec):
@@ -55,6 +56,12 @@ class _GatherVocab(torch.autograd.Function):
         return grad.narrow(-1, ctx.rank * ctx.width, ctx.width).contiguous()
 
 
+def _sum_over_tp(grad: torch.Tensor) -> torch.Tensor:
+    grad = grad.clone()
+    dist.all_reduce(grad, group=tp_group())
+    return grad
+
+
 class Decoder(nn.Module):
     """A LLaMA-style TriLM / FloatLM / BiLM on the current tensor-parallel layout."""
 
@@ -65,7 +72,9 @@ class Decoder(nn.Module):
         cfg.check_tensor_parallel(tp)
         self.cfg = cfg.resolved(tp)
         self.tp_size, self.tp_rank = tp, rank
-        mp = megatron_config(tp)
+        mp = megatron_config(tp, sequence_parallel=parallel.sequence_parallel)
+        self.sequence_parallel = mp.sequence_parallel
+        self.recompute: frozenset[int] = frozenset()
         self.embed = _VocabEmbedding(cfg.padded_vocab, cfg.hidden, config=mp)
         self.layers = nn.ModuleList(Block(self.cfg, i, mp, tp, rank) for i in range(cfg.layers))
         self.norm = RMSNorm("norm.weight", cfg.hidden, cfg.norm_eps)
@@ -78,8 +87,20 @@ class Decoder(nn.Module):
         for m in self.shard_modules():
             if m.shard_dim is not None:  # grad-norm and optimizer code count sharded weights once per rank
                 set_tensor_model_parallel_attributes(m.weight, True, m.shard_dim, 1)
+        if self.sequence_parallel:  # norm gains see 1/TP of the tokens: sum their gradients over TP
+            for m in self.modules():
+                if isinstance(m, RMSNorm):
+                    m.weight.register_hook(_sum_over_tp)
         if seed is not None:
             self.reset_parameters(seed)
+
+    def set_recompute(self, blocks: int | str) -> None:
+        """Activation recompute: the first ``blocks`` blocks ("all": every one; 0: none) keep only their
+        input for backward and run their forward again inside it (about a third more block compute)."""
+        n = len(self.layers) if blocks == "all" else int(blocks)
+        if not 0 <= n <= len(self.layers):
+            raise ValueError(f"recompute: {blocks!r} blocks, the model has {len(self.layers)}")
+        self.recompute = frozenset(range(n))
 
     # ---- canonical state ---------------------------------------------------------------------------
     def shard_modules(self) -> list[_ShardSpec]:
@@ -162,8 +183,13 @@ class Decoder(nn.Module):
             raise ValueError(f"sequence length {s} exceeds the model context {self.cfg.context}")
         x = self.embed(input_ids)
         cos, sin = self.rotary.cos_sin(s, x.device, x.dtype)
-        for layer in self.layers:
-            x = layer(x, cos, sin)
+        if self.sequence_parallel:
+            x = scatter_to_sequence_parallel_region(x)
+        for i, layer in enumerate(self.layers):
+            if i in self.recompute and torch.is_grad_enabled():
+                x = checkpoint(layer, x, cos, sin, use_reentrant=False, preserve_rng_state=False)
+            else:
+                x = layer(x, cos, sin)
         x = self.norm(x)
         logits = self.head(x)
         if labels is None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from trilm.config import ConfigError
 from trilm.data.shards import TokenShards
-from trilm.parallel import current_parallel, init_parallel
+from trilm.parallel import current_parallel, init_parallel, shutdown_parallel
 from trilm.train.config import TrainConfig
 from trilm.train.plan import RunPlan
 
@@ -63,6 +63,15 @@ def dry_run(cfg: TrainConfig) -> str:
 
 
 def run(args) -> int:
+    """Every path out (done, error, Ctrl-C) destroys the process group: a live NCCL group makes the
+    process hang at exit."""
+    try:
+        return _run(args)
+    finally:
+        shutdown_parallel()
+
+
+def _run(args) -> int:
     cfg = load_config(args)
     if args.dry_run:
         text = dry_run(cfg)

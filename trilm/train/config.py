@@ -24,6 +24,9 @@ class OptimConfig(Config):
     weight_decay: float = 0.1
     grad_clip: float = 1.0
     """Global gradient-norm clip; 0 disables it."""
+    fused: bool | None = None
+    """torch's fused AdamW kernel (one kernel over all parameters) instead of the multi-tensor ``foreach``
+    one; None = fused on GPU, foreach on CPU (docs/training.md has the measurements)."""
 
     def validate(self) -> None:
         require(self.lr > 0, f"lr: must be > 0, got {self.lr}")
@@ -120,7 +123,14 @@ class TrainConfig(Config):
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     """auto = bf16 on GPU, fp32 on CPU."""
     compile: bool = False
-    """torch.compile the model (GPU)."""
+    """torch.compile every block (regional compilation: one graph reused by all blocks, compatible with
+    activation recompute and tensor parallelism)."""
+    recompute: int | Literal["all"] = 0
+    """Activation recompute: the first N blocks ("all": every block) keep only their input for backward and
+    run their forward again inside it; 0 = none. ``--dry-run`` shows the memory with and without."""
+    fused_quantizer: bool = False
+    """Compile the TriLM/BiLM weight quantizer (absmean, round, clip, scale) into generated kernels; without
+    ``compile`` this is the only part compiled. Same values; a speed lever (docs/training.md)."""
 
     def validate(self) -> None:
         seq = self.sequence_length
@@ -142,6 +152,15 @@ class TrainConfig(Config):
             self.model.check_tensor_parallel(self.parallel.tensor_parallel)
         except ConfigError as exc:
             raise ConfigError(str(exc)) from None
+        tp = self.parallel.tensor_parallel
+        require(
+            not self.parallel.sequence_parallel or seq % tp == 0,
+            f"parallel.sequence_parallel: the sequence length {seq} is not divisible by tensor_parallel={tp}",
+        )
+        require(
+            self.recompute == "all" or 0 <= self.recompute <= self.model.layers,
+            f"recompute: {self.recompute!r} must be 'all' or a number of blocks in [0, {self.model.layers}]",
+        )
 
     @property
     def sequence_length(self) -> int:

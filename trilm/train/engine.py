@@ -24,8 +24,9 @@ def use_bf16(cfg: TrainConfig) -> bool:
     return cfg.precision == "bf16"
 
 
-def deepspeed_config(cfg: TrainConfig, accumulation: int, dp_size: int) -> dict:
+def deepspeed_config(cfg: TrainConfig, accumulation: int, dp_size: int, load_universal: bool = False) -> dict:
     return {
+        "checkpoint": {"load_universal": load_universal},
         "train_micro_batch_size_per_gpu": cfg.micro_batch,
         "gradient_accumulation_steps": accumulation,
         "train_batch_size": cfg.micro_batch * accumulation * dp_size,
@@ -38,6 +39,21 @@ def deepspeed_config(cfg: TrainConfig, accumulation: int, dp_size: int) -> dict:
         "wall_clock_breakdown": False,
         "dump_state": False,
     }
+
+
+def use_fused_adamw(cfg: TrainConfig, device: torch.device) -> bool:
+    return cfg.optim.fused if cfg.optim.fused is not None else device.type == "cuda"
+
+
+def prepare_model(model, cfg: TrainConfig) -> None:
+    """The per-run levers that do not change results: activation recompute, compiled blocks and quantizer."""
+    from trilm.model.quant import set_fused_quantizer
+
+    model.set_recompute(cfg.recompute)
+    set_fused_quantizer(cfg.fused_quantizer and not cfg.compile and model.cfg.family != "floatlm")
+    if cfg.compile:
+        for block in model.layers:
+            block.compile(dynamic=False)
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -63,23 +79,33 @@ def skip_shared_memory_comm_build() -> None:
     deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
 
 
-def build_engine(model: torch.nn.Module, cfg: TrainConfig, accumulation: int, info: ParallelInfo):
+def build_engine(
+    model: torch.nn.Module,
+    cfg: TrainConfig,
+    accumulation: int,
+    info: ParallelInfo,
+    load_universal: bool = False,
+):
+    """``load_universal``: the state to load is a universal checkpoint (a resume at another DP size)."""
     import deepspeed
     from deepspeed.runtime.utils import clip_grad_norm_
 
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
     skip_shared_memory_comm_build()
     os.environ.setdefault("LOCAL_RANK", "0")
+    fused = use_fused_adamw(cfg, info.device)
     optimizer = torch.optim.AdamW(
         param_groups(model, cfg.optim.weight_decay),
         lr=cfg.optim.lr,
         betas=(cfg.optim.beta1, cfg.optim.beta2),
         eps=cfg.optim.eps,
+        fused=fused,
+        foreach=None if fused else True,
     )
     engine, *_ = deepspeed.initialize(
         model=model,
         optimizer=optimizer,
-        config=deepspeed_config(cfg, accumulation, info.dp_size),
+        config=deepspeed_config(cfg, accumulation, info.dp_size, load_universal),
         mpu=DeepSpeedMPU(),
     )
     if cfg.zero_stage == 0 and not use_bf16(cfg) and cfg.optim.grad_clip > 0:

@@ -2,7 +2,14 @@
 
 The memory estimate is per device and counts what dominates at scale: weights, gradients and Adam state
 (sharded by ZeRO stage across data-parallel ranks and by tensor parallelism) plus the activations a
-micro-batch keeps for backward (without recomputation). It is an estimate, stated as such.
+micro-batch keeps for backward, with and without activation recompute. Per token and block the decoder
+keeps about 3·h values per sub-block outside the tensor-parallel regions (norm input and outputs; split
+over TP under sequence parallelism) and 3·q + 3·kv + 5·ffn inside them (q, k, v, rotated q/k, attention
+output, the SwiGLU gate/up/product; q and kv = heads × head dim of that block, per-layer shapes honoured):
+counted with ``saved_tensors_hooks`` on the real block.
+A recomputed block keeps only its input, plus one block's activations while it is being recomputed. TriLM
+keeps the same activations as FloatLM (``QuantizedLinear`` saves the latent weight, not W̃). It is an
+estimate, stated as such.
 """
 
 from __future__ import annotations
@@ -25,7 +32,12 @@ class RunPlan:
     def accumulation(self) -> int:
         return self.cfg.accumulation(self.dp_size)
 
-    def memory_gb(self) -> dict[str, float]:
+    def recompute_blocks(self, recompute: int | str | None = None) -> int:
+        value = self.cfg.recompute if recompute is None else recompute
+        return self.cfg.model.layers if value == "all" else int(value)
+
+    def memory_gb(self, recompute: int | str | None = None) -> dict[str, float]:
+        """Per-device estimate in GB; ``recompute`` overrides the config's (a number of blocks or "all")."""
         cfg, tp, dp = self.cfg, self.tp_size, self.dp_size
         params = parameter_counts(cfg.model).total / tp
         half = use_bf16(cfg)
@@ -41,9 +53,20 @@ class RunPlan:
             grads /= dp
         m = cfg.model
         tokens = cfg.micro_batch * cfg.sequence_length
-        act_per_layer = tokens * (10 * m.hidden + 3 * m.ffn) / tp * weight_bytes
+        outside = tp if cfg.parallel.sequence_parallel else 1
+        hd = m.head_dim
+        per_block = []
+        for shape in m.layer_shapes():
+            values = 0.0
+            if shape.kv_heads:
+                values += 3 * m.hidden / outside + (3 * shape.heads * hd + 3 * shape.kv_heads * hd) / tp
+            if shape.ffn:
+                values += 3 * m.hidden / outside + 5 * shape.ffn / tp
+            per_block.append(tokens * values * weight_bytes)
+        block_input = tokens * m.hidden / outside * weight_bytes
         logits = tokens * m.padded_vocab / tp * 4 * 2
-        acts = m.layers * act_per_layer + logits
+        n = self.recompute_blocks(recompute)
+        acts = sum(per_block[n:]) + n * block_input + (max(per_block[:n]) if n else 0) + logits
         out = {
             "weights": params * weight_bytes,
             "grads": grads,
@@ -88,11 +111,26 @@ class RunPlan:
             f"snapshots          {len(snaps)} at steps {_compact(snaps)}",
             f"resumable states   every {cfg.checkpoint.state_every} steps (+ last), keep last "
             f"{cfg.checkpoint.keep_last}: {_compact(states)}",
-            "memory / device    "
-            + ", ".join(f"{k} {v:.2f} GB" for k, v in mem.items())
-            + " (estimate, no activation recompute)",
+            "memory / device    " + _memory_line(mem) + f" (estimate; {self._recompute_text()})",
         ]
+        if self.recompute_blocks() != m.layers:
+            lines.append(
+                "  with recompute   " + _memory_line(self.memory_gb("all")) + " (recompute=all: every block)"
+            )
+        if self.recompute_blocks() != 0:
+            lines.append("  without          " + _memory_line(self.memory_gb(0)) + " (recompute=0)")
         return "\n".join(lines)
+
+    def _recompute_text(self) -> str:
+        n = self.recompute_blocks()
+        sp = ", sequence parallel" if self.cfg.parallel.sequence_parallel else ""
+        if n == 0:
+            return f"no activation recompute{sp}"
+        return f"activation recompute in {n} of {self.cfg.model.layers} blocks{sp}"
+
+
+def _memory_line(mem: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.2f} GB" for k, v in mem.items())
 
 
 def _compact(steps: list[int], limit: int = 14) -> str:

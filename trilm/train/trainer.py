@@ -7,14 +7,13 @@ the weights an uninterrupted run would have (bitwise on CPU at the same world si
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
-import random
+import os
 import shutil
 import time
-from pathlib import Path
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -25,15 +24,59 @@ from trilm.model.io import save_model
 from trilm.model.snapshot import SnapshotMeta
 from trilm.model.transformer import Decoder
 from trilm.parallel import dp_group, init_parallel
-from trilm.train.checkpoint import RunDir, atomic_directory, latest_complete, prune_states
+from trilm.train.checkpoint import RunDir, RunLock, atomic_directory, complete_steps, latest_complete
 from trilm.train.config import TrainConfig
-from trilm.train.engine import build_engine, discard_gradients, global_grad_norm, set_optimizer_hparams
+from trilm.train.engine import (
+    build_engine,
+    discard_gradients,
+    global_grad_norm,
+    prepare_model,
+    set_optimizer_hparams,
+)
 from trilm.train.metrics import MetricsLogger, Throughput, memory_gb
 from trilm.train.plan import RunPlan
 from trilm.train.schedule import Schedule, snapshot_steps, state_steps
+from trilm.train.state import (
+    ResumePoint,
+    find_resume_point,
+    load_state,
+    needs_universal,
+    prepare_universal,
+    save_state,
+)
 
 # Keys that may change between a run and its resume; anything else must match the saved config.
-_RESUMABLE_CHANGES = ("run_dir", "parallel", "micro_batch", "log", "checkpoint", "compile")
+_RESUMABLE_CHANGES = (
+    "run_dir",
+    "parallel",
+    "micro_batch",
+    "log",
+    "checkpoint",
+    "compile",
+    "recompute",
+    "fused_quantizer",
+    "optim.fused",
+)
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _changed_keys(saved: dict, now: dict) -> list[str]:
+    """Dotted keys whose values differ, except those a restart may change (``_RESUMABLE_CHANGES``)."""
+    a, b = _flat(saved), _flat(now)
+    free = tuple(f"{k}." for k in _RESUMABLE_CHANGES)
+    keys = sorted(set(a) | set(b), key=lambda k: (k.count("."), k))
+    return [
+        k for k in keys if a.get(k) != b.get(k) and k not in _RESUMABLE_CHANGES and not k.startswith(free)
+    ]
 
 
 class TrainingAborted(RuntimeError):
@@ -77,28 +120,61 @@ class Trainer:
         if dist.get_world_size() > 1:
             dist.barrier()
 
-    def _build(self):
+    def _build(self, load_universal: bool = False):
         torch.manual_seed(self.cfg.seed)
         model = Decoder(self.model_cfg, self.info, seed=self.cfg.seed).to(self.info.device)
-        engine = build_engine(model, self.cfg, self.accumulation, self.info)
-        if self.cfg.compile:
-            engine.compile()
-        return engine
+        prepare_model(model, self.cfg)
+        return build_engine(model, self.cfg, self.accumulation, self.info, load_universal=load_universal)
+
+    @contextlib.contextmanager
+    def _locked_run_dir(self):
+        """Rank 0 holds ``run_dir/.lock`` for the whole run; every rank refuses together if it is taken."""
+        lock = RunLock(self.run.root) if self.is_main else None
+        error = [None]
+        if lock is not None:
+            try:
+                lock.acquire()
+            except ConfigError as exc:
+                error[0] = str(exc)
+        if dist.get_world_size() > 1:
+            dist.broadcast_object_list(error, src=0)
+        if error[0] is not None:
+            raise ConfigError(error[0])
+        try:
+            yield
+        finally:
+            if lock is not None:
+                lock.release()
 
     def _write_run_files(self) -> None:
         if not self.is_main:
             return
         self.run.make()
-        self.cfg.replace(model=self.model_cfg).to_yaml(self.run.config)
+        tmp = self.run.config.with_name(f".{self.run.config.name}.tmp")
+        self.cfg.replace(model=self.model_cfg).to_yaml(tmp)
+        os.replace(tmp, self.run.config)
         tok = self.data.tokenizer
         if tok is not None:
             shutil.copyfile(self.cfg.data.tokenizer, self.run.root / "tokenizer.model")
             sidecar_path(self.run.root / "tokenizer.model").write_text(json.dumps({"hash": tok.hash}))
 
-    def _check_same_run(self) -> None:
-        saved = TrainConfig.from_yaml(self.run.config).to_dict()
-        now = self.cfg.replace(model=self.model_cfg).to_dict()
-        changed = [k for k in now if k not in _RESUMABLE_CHANGES and saved.get(k) != now.get(k)]
+    def _check_run_dir(self) -> None:
+        """The run directory belongs to this run: its recorded config equals ours (up to the keys that may
+        change on a restart), or it holds no checkpoint at all. Checked before anything is written, also
+        when no state exists yet (a run killed before its first state leaves snapshots behind)."""
+        if not self.run.config.is_file():
+            written = complete_steps(self.run.state) or complete_steps(self.run.snapshots)
+            if written:
+                raise ConfigError(
+                    f"{self.run.root}: holds checkpoints but no {self.run.config.name}; refusing to mix "
+                    "a new run into it (use a new run_dir)"
+                )
+            return
+        try:
+            saved = TrainConfig.from_yaml(self.run.config).to_dict()
+        except ConfigError as exc:
+            raise ConfigError(f"{self.run.config}: unreadable ({exc}); use a new run_dir") from None
+        changed = _changed_keys(saved, self.cfg.replace(model=self.model_cfg).to_dict())
         if changed:
             raise ConfigError(
                 f"{self.run.config}: refusing to resume: {', '.join(changed)} differ from the saved run; "
@@ -107,53 +183,24 @@ class Trainer:
 
     # ---- state ------------------------------------------------------------------------------------------
     def _save_state(self, engine, step: int, counters: dict) -> None:
-        final = self.run.state_dir(step)
-        with atomic_directory(final, {"step": step}) as tmp:
-            engine.save_checkpoint(str(tmp.parent), tag=tmp.name, save_latest=False)
-            rng = {
-                "python": random.getstate(),
-                "numpy": np.random.get_state(),
-                "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-            }
-            torch.save(rng, tmp / f"rng-rank{self.info.rank}.pt")
-            if self.is_main:
-                state = {
-                    "step": step,
-                    "tokens": step * self.cfg.batch_tokens,
-                    "data": self.data.train.state_dict(step * self.cfg.global_batch),
-                    "dp_size": self.info.dp_size,
-                    "tp_size": self.info.tp_size,
-                    **counters,
-                }
-                (tmp / "trainer_state.json").write_text(json.dumps(state, indent=2))
-        prune_states(self.run.state, self.cfg.checkpoint.keep_last)
+        trainer_state = {
+            "step": step,
+            "tokens": step * self.cfg.batch_tokens,
+            "data": self.data.train.state_dict(step * self.cfg.global_batch),
+            **counters,
+        }
+        save_state(engine, self.run, step, trainer_state, self.info, self.cfg.checkpoint.keep_last)
 
-    def _load_state(self, engine, step: int, path: Path) -> dict:
-        state = json.loads((path / "trainer_state.json").read_text())
-        samples = self.data.train.check_resume(state["data"])
-        if samples != step * self.cfg.global_batch:
-            raise ConfigError(f"{path}: {samples} samples consumed does not match step {step}")
-        if state["dp_size"] != self.info.dp_size and self.cfg.zero_stage > 0:
-            raise ConfigError(
-                f"{path}: saved with data-parallel size {state['dp_size']} under ZeRO stage "
-                f"{self.cfg.zero_stage}, whose optimizer state is sharded by data-parallel rank; resume at "
-                f"DP={state['dp_size']} or train with zero_stage=0 to change the data-parallel size"
-            )
-        load_path, _ = engine.load_checkpoint(
-            str(path.parent), tag=path.name, load_optimizer_states=True, load_lr_scheduler_states=False
-        )
-        if load_path is None:
-            raise ConfigError(f"{path}: DeepSpeed could not load this state")
-        rng_file = path / f"rng-rank{self.info.rank}.pt"
-        if rng_file.exists():
-            rng = torch.load(rng_file, weights_only=False)
-            random.setstate(rng["python"])
-            np.random.set_state(rng["numpy"])
-            torch.set_rng_state(rng["torch"])
-            if rng["cuda"] is not None and torch.cuda.is_available():
-                torch.cuda.set_rng_state_all(rng["cuda"])
-        return state
+    def _resume_point(self) -> ResumePoint | None:
+        point = find_resume_point(self.run, self.info)
+        if point is None:
+            return None
+        samples = self.data.train.check_resume(point.state["data"])
+        if samples != point.step * self.cfg.global_batch:
+            raise ConfigError(f"{point.path}: {samples} samples consumed does not match step {point.step}")
+        if needs_universal(point, self.info, self.cfg.zero_stage):
+            prepare_universal(point, self.info)
+        return point
 
     def _save_snapshot(self, engine, step: int, train_loss, val_loss) -> None:
         counts = parameter_counts(self.model_cfg)
@@ -206,24 +253,39 @@ class Trainer:
 
     # ---- the loop ---------------------------------------------------------------------------------------
     def fit(self) -> TrainSummary:
-        cfg = self.cfg
         if self.is_main:
-            self.run.make()
+            self.run.root.mkdir(parents=True, exist_ok=True)
         self._barrier()
-        engine = self._build()
-        latest = latest_complete(self.run.state)
+        with self._locked_run_dir():
+            return self._fit()
+
+    def _fit(self) -> TrainSummary:
+        cfg = self.cfg
+        self._check_run_dir()
+        point = self._resume_point()
+        self._write_run_files()
+        self._barrier()
+        engine = self._build(load_universal=point is not None and point.universal is not None)
         counters = {"skipped_steps": 0, "nonfinite_run": 0}
-        if latest is not None:
-            self._check_same_run()
-            start, path = latest
-            counters.update({k: v for k, v in self._load_state(engine, start, path).items() if k in counters})
-        else:
-            start = 0
-            self._write_run_files()
+        start = 0
+        if point is not None:
+            load_state(engine, point, self.info)
+            start = point.step
+            counters.update({k: v for k, v in point.state.items() if k in counters})
         self._barrier()
         logger = MetricsLogger(self.run.logs, self.is_main, cfg.log.tensorboard)
-        if latest is not None:
-            logger.event(start, "resume", f"from {latest[1]}", dp_size=self.info.dp_size)
+        if point is not None:
+            for message in point.skipped:
+                logger.event(start, "state_skipped", message)
+            logger.event(
+                start,
+                "resume",
+                f"from {point.path}"
+                + (" (universal checkpoint: DP size changed)" if point.universal else ""),
+                dp_size=self.info.dp_size,
+                saved_dp_size=point.state["dp_size"],
+                samples=point.state["data"]["samples_consumed"],
+            )
         snaps = set(snapshot_steps(cfg.checkpoint, cfg.steps))
         states = set(state_steps(cfg.checkpoint, cfg.steps))
         tokens_per_step = cfg.batch_tokens
@@ -309,7 +371,7 @@ class Trainer:
         return TrainSummary(
             run_dir=str(self.run.root),
             steps=cfg.steps,
-            resumed_from=latest[0] if latest else None,
+            resumed_from=point.step if point else None,
             skipped_steps=counters["skipped_steps"],
             final_loss=last_loss,
             val_losses=val_losses,

@@ -1,0 +1,133 @@
+"""Resumable training state: writing it, choosing which one to resume from, and loading it.
+
+A state is ``run_dir/state/step-N/``: DeepSpeed's engine files (model, and optimizer partitions under
+ZeRO), ``trainer_state.json`` (step, tokens, data position, counters, the DP/TP layout it was written at)
+and one RNG file per rank, plus the ``COMPLETE`` marker with the manifest of every file.
+
+Resume takes the newest state whose files all match their manifest; a newer one that does not (truncated,
+altered, missing files, unreadable JSON) is skipped with a warning that names the bad file, and the next
+older one is used. A state written under ZeRO-1/2 at another data-parallel size is converted to
+DeepSpeed's universal checkpoint first (:mod:`trilm.train.reshard`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+import shutil
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from trilm.config import ConfigError
+from trilm.parallel import ParallelInfo
+from trilm.train.checkpoint import RunDir, atomic_directory, complete_steps, prune_states, verify_directory
+from trilm.train.reshard import to_universal, universal_dir
+
+TRAINER_STATE = "trainer_state.json"
+
+
+@dataclasses.dataclass
+class ResumePoint:
+    step: int
+    path: Path
+    state: dict
+    """The contents of ``trainer_state.json``."""
+    skipped: list[str]
+    """Problems of newer states that were passed over (already warned about)."""
+    universal: Path | None = None
+    """Where the universal conversion was written when the data-parallel size changed under ZeRO."""
+
+
+def _barrier() -> None:
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
+
+
+def save_state(engine, run: RunDir, step: int, trainer_state: dict, info: ParallelInfo, keep_last: int):
+    """Write ``state/step-N`` atomically (every rank takes part), then prune to the newest ``keep_last``."""
+    with atomic_directory(run.state_dir(step), {"step": step}) as tmp:
+        engine.save_checkpoint(str(tmp.parent), tag=tmp.name, save_latest=False)
+        rng = {
+            "python": random.getstate(),
+            "numpy": np.random.get_state(),
+            "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+        }
+        torch.save(rng, tmp / f"rng-rank{info.rank}.pt")
+        if info.rank == 0:
+            payload = {**trainer_state, "dp_size": info.dp_size, "tp_size": info.tp_size}
+            (tmp / TRAINER_STATE).write_text(json.dumps(payload, indent=2))
+    prune_states(run.state, keep_last)
+
+
+def find_resume_point(run: RunDir, info: ParallelInfo) -> ResumePoint | None:
+    """The newest loadable state (collective: every rank gets the same answer), or None when there is no
+    state at all. Raises ConfigError when states exist but none is loadable."""
+    skipped: list[str] = []
+    for step, path in reversed(complete_steps(run.state)):
+        problems = verify_directory(path, required=(TRAINER_STATE,))
+        state = None
+        if not problems:
+            state = json.loads((path / TRAINER_STATE).read_text())
+            missing = [k for k in ("step", "data", "dp_size", "tp_size") if k not in state]
+            if missing or state["step"] != step:
+                problems = [f"{path / TRAINER_STATE}: not the state of step {step} (missing {missing})"]
+        if not problems:
+            return ResumePoint(step, path, state, skipped)
+        message = f"{path} is not loadable, falling back to an older state: {'; '.join(problems)}"
+        if info.rank == 0:
+            warnings.warn(message, RuntimeWarning, stacklevel=2)
+        skipped.append(message)
+    if skipped:
+        raise ConfigError(
+            f"{run.state}: no loadable state ({' | '.join(skipped)}); restore the files, or delete "
+            f"{run.state} to start this run over"
+        )
+    return None
+
+
+def needs_universal(point: ResumePoint | None, info: ParallelInfo, zero_stage: int) -> bool:
+    """ZeRO-1/2 optimizer partitions are per data-parallel rank: another DP size goes through universal."""
+    return point is not None and zero_stage > 0 and point.state["dp_size"] != info.dp_size
+
+
+def prepare_universal(point: ResumePoint, info: ParallelInfo) -> Path:
+    """Rank 0 converts the state to a universal checkpoint next to it; the others wait."""
+    if point.state["tp_size"] != info.tp_size:
+        raise ConfigError(
+            f"{point.path}: written at tensor_parallel={point.state['tp_size']}, now {info.tp_size}; a ZeRO "
+            "state reshards across data-parallel sizes only (load the snapshot weights into a new run "
+            "to change TP)"
+        )
+    out = universal_dir(point.path)
+    if info.rank == 0:
+        to_universal(point.path, out)
+    _barrier()
+    point.universal = out
+    return out
+
+
+def load_state(engine, point: ResumePoint, info: ParallelInfo) -> None:
+    """Load weights, optimizer state and this rank's RNG (when it was saved: a DP change adds ranks)."""
+    source = point.universal or point.path
+    load_path, _ = engine.load_checkpoint(
+        str(source.parent), tag=source.name, load_optimizer_states=True, load_lr_scheduler_states=False
+    )
+    if load_path is None:
+        raise ConfigError(f"{point.path}: DeepSpeed could not load this state")
+    rng_file = point.path / f"rng-rank{info.rank}.pt"
+    if rng_file.exists():
+        rng = torch.load(rng_file, weights_only=False)
+        random.setstate(rng["python"])
+        np.random.set_state(rng["numpy"])
+        torch.set_rng_state(rng["torch"])
+        if rng["cuda"] is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])
+    _barrier()
+    if point.universal is not None and info.rank == 0:
+        shutil.rmtree(point.universal, ignore_errors=True)
