@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 import torch
@@ -24,6 +25,6 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(autouse=True)
 def _clean_parallel_state():
     yield
-    from trilm.parallel import shutdown_parallel
-
-    shutdown_parallel()
+    parallel = sys.modules.get("trilm.parallel")
+    if parallel is not None:
+        parallel.shutdown_parallel()
