@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "scaling": ("trilm.scaling.cli", "fit scaling laws over a results table, compare families, plot"),
     "export": ("trilm.export.cli", "export a snapshot: hf (unpacked LlamaForCausalLM), packed"),
     "import": ("trilm.export.cli", "import a model: hf (LlamaForCausalLM directory)"),
+    "prune": ("trilm.prune.cli", "structured pruning (policy gradient, baselines) → a smaller snapshot"),
 }
 
 
