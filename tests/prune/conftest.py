@@ -49,3 +49,33 @@ def prepared(tmp_path_factory) -> dict[str, Path]:
 
     out = tmp_path_factory.mktemp("prune-data")
     return prepare_embedded(out, vocab_size=512, workers=1, progress=False)
+
+
+@pytest.fixture
+def calib_snapshot(tmp_path, prepared) -> Path:
+    """A random FloatLM over the prepared data's 512-piece tokenizer, saved with it (tokenizer and hash)."""
+    import shutil
+
+    from trilm.data.shards import TokenShards
+
+    train = build_model(tiny_cfg(vocab_size=512), tp=1, seed=4)
+    path = tmp_path / "dense"
+    meta = {
+        "step": 10,
+        "family": "floatlm",
+        "size": "nano",
+        "tokenizer_hash": TokenShards.open(prepared["train"]).tokenizer_hash,
+    }
+    save_model(train, path, meta=meta)
+    shutil.copyfile(prepared["tokenizer"], path / "tokenizer.model")
+    return path
+
+
+def cli(*argv: str) -> int:
+    from trilm.cli import main
+
+    return main(["prune", *map(str, argv)])
+
+
+FAST_PG = ("--steps", "3", "--batch-size", "2", "--pg-seq-len", "32", "--calib-samples", "4")
+FAST_PG += ("--calib-seq-len", "32", "--no-progress")

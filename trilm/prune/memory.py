@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
+import sys
 from collections.abc import Iterable, Iterator
 
 import torch
@@ -39,7 +41,7 @@ def measure_peak(device: torch.device | str = "cpu") -> Iterator[Peak]:
         return
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         yield result
     records = sorted(
         (e.start_ns(), e.nbytes())
@@ -52,6 +54,26 @@ def measure_peak(device: torch.device | str = "cpu") -> Iterator[Peak]:
         peak = max(peak, live)
     result.bytes = peak
     result.method = "CPU allocator records (torch.profiler, profile_memory=True)"
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Silence file descriptor 2 (the profiler's C++ start/stop lines and allocator notes) for the block."""
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        sys.stderr.flush()
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
