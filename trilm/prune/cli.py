@@ -6,7 +6,7 @@ import argparse
 
 from trilm.prune.metrics import METRICS
 from trilm.prune.run import METHODS, PruneConfig
-from trilm.prune.search import PGConfig
+from trilm.prune.search import LR_DEFAULTS, PGConfig
 
 
 def build_parser(parser: argparse.ArgumentParser, command: str = "prune") -> None:
@@ -38,8 +38,9 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "prune") -> Non
     group.add_argument("--batch-size", type=int, default=pg.batch_size, help="windows per step")
     group.add_argument("--pg-seq-len", type=int, default=pg.seq_len, help="tokens per search window")
     group.add_argument("--mask-samples", type=int, default=pg.mask_samples, help="K masks per step (>= 2)")
-    group.add_argument("--lr", type=float, default=pg.lr, help=f"peak learning rate (default {pg.lr})")
-    group.add_argument("--min-lr", type=float, default=pg.min_lr, help="learning rate at the last step")
+    defaults = ", ".join(f"{k} {v}" for k, v in LR_DEFAULTS.items())
+    group.add_argument("--lr", type=float, default=pg.lr, help=f"peak learning rate (default: {defaults})")
+    group.add_argument("--min-lr-ratio", type=float, default=pg.min_lr_ratio, help="final lr / peak lr")
     group.add_argument("--warmup", type=int, default=pg.warmup, help="linear warmup steps")
     group.add_argument("--baseline-window", type=float, default=pg.baseline_window, help="W of the baseline")
     group.add_argument("--penalty", type=float, default=pg.penalty, help="λ of the optional entropy penalty")
@@ -62,7 +63,7 @@ def config_from_args(args) -> PruneConfig:
         seq_len=args.pg_seq_len,
         mask_samples=args.mask_samples,
         lr=args.lr,
-        min_lr=args.min_lr,
+        min_lr_ratio=args.min_lr_ratio,
         warmup=args.warmup,
         baseline_window=args.baseline_window,
         penalty=args.penalty,

@@ -194,6 +194,7 @@ def prune(cfg: PruneConfig, *, progress: bool = True, log=print) -> PruneReport:
         record_pg = {
             **cfg.pg.to_dict(),
             "init": {g.granularity: cfg.pg.init_metric(g.granularity) for g in groups},
+            "lr_peak": {g.granularity: cfg.pg.lr_for(g.granularity) for g in groups},
             "first_loss": search.losses[0] if search.losses else None,
             "last_loss": search.losses[-1] if search.losses else None,
             "skipped_steps": search.skipped_steps,
