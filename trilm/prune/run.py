@@ -186,7 +186,8 @@ def prune(cfg: PruneConfig, *, progress: bool = True, log=print) -> PruneReport:
             progress=progress,
         )
         for group in groups:
-            tie = search.initial[group.granularity]
+            metric = metrics[group.granularity]  # ties (clamped scores) fall back to the metric's order
+            tie = metric if metric is not None else search.initial[group.granularity]
             mask = select_units(
                 search.scores[group.granularity], group, cfg.keep, per_layer=cfg.per_layer, tiebreak=tie
             )
