@@ -50,7 +50,7 @@ class PGConfig(Config):
     with larger learning rates (:data:`LR_DEFAULTS`).
     """
 
-    steps: int = 300
+    steps: int = 150
     batch_size: int = 8
     seq_len: int = 128
     mask_samples: int = 2
