@@ -81,13 +81,7 @@ def backprop_peak(model, batch: torch.Tensor, groups) -> int:
 
     masks = {g.granularity: torch.full((g.total,), 0.5, requires_grad=True) for g in groups}
     with UnitMasks(model, groups) as hooks, measure_peak("cpu") as peak:
-        hooks._per_layer = {  # differentiable masks: bypass set(), which detaches
-            g.granularity: [
-                p.repeat_interleave(hooks._head_width) if g.granularity == "head" else p
-                for p in g.split(masks[g.granularity])
-            ]
-            for g in groups
-        }
+        hooks.set(masks, detach=False)
         logits = model(batch[:, :-1])
         loss = F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten())
         loss.backward()

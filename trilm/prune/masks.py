@@ -42,8 +42,11 @@ class UnitMasks:
                 else:
                     self._handles.append(layer.register_forward_hook(self._block_hook(i)))
 
-    def set(self, masks: dict[str, torch.Tensor] | None) -> None:
-        """``{granularity: flat mask over that group's units}`` (0/1 floats); None = no masking."""
+    def set(self, masks: dict[str, torch.Tensor] | None, *, detach: bool = True) -> None:
+        """``{granularity: flat mask over that group's units}`` (0/1 floats); None = no masking.
+
+        ``detach=False`` keeps head and channel masks in autograd (continuous masks for a gradient-based
+        comparison); block masks always enter as numbers."""
         for group in self.groups:
             flat = None if masks is None else masks.get(group.granularity)
             if flat is None:
@@ -53,7 +56,7 @@ class UnitMasks:
                 raise ValueError(
                     f"{group.granularity} mask has {flat.numel()} entries, expected {group.total}"
                 )
-            pieces = group.split(flat.detach())
+            pieces = group.split(flat.detach() if detach else flat)
             if group.granularity == "head":
                 pieces = [p.repeat_interleave(self._head_width) for p in pieces]
             self._per_layer[group.granularity] = pieces
