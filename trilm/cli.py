@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "quantize": ("trilm.posthoc.cli", "post-hoc quantization of a float model (gptq, omniquant, …)"),
     "generate": ("trilm.serve.cli", "generate text from a prompt with the inference engine"),
     "serve": ("trilm.serve.cli", "OpenAI-compatible server (/v1/completions, /v1/chat/completions)"),
+    "prune": ("trilm.prune.cli", "structured pruning (policy gradient, baselines) → a smaller snapshot"),
 }
 
 

@@ -131,6 +131,10 @@ class TrainConfig(Config):
     fused_quantizer: bool = False
     """Compile the TriLM/BiLM weight quantizer (absmean, round, clip, scale) into generated kernels; without
     ``compile`` this is the only part compiled. Same values; a speed lever (docs/training.md)."""
+    init_from: str = ""
+    """A snapshot whose weights start the run instead of a random init (e.g. a pruned model trained
+    further). Without a ``model`` section the run takes the snapshot's model config (per-layer shapes
+    included); with one, both must describe the same architecture."""
 
     def validate(self) -> None:
         seq = self.sequence_length
@@ -161,6 +165,22 @@ class TrainConfig(Config):
             self.recompute == "all" or 0 <= self.recompute <= self.model.layers,
             f"recompute: {self.recompute!r} must be 'all' or a number of blocks in [0, {self.model.layers}]",
         )
+        if self.init_from:
+            self._check_init_from()
+
+    def _check_init_from(self) -> None:
+        from trilm.model.snapshot import canonical_shapes, is_packed_snapshot, read_snapshot
+
+        snap, _ = read_snapshot(self.init_from)
+        require(
+            not is_packed_snapshot(self.init_from),
+            f"init_from: {self.init_from} is a packed snapshot (QuantLM); it has no weights to train",
+        )
+        require(
+            snap.family == self.model.family and canonical_shapes(snap) == canonical_shapes(self.model),
+            f"init_from: {self.init_from} holds a {snap.family} {snap.name} whose tensors differ from "
+            f"model ({self.model.family} {self.model.name}); drop the model section to use the snapshot's",
+        )
 
     @property
     def sequence_length(self) -> int:
@@ -188,6 +208,10 @@ class TrainConfig(Config):
     def from_dict(cls, data: dict[str, Any], *, prefix: str = "") -> TrainConfig:
         """Like Config.from_dict, but ``model: {preset: trilm-99m, …}`` starts from a named preset."""
         data = dict(data)
+        if data.get("init_from") and "model" not in data:
+            from trilm.model.snapshot import read_snapshot
+
+            data["model"] = read_snapshot(data["init_from"])[0].to_dict()
         model = data.get("model")
         if isinstance(model, dict) and "preset" in model:
             model = dict(model)

@@ -16,12 +16,13 @@ import time
 
 import torch
 import torch.distributed as dist
+from safetensors.torch import load_file
 
 from trilm.config import ConfigError
 from trilm.data.tokenizer import sidecar_path
 from trilm.model.flops import flops_per_token, parameter_counts
 from trilm.model.io import save_model
-from trilm.model.snapshot import SnapshotMeta
+from trilm.model.snapshot import WEIGHTS_FILE, SnapshotMeta, read_snapshot
 from trilm.model.transformer import Decoder
 from trilm.parallel import dp_group, init_parallel
 from trilm.train.checkpoint import RunDir, RunLock, atomic_directory, complete_steps, latest_complete
@@ -108,6 +109,13 @@ class Trainer:
         self.is_main = self.info.rank == 0
 
     def _check_vocab(self) -> None:
+        if self.cfg.init_from:
+            recorded = read_snapshot(self.cfg.init_from)[1].tokenizer_hash
+            if recorded and recorded != self.data.train.shards.tokenizer_hash:
+                raise ConfigError(
+                    f"init_from: {self.cfg.init_from} was trained with another tokenizer than the data in "
+                    f"{self.cfg.data.train_dir}"
+                )
         tok = self.data.tokenizer
         if tok is not None and tok.vocab_size > self.model_cfg.padded_vocab:
             raise ConfigError(
@@ -122,7 +130,10 @@ class Trainer:
 
     def _build(self, load_universal: bool = False):
         torch.manual_seed(self.cfg.seed)
-        model = Decoder(self.model_cfg, self.info, seed=self.cfg.seed).to(self.info.device)
+        model = Decoder(self.model_cfg, self.info, seed=self.cfg.seed)
+        if self.cfg.init_from:
+            model.load_full_state_dict(load_file(os.path.join(self.cfg.init_from, WEIGHTS_FILE)))
+        model = model.to(self.info.device)
         prepare_model(model, self.cfg)
         return build_engine(model, self.cfg, self.accumulation, self.info, load_universal=load_universal)
 

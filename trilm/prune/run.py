@@ -1,0 +1,346 @@
+"""One pruning run, end to end: check the request, score units, slice, write a smaller snapshot.
+
+Every check that can fail on bad input (keep ratio, granularity, method, model kind, output directory,
+calibration data) runs before the search, and the snapshot is written into a temporary sibling directory
+that is renamed into place only when complete, so a failed run leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+
+from trilm.config import Config, ConfigError, require
+from trilm.model.flops import parameter_counts
+from trilm.model.snapshot import (
+    SNAPSHOT_FORMAT,
+    TOKENIZER_FILE,
+    WEIGHTS_FILE,
+    SnapshotMeta,
+    write_snapshot_config,
+)
+from trilm.prune.memory import model_bytes
+from trilm.prune.metrics import CalibrationStats, check_metric, collect_stats, unit_scores
+from trilm.prune.search import PGConfig, SearchResult, WindowSampler, batch_loss, pg_search
+from trilm.prune.slicing import check_sliceable, select_units, slice_model
+from trilm.prune.source import Source, load_source, read_config
+from trilm.prune.units import UnitGroup, check_keep, parse_granularity, unit_group
+
+METHODS = ("pg", "magnitude", "wanda", "block-importance")
+
+
+@dataclasses.dataclass
+class PruneConfig(Config):
+    model: str = ""
+    method: str = "pg"
+    granularity: str = "channel"
+    keep: float = 0.8
+    calib: str = ""
+    """Calibration text: a prepared split, SlimPajama folder, .jsonl(.zst) or .txt (see text_source)."""
+    out: str = ""
+    split: str = "train"
+    calib_samples: int = 128
+    """Windows for the metric statistics (Wanda-SP, block importance; the reference: 128)."""
+    calib_seq_len: int = 0
+    """Tokens per statistics window; 0 = min(model context, 1024) (the reference: 1024)."""
+    per_layer: bool = False
+    """Keep the same fraction in every block instead of one global budget."""
+    device: str = "cpu"
+    dtype: str = "float32"
+    pg: PGConfig = dataclasses.field(default_factory=PGConfig)
+
+    def validate(self) -> None:
+        require(bool(self.model), "model: a snapshot or Hugging Face directory is required")
+        require(bool(self.out), "--out: an output directory is required")
+        check_keep(self.keep)
+        granularities = parse_granularity(self.granularity)
+        require(self.method in METHODS, f"--method: {self.method!r} is not one of {', '.join(METHODS)}")
+        if self.method != "pg":
+            for g in granularities:
+                check_metric(self.method, g)
+        elif self.pg.init not in ("auto", "uniform"):
+            for g in granularities:
+                check_metric(self.pg.init, g)
+        require(
+            bool(self.calib) or self.method == "magnitude",
+            f"--calib: method {self.method} needs calibration data (a prepared split, folder or text file)",
+        )
+        require(self.calib_samples > 0, f"--calib-samples: must be > 0, got {self.calib_samples}")
+        require(self.calib_seq_len >= 0, f"--calib-seq-len: must be >= 0, got {self.calib_seq_len}")
+        require(self.dtype in ("float32", "bfloat16"), f"--dtype: {self.dtype!r} is not float32 or bfloat16")
+
+    @property
+    def granularities(self) -> tuple[str, ...]:
+        return parse_granularity(self.granularity)
+
+    def needs_stats(self) -> bool:
+        metrics = (
+            {self.method} if self.method != "pg" else {self.pg.init_metric(g) for g in self.granularities}
+        )
+        return bool(metrics & {"wanda", "block-importance"})
+
+
+@dataclasses.dataclass
+class PruneReport:
+    out: Path
+    record: dict[str, Any]
+    params_before: int
+    params_after: int
+    search: SearchResult | None = None
+
+
+def _check_out(out: Path) -> None:
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ConfigError(f"--out {out}: already exists and is not empty (choose a new directory)")
+
+
+def _calibration_tokens(cfg: PruneConfig, source: Source, model_cfg) -> torch.Tensor:
+    from trilm.data.text_source import token_stream
+    from trilm.data.tokenizer import Tokenizer
+
+    tok = Tokenizer.load(source.tokenizer) if source.tokenizer is not None else None
+    wanted = cfg.calib_samples * calib_seq_len(cfg, model_cfg) if cfg.needs_stats() else 0
+    if cfg.method == "pg":
+        wanted = max(wanted, cfg.pg.steps * cfg.pg.batch_size * cfg.pg.seq_len)
+    tokens = token_stream(cfg.calib, tok, split=cfg.split, max_tokens=max(wanted, 1))
+    top = int(tokens.max()) if tokens.numel() else -1
+    if top >= model_cfg.vocab_size:
+        raise ConfigError(
+            f"{cfg.calib}: token id {top} is outside the model's vocabulary ({model_cfg.vocab_size}); "
+            "was the calibration data tokenized with another tokenizer?"
+        )
+    return tokens
+
+
+def calib_seq_len(cfg: PruneConfig, model_cfg) -> int:
+    return cfg.calib_seq_len or min(model_cfg.context, 1024)
+
+
+def _resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"--device {name}: CUDA is not available on this machine")
+    return device
+
+
+def prune(cfg: PruneConfig, *, progress: bool = True, log=print) -> PruneReport:
+    """Prune ``cfg.model`` and write the smaller snapshot to ``cfg.out``."""
+    from trilm.data.text_source import sample_windows
+    from trilm.infer import from_state_dict, prepare_for_inference
+
+    started = time.perf_counter()
+    out = Path(cfg.out)
+    _check_out(out)
+    model_cfg, _, _ = read_config(cfg.model)
+    granularities = cfg.granularities
+    groups = [unit_group(model_cfg, g) for g in granularities]
+    for group in groups:
+        select_units(torch.zeros(group.total), group, cfg.keep, per_layer=cfg.per_layer)  # ratio checks
+    check_sliceable(model_cfg, granularities)
+    device = _resolve_device(cfg.device)
+    source = load_source(cfg.model)
+    tokens = _calibration_tokens(cfg, source, source.cfg) if cfg.calib else None
+    sampler = None
+    if cfg.method == "pg":
+        pg = cfg.pg
+        sampler = WindowSampler(tokens, pg.seq_len, pg.batch_size, pg.seed, source=cfg.calib)
+    stats_windows = None
+    if cfg.needs_stats():
+        seq = calib_seq_len(cfg, source.cfg)
+        stats_windows = sample_windows(tokens, cfg.calib_samples, seq, cfg.pg.seed, source=cfg.calib)
+
+    dtype = torch.bfloat16 if cfg.dtype == "bfloat16" else torch.float32
+    model = prepare_for_inference(from_state_dict(source.cfg, source.state), device=device, dtype=dtype)
+    stats: CalibrationStats | None = None
+    if stats_windows is not None:
+        stats = collect_stats(model, stats_windows, batch_size=cfg.pg.batch_size, progress=progress)
+
+    kept: dict[str, tuple[UnitGroup, torch.Tensor]] = {}
+    search = None
+    record_pg: dict[str, Any] | None = None
+    if cfg.method == "pg":
+        metrics = {}
+        for group in groups:
+            init = cfg.pg.init_metric(group.granularity)
+            metrics[group.granularity] = None if init == "uniform" else unit_scores(model, group, init, stats)
+        inference = _inference_peak(model, sampler, device)
+        weights = model_bytes(model)
+        search = pg_search(
+            model,
+            groups,
+            cfg.keep,
+            sampler,
+            cfg.pg,
+            metrics=metrics,
+            per_layer=cfg.per_layer,
+            progress=progress,
+        )
+        for group in groups:
+            metric = metrics[group.granularity]  # ties (clamped scores) fall back to the metric's order
+            tie = metric if metric is not None else search.initial[group.granularity]
+            mask = select_units(
+                search.scores[group.granularity], group, cfg.keep, per_layer=cfg.per_layer, tiebreak=tie
+            )
+            kept[group.granularity] = (group, mask)
+        record_pg = {
+            **cfg.pg.to_dict(),
+            "init": {g.granularity: cfg.pg.init_metric(g.granularity) for g in groups},
+            "lr_peak": {g.granularity: cfg.pg.lr_for(g.granularity) for g in groups},
+            "first_loss": search.losses[0] if search.losses else None,
+            "last_loss": search.losses[-1] if search.losses else None,
+            "skipped_steps": search.skipped_steps,
+            "seconds": round(search.seconds, 3),
+            "peak_step_bytes": search.peak.bytes if search.peak else None,
+            "inference_forward_bytes": inference,
+            "weights_bytes": weights,
+            "memory_method": search.peak.method if search.peak else None,
+        }
+    else:
+        for group in groups:
+            scores = unit_scores(model, group, cfg.method, stats)
+            kept[group.granularity] = (group, select_units(scores, group, cfg.keep, per_layer=cfg.per_layer))
+    del model
+
+    new_cfg, new_state = slice_model(source.cfg, source.state, kept)
+    tag = f"{cfg.method}-{'+'.join(granularities)}-{cfg.keep:g}"
+    new_cfg = new_cfg.replace(name=f"{source.cfg.name}-{tag}")
+    before, after = parameter_counts(source.cfg), parameter_counts(new_cfg)
+    record = {
+        "method": cfg.method,
+        "granularity": "+".join(granularities),
+        "keep": cfg.keep,
+        "per_layer": cfg.per_layer,
+        "units": {g: _units_record(group, mask) for g, (group, mask) in kept.items()},
+        "source": str(source.path),
+        "source_name": source.cfg.name,
+        "params_before": before.total,
+        "params_after": after.total,
+        "linear_params_before": before.linear,
+        "linear_params_after": after.linear,
+        "calibration": _calibration_record(cfg, source, tokens, stats_windows),
+        "pg": record_pg,
+        "device": str(device),
+        "dtype": cfg.dtype,
+        "seconds": None,
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
+    record["seconds"] = round(time.perf_counter() - started, 3)
+    meta = _output_meta(source, new_cfg, record)
+    write_pruned_snapshot(out, new_cfg, new_state, meta, source.tokenizer)
+    if log is not None:
+        log(summary_line(record))
+    return PruneReport(out, record, before.total, after.total, search)
+
+
+def _inference_peak(model, sampler: WindowSampler, device: torch.device) -> int:
+    """Peak tensor bytes of a plain forward + loss on a search-sized batch (what a PG step is compared to)."""
+    from trilm.prune.memory import measure_peak
+
+    batch = sampler.windows[: sampler.batch_size].to(device)
+    with torch.inference_mode(), measure_peak(device) as peak:
+        batch_loss(model, batch)
+    return peak.bytes
+
+
+def _units_record(group: UnitGroup, mask: torch.Tensor) -> dict[str, Any]:
+    per_layer = group.split(mask)
+    return {
+        "total": group.total,
+        "kept": int(mask.sum()),
+        "kept_per_layer": [int(m.sum()) for m in per_layer],
+        "kept_indices": [torch.nonzero(m).flatten().tolist() for m in per_layer],
+    }
+
+
+def _calibration_record(cfg: PruneConfig, source: Source, tokens, stats_windows) -> dict[str, Any] | None:
+    if tokens is None:
+        return None
+    return {
+        "source": str(cfg.calib),
+        "split": cfg.split,
+        "tokens_read": int(tokens.numel()),
+        "stats_windows": None if stats_windows is None else list(stats_windows.shape),
+        "seed": cfg.pg.seed,
+        "tokenizer": str(source.tokenizer) if source.tokenizer else None,
+    }
+
+
+def _output_meta(source: Source, cfg, record: dict[str, Any]) -> SnapshotMeta:
+    counts = parameter_counts(cfg)
+    src = source.meta
+    extra = {k: v for k, v in src.extra.items() if k != "pruning"}
+    history = list(src.extra.get("pruning_history", []))
+    if "pruning" in src.extra:
+        history.append(src.extra["pruning"])
+    if history:
+        extra["pruning_history"] = history
+    extra["pruning"] = record
+    return SnapshotMeta(
+        step=src.step,
+        tokens=src.tokens,
+        samples=src.samples,
+        run=src.run,
+        family=cfg.family,
+        size=cfg.size_name,
+        params=counts.total,
+        nonembedding_params=counts.nonembedding,
+        linear_params=counts.linear,
+        scale_partitions=cfg.scale_partitions(1) if cfg.family != "floatlm" else src.scale_partitions,
+        tokenizer_hash=src.tokenizer_hash,
+        imported_from=src.imported_from,
+        extra=extra,
+    )
+
+
+def write_pruned_snapshot(
+    out: Path, cfg, state: dict[str, torch.Tensor], meta: SnapshotMeta, tokenizer: Path | None
+) -> Path:
+    """config.json + model.safetensors (+ tokenizer.model) into ``out``, all or nothing."""
+    out = Path(out)
+    _check_out(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    try:
+        tmp.mkdir()
+        tensors = {k: v.detach().contiguous().cpu() for k, v in state.items()}
+        save_file(tensors, str(tmp / WEIGHTS_FILE), metadata={"format": SNAPSHOT_FORMAT})
+        if tokenizer is not None:
+            shutil.copyfile(tokenizer, tmp / TOKENIZER_FILE)
+        write_snapshot_config(tmp, cfg, meta)
+        if out.exists():
+            out.rmdir()
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def summary_line(record: dict[str, Any]) -> str:
+    kept = ", ".join(f"{g} {u['kept']}/{u['total']}" for g, u in record["units"].items())
+    ratio = record["params_after"] / record["params_before"]
+    line = (
+        f"pruned {record['source_name']} ({record['method']}, keep {record['keep']:g}): {kept}; "
+        f"params {record['params_before']:,} → {record['params_after']:,} ({ratio:.1%}); "
+        f"{record['seconds']:.1f}s"
+    )
+    pg = record.get("pg")
+    if pg and pg.get("peak_step_bytes") is not None:
+        line += (
+            f"; peak memory: weights {pg['weights_bytes'] / 2**20:.1f} MiB + a search step "
+            f"{pg['peak_step_bytes'] / 2**20:.1f} MiB (an inference forward + loss on the same batch: "
+            f"{pg['inference_forward_bytes'] / 2**20:.1f} MiB)"
+        )
+    return line
