@@ -7,11 +7,11 @@ snapshot's ``config.json`` meta, so turning a finished run into results-table ro
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 
+from trilm.model.snapshot import read_snapshot
 from trilm.scaling.table import ResultRow, append_rows
 from trilm.train.checkpoint import complete_steps
 
@@ -21,22 +21,22 @@ def suite_rows(run_dir: str | Path, eval_name: str = "val_loss") -> list[ResultR
     run_dir = Path(run_dir)
     rows = []
     for step, path in complete_steps(run_dir / "snapshots"):
-        meta = json.loads((path / "config.json").read_text()).get("meta", {})
-        if meta.get("val_loss") is None:
+        _, meta = read_snapshot(path)
+        if meta.val_loss is None:
             continue
         rows.append(
             ResultRow.from_counts(
-                run=meta.get("run", run_dir.name),
-                family=meta["family"],
-                size=meta["size"],
-                params=int(meta["params"]),
-                nonembedding_params=int(meta["nonembedding_params"]),
-                linear_params=int(meta["linear_params"]),
-                tokens=float(meta["tokens"]),
-                flops=float(meta["flops"]),
+                run=meta.run or run_dir.name,
+                family=meta.family,
+                size=meta.size,
+                params=int(meta.params),
+                nonembedding_params=int(meta.nonembedding_params),
+                linear_params=int(meta.linear_params),
+                tokens=float(meta.tokens),
+                flops=float(meta.flops),
                 step=step,
                 eval=eval_name,
-                loss=float(meta["val_loss"]),
+                loss=float(meta.val_loss),
             )
         )
     return rows

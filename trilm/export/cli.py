@@ -12,7 +12,8 @@ import torch
 from safetensors.torch import load_file
 
 from trilm.model.hf import export_hf, import_hf
-from trilm.model.io import WEIGHTS_FILE, build_model, read_snapshot_config, save_model
+from trilm.model.io import build_model, save_model
+from trilm.model.snapshot import WEIGHTS_FILE, SnapshotMeta, read_snapshot
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -38,7 +39,7 @@ def build_parser(parser: argparse.ArgumentParser, command: str) -> None:
 
 def run(args) -> int:
     if args.command == "export":
-        cfg, _ = read_snapshot_config(args.snapshot)
+        cfg, _ = read_snapshot(args.snapshot)
         state = load_file(f"{args.snapshot}/{WEIGHTS_FILE}")
         out = export_hf(cfg, state, args.out, dtype=_DTYPES[args.dtype])
         print(f"wrote {out} ({cfg.family}, {cfg.name}, scale partitions {cfg.scale_partitions(1)})")
@@ -46,6 +47,6 @@ def run(args) -> int:
     cfg, state = import_hf(args.hf_dir, family=args.family)
     model = build_model(cfg, tp=1, seed=None)
     model.load_full_state_dict(state)
-    save_model(model, args.out, meta={"imported_from": str(args.hf_dir)})
+    save_model(model, args.out, meta=SnapshotMeta(imported_from=str(args.hf_dir)))
     print(f"wrote snapshot {args.out} ({cfg.family}, hidden {cfg.hidden}, layers {cfg.layers})")
     return 0

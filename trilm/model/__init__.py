@@ -6,25 +6,46 @@ Public API::
     model = build_model("trilm-tiny")          # single process, TP=1 unless parallel state says otherwise
     logits = model(input_ids)                  # [batch, seq, padded_vocab]
     save_model(model, "snap/"); model = load_model("snap/")
+
+The training decoder imports megatron-core; configs, counts and snapshot metadata do not. The names that
+need megatron are imported on first use, so inference, post-hoc and evaluation code (``trilm.infer``) can
+use ``trilm.model.config`` and ``trilm.model.snapshot`` without paying for it.
 """
 
-from trilm.model.config import FAMILIES, ModelConfig, QuantConfig, preset, preset_names
+import importlib
+
+from trilm.model.config import FAMILIES, LayerShape, ModelConfig, QuantConfig, preset, preset_names
 from trilm.model.flops import ParamCounts, flops_per_token, parameter_counts
-from trilm.model.io import build_model, load_model, read_snapshot_config, save_model
-from trilm.model.transformer import Decoder
+from trilm.model.snapshot import SnapshotMeta, read_snapshot
+
+_LAZY = {
+    "Decoder": "trilm.model.transformer",
+    "build_model": "trilm.model.io",
+    "load_model": "trilm.model.io",
+    "save_model": "trilm.model.io",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'trilm.model' has no attribute {name!r}")
+
 
 __all__ = [
     "FAMILIES",
     "Decoder",
+    "LayerShape",
     "ModelConfig",
     "ParamCounts",
     "QuantConfig",
+    "SnapshotMeta",
     "build_model",
     "flops_per_token",
     "load_model",
     "parameter_counts",
     "preset",
     "preset_names",
-    "read_snapshot_config",
+    "read_snapshot",
     "save_model",
 ]

@@ -9,6 +9,17 @@ from typing import Literal
 from trilm.config import Config, ConfigError, require
 
 Family = Literal["trilm", "floatlm", "bilm"]
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerShape:
+    """The sizes of one block: query heads, KV heads and FFN width (0 = that sub-block is absent)."""
+
+    heads: int
+    kv_heads: int
+    ffn: int
+
+
 WEIGHT_FORMAT: dict[str, str] = {"trilm": "ternary", "floatlm": "float", "bilm": "binary"}
 _GROUP_RE = re.compile(r"^(shard|tensor|row|group:(\d+))$")
 
@@ -73,6 +84,12 @@ class ModelConfig(Config):
     init_std: float = 0.02
     """Normal init std; output projections use init_std / sqrt(2·layers) (GPT-2/Megatron scaled init)."""
     quant: QuantConfig = dataclasses.field(default_factory=QuantConfig)
+    layer_kv_heads: list[int] | None = None
+    """Per-layer KV-head counts of a structurally pruned model (None = ``kv_heads`` in every layer). Query
+    heads of a layer are its KV heads times the global GQA group ``heads // kv_heads``; 0 removes the
+    attention sub-block (the residual passes through)."""
+    layer_ffn: list[int] | None = None
+    """Per-layer FFN widths of a pruned model (None = ``ffn`` everywhere); 0 removes the MLP sub-block."""
 
     def validate(self) -> None:
         for key in ("vocab_size", "pad_vocab_to", "hidden", "ffn", "heads", "layers", "context"):
@@ -87,13 +104,53 @@ class ModelConfig(Config):
         require(kv > 0, f"kv_heads: must be > 0, got {kv}")
         require(self.heads % kv == 0, f"kv_heads: heads={self.heads} is not divisible by kv_heads={kv}")
         require(self.rope_theta > 0, f"rope_theta: must be > 0, got {self.rope_theta}")
+        for key in ("layer_kv_heads", "layer_ffn"):
+            values = getattr(self, key)
+            if values is None:
+                continue
+            require(
+                len(values) == self.layers,
+                f"{key}: has {len(values)} entries but the model has layers={self.layers}",
+            )
+            for i, v in enumerate(values):
+                require(v >= 0, f"{key}[{i}]: must be >= 0, got {v}")
+        if self.layer_kv_heads is not None:
+            for i, v in enumerate(self.layer_kv_heads):
+                require(
+                    v <= kv,
+                    f"layer_kv_heads[{i}]: {v} exceeds kv_heads={kv} (pruning only removes heads)",
+                )
         group = self.quant.group_size
         if group is not None and self.family != "floatlm":
-            for key, dim in (("hidden", self.hidden), ("ffn", self.ffn)):
+            dims = [("hidden", self.hidden)] + [
+                (f"ffn of layer {i}", s.ffn) for i, s in enumerate(self.layer_shapes()) if s.ffn
+            ]
+            for key, dim in dims:
                 require(
                     dim % group == 0,
                     f"quant.scale_group: group size {group} does not divide {key}={dim}",
                 )
+
+    def layer_shape(self, index: int) -> LayerShape:
+        """Heads, KV heads and FFN width of block ``index`` (per-layer for pruned models)."""
+        kv = self.num_kv_heads if self.layer_kv_heads is None else self.layer_kv_heads[index]
+        ffn = self.ffn if self.layer_ffn is None else self.layer_ffn[index]
+        return LayerShape(heads=kv * (self.heads // self.num_kv_heads), kv_heads=kv, ffn=ffn)
+
+    def layer_shapes(self) -> list[LayerShape]:
+        return [self.layer_shape(i) for i in range(self.layers)]
+
+    @property
+    def is_uniform(self) -> bool:
+        """Every block has the global head count and FFN width (what Hugging Face's LLaMA can express)."""
+        full = LayerShape(self.heads, self.num_kv_heads, self.ffn)
+        return all(s == full for s in self.layer_shapes())
+
+    @property
+    def size_name(self) -> str:
+        """The family-free size name (``trilm-1.1b`` → ``1.1b``): rows of one size pair across families."""
+        prefix = f"{self.family}-"
+        return self.name[len(prefix) :] if self.name.startswith(prefix) else self.name
 
     @property
     def head_dim(self) -> int:
@@ -114,12 +171,15 @@ class ModelConfig(Config):
 
     def check_tensor_parallel(self, tp: int) -> None:
         """Raise ConfigError when ``tp`` cannot split this model evenly (checked before building)."""
-        checks = (
+        checks = [
             ("heads", self.heads),
             ("kv_heads", self.num_kv_heads),
             ("ffn", self.ffn),
             ("vocab (padded)", self.padded_vocab),
-        )
+        ]
+        if not self.is_uniform:
+            for i, shape in enumerate(self.layer_shapes()):
+                checks += [(f"layer_kv_heads[{i}]", shape.kv_heads), (f"layer_ffn[{i}]", shape.ffn)]
         for key, value in checks:
             require(value % tp == 0, f"parallel.tensor_parallel={tp} does not divide model.{key}={value}")
         parts = self.scale_partitions(tp)
@@ -128,14 +188,21 @@ class ModelConfig(Config):
                 parts % tp == 0 or tp % parts == 0,
                 f"model.quant.partitions={parts} and parallel.tensor_parallel={tp} must divide one another",
             )
-            for key, value in (("heads", self.heads), ("kv_heads", self.num_kv_heads), ("ffn", self.ffn)):
+            sizes = [("heads", self.heads), ("kv_heads", self.num_kv_heads), ("ffn", self.ffn)]
+            if not self.is_uniform:
+                for i, shape in enumerate(self.layer_shapes()):
+                    sizes += [(f"layer_kv_heads[{i}]", shape.kv_heads), (f"layer_ffn[{i}]", shape.ffn)]
+            for key, value in sizes:
                 require(
                     value % parts == 0,
                     f"model.quant.partitions={parts} does not divide model.{key}={value}",
                 )
         group = self.quant.group_size
         if group is not None and self.family != "floatlm":
-            for key, dim in (("hidden", self.hidden), ("ffn", self.ffn)):
+            for key, dim in (
+                ("hidden", self.hidden),
+                *((f"ffn[{i}]", s.ffn) for i, s in enumerate(self.layer_shapes())),
+            ):
                 require(
                     (dim // tp) % group == 0,
                     f"model.quant.scale_group: group {group} does not divide the TP={tp} shard of {key}",

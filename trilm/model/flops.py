@@ -30,14 +30,21 @@ class ParamCounts:
 
 
 def parameter_counts(cfg: ModelConfig) -> ParamCounts:
+    """Counts per block from its own shape, so structurally pruned models count what they store."""
     d, hd = cfg.hidden, cfg.head_dim
-    attn = d * cfg.heads * hd + 2 * d * cfg.num_kv_heads * hd + cfg.heads * hd * d
-    mlp = 3 * d * cfg.ffn
+    linear = norm = 0
+    for shape in cfg.layer_shapes():
+        if shape.kv_heads:
+            linear += 2 * d * shape.heads * hd + 2 * d * shape.kv_heads * hd
+            norm += d
+        if shape.ffn:
+            linear += 3 * d * shape.ffn
+            norm += d
     return ParamCounts(
         embedding=cfg.padded_vocab * d,
         head=cfg.padded_vocab * d,
-        linear=cfg.layers * (attn + mlp),
-        norm=cfg.layers * 2 * d + d,
+        linear=linear,
+        norm=norm + d,
     )
 
 
@@ -50,5 +57,6 @@ def flops_per_token(cfg: ModelConfig, seq_len: int | None = None, training: bool
     """
     seq_len = cfg.context if seq_len is None else seq_len
     counts = parameter_counts(cfg)
-    forward = 2 * (counts.linear + counts.head) + 4 * cfg.layers * cfg.heads * cfg.head_dim * seq_len
+    heads = sum(shape.heads for shape in cfg.layer_shapes())
+    forward = 2 * (counts.linear + counts.head) + 4 * heads * cfg.head_dim * seq_len
     return float(3 * forward if training else forward)

@@ -20,8 +20,7 @@ from safetensors.torch import load_file, save_file
 
 from trilm.config import ConfigError
 from trilm.model.config import ModelConfig, QuantConfig
-from trilm.model.layers import canonical_layout
-from trilm.model.quant import ScaleLayout, quantize_weight, weight_scales
+from trilm.model.quant import ScaleLayout, canonical_layout, quantize_weight, weight_scales
 
 _LAYER_MAP = {
     "attn_norm.weight": "input_layernorm.weight",
@@ -75,6 +74,13 @@ def dequantized_state_dict(cfg: ModelConfig, state: dict[str, torch.Tensor]) -> 
 
 def hf_config_dict(cfg: ModelConfig, dtype: torch.dtype = torch.float32) -> dict:
     from transformers import LlamaConfig
+
+    if not cfg.is_uniform:
+        raise ConfigError(
+            f"{cfg.name}: per-layer head counts / FFN widths (a structurally pruned model) cannot be "
+            "expressed in a Hugging Face LlamaConfig, which has one size for every layer; use the trilm "
+            "snapshot or the packed export instead"
+        )
 
     hf = LlamaConfig(
         vocab_size=cfg.padded_vocab,

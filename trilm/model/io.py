@@ -1,4 +1,4 @@
-"""Build, save and load models; a snapshot is ``model.safetensors`` (canonical tensors) + ``config.json``.
+"""Build, save and load training models; the snapshot files themselves are :mod:`trilm.model.snapshot`.
 
 Snapshots hold the *latent* weights and the resolved config (including the number of scale partitions), so
 they load at any tensor-parallel degree and reproduce the logits of the run that wrote them.
@@ -6,7 +6,6 @@ they load at any tensor-parallel degree and reproduce the logits of the run that
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -16,13 +15,16 @@ from safetensors.torch import load_file, save_file
 
 from trilm.config import ConfigError
 from trilm.model.config import ModelConfig, preset
+from trilm.model.snapshot import (
+    SNAPSHOT_FORMAT,
+    WEIGHTS_FILE,
+    SnapshotMeta,
+    is_packed_snapshot,
+    read_snapshot,
+    write_snapshot_config,
+)
 from trilm.model.transformer import Decoder
 from trilm.parallel import current_parallel, ensure_parallel
-
-SNAPSHOT_FORMAT = "trilm-snapshot"
-SNAPSHOT_VERSION = 1
-WEIGHTS_FILE = "model.safetensors"
-CONFIG_FILE = "config.json"
 
 
 def as_model_config(cfg: ModelConfig | str) -> ModelConfig:
@@ -53,7 +55,9 @@ def _layout_or_default():
         return ensure_parallel(1)
 
 
-def save_model(model: Decoder, directory: str | Path, meta: dict[str, Any] | None = None) -> Path:
+def save_model(
+    model: Decoder, directory: str | Path, meta: SnapshotMeta | dict[str, Any] | None = None
+) -> Path:
     """Write a snapshot (all TP ranks must call it: weights are gathered; rank 0 writes)."""
     directory = Path(directory)
     state = model.full_state_dict()
@@ -63,35 +67,10 @@ def save_model(model: Decoder, directory: str | Path, meta: dict[str, Any] | Non
     tmp = directory / (WEIGHTS_FILE + ".tmp")
     save_file({k: v.contiguous() for k, v in state.items()}, str(tmp), metadata={"format": SNAPSHOT_FORMAT})
     os.replace(tmp, directory / WEIGHTS_FILE)
-    payload = {
-        "format": SNAPSHOT_FORMAT,
-        "version": SNAPSHOT_VERSION,
-        "model": model.cfg.to_dict(),
-        "meta": meta or {},
-    }
-    tmp = directory / (CONFIG_FILE + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=2))
-    os.replace(tmp, directory / CONFIG_FILE)
+    if not isinstance(meta, SnapshotMeta):
+        meta = SnapshotMeta.from_dict(meta)
+    write_snapshot_config(directory, model.cfg, meta)
     return directory
-
-
-def read_snapshot_config(directory: str | Path) -> tuple[ModelConfig, dict[str, Any]]:
-    path = Path(directory) / CONFIG_FILE
-    try:
-        payload = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: not found (is {directory} a trilm snapshot?)") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}: invalid JSON: {exc}") from None
-    if payload.get("format") != SNAPSHOT_FORMAT:
-        raise ConfigError(f"{path}: format {payload.get('format')!r} is not {SNAPSHOT_FORMAT!r}")
-    try:
-        cfg = ModelConfig.from_dict(payload["model"], prefix="model.")
-    except KeyError:
-        raise ConfigError(f"{path}: missing key 'model'") from None
-    except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
-    return cfg, payload.get("meta", {})
 
 
 def load_model(
@@ -102,7 +81,12 @@ def load_model(
     dtype: torch.dtype | None = None,
 ) -> Decoder:
     """Load a snapshot onto the current (or a new single-process) tensor-parallel layout."""
-    cfg, _ = read_snapshot_config(directory)
+    cfg, _ = read_snapshot(directory)
+    if is_packed_snapshot(directory):
+        raise ConfigError(
+            f"{directory}: a packed snapshot (QuantLM or packed export) has no latent weights to train; "
+            "load it for inference with trilm.infer.load_inference_model"
+        )
     model = build_model(cfg, tp=tp, seed=None)
     model.load_full_state_dict(load_file(str(Path(directory) / WEIGHTS_FILE)))
     if device is not None or dtype is not None:

@@ -19,7 +19,7 @@ from megatron.core import tensor_parallel
 from megatron.core.model_parallel_config import ModelParallelConfig
 from torch import nn
 
-from trilm.model.config import ModelConfig
+from trilm.model.config import LayerShape, ModelConfig
 from trilm.model.quant import ScaleLayout, fake_quant_activation, fake_quant_weight
 
 
@@ -154,22 +154,22 @@ def _layout(cfg: ModelConfig, parallel: str, segments: tuple[int, ...], tp: int,
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: ModelConfig, prefix: str, mp_config, tp: int, rank: int):
+    def __init__(self, cfg: ModelConfig, shape: LayerShape, prefix: str, mp_config, tp: int, rank: int):
         super().__init__()
         hd = cfg.head_dim
-        self.local_heads, self.local_kv = cfg.heads // tp, cfg.num_kv_heads // tp
+        self.local_heads, self.local_kv = shape.heads // tp, shape.kv_heads // tp
         self.head_dim = hd
         segments = {
-            f"{prefix}.wq.weight": cfg.heads * hd,
-            f"{prefix}.wk.weight": cfg.num_kv_heads * hd,
-            f"{prefix}.wv.weight": cfg.num_kv_heads * hd,
+            f"{prefix}.wq.weight": shape.heads * hd,
+            f"{prefix}.wk.weight": shape.kv_heads * hd,
+            f"{prefix}.wv.weight": shape.kv_heads * hd,
         }
         act = cfg.quant.activation_bits if cfg.family != "floatlm" else None
         col = _layout(cfg, "column", tuple(segments.values()), tp, rank)
         self.wqkv = QuantColumnParallelLinear(cfg.hidden, segments, col, act, config=mp_config)
         row = _layout(cfg, "row", (cfg.hidden,), tp, rank)
         self.wo = QuantRowParallelLinear(
-            f"{prefix}.wo.weight", cfg.heads * hd, cfg.hidden, row, act, config=mp_config
+            f"{prefix}.wo.weight", shape.heads * hd, cfg.hidden, row, act, config=mp_config
         )
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -185,17 +185,17 @@ class Attention(nn.Module):
 
 
 class SwiGLU(nn.Module):
-    def __init__(self, cfg: ModelConfig, prefix: str, mp_config, tp: int, rank: int):
+    def __init__(self, cfg: ModelConfig, ffn: int, prefix: str, mp_config, tp: int, rank: int):
         super().__init__()
-        segments = {f"{prefix}.w_gate.weight": cfg.ffn, f"{prefix}.w_up.weight": cfg.ffn}
+        segments = {f"{prefix}.w_gate.weight": ffn, f"{prefix}.w_up.weight": ffn}
         act = cfg.quant.activation_bits if cfg.family != "floatlm" else None
-        col = _layout(cfg, "column", (cfg.ffn, cfg.ffn), tp, rank)
+        col = _layout(cfg, "column", (ffn, ffn), tp, rank)
         self.w_gate_up = QuantColumnParallelLinear(cfg.hidden, segments, col, act, config=mp_config)
         row = _layout(cfg, "row", (cfg.hidden,), tp, rank)
         self.w_down = QuantRowParallelLinear(
-            f"{prefix}.w_down.weight", cfg.ffn, cfg.hidden, row, act, config=mp_config
+            f"{prefix}.w_down.weight", ffn, cfg.hidden, row, act, config=mp_config
         )
-        self.local_ffn = cfg.ffn // tp
+        self.local_ffn = ffn // tp
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.w_gate_up(x).split(self.local_ffn, dim=-1)
@@ -203,17 +203,26 @@ class SwiGLU(nn.Module):
 
 
 class Block(nn.Module):
+    """Pre-norm attention and SwiGLU sub-blocks; a pruned block may lack either (then only the residual)."""
+
     def __init__(self, cfg: ModelConfig, index: int, mp_config, tp: int, rank: int):
         super().__init__()
         p = f"layers.{index}"
-        self.attn_norm = RMSNorm(f"{p}.attn_norm.weight", cfg.hidden, cfg.norm_eps)
-        self.attn = Attention(cfg, f"{p}.attn", mp_config, tp, rank)
-        self.mlp_norm = RMSNorm(f"{p}.mlp_norm.weight", cfg.hidden, cfg.norm_eps)
-        self.mlp = SwiGLU(cfg, f"{p}.mlp", mp_config, tp, rank)
+        shape = cfg.layer_shape(index)
+        self.attn_norm = self.attn = self.mlp_norm = self.mlp = None
+        if shape.kv_heads:
+            self.attn_norm = RMSNorm(f"{p}.attn_norm.weight", cfg.hidden, cfg.norm_eps)
+            self.attn = Attention(cfg, shape, f"{p}.attn", mp_config, tp, rank)
+        if shape.ffn:
+            self.mlp_norm = RMSNorm(f"{p}.mlp_norm.weight", cfg.hidden, cfg.norm_eps)
+            self.mlp = SwiGLU(cfg, shape.ffn, f"{p}.mlp", mp_config, tp, rank)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.attn_norm(x), cos, sin)
-        return x + self.mlp(self.mlp_norm(x))
+        if self.attn is not None:
+            x = x + self.attn(self.attn_norm(x), cos, sin)
+        if self.mlp is not None:
+            x = x + self.mlp(self.mlp_norm(x))
+        return x
 
 
 def init_std_for(name: str, cfg: ModelConfig) -> float:
@@ -221,18 +230,3 @@ def init_std_for(name: str, cfg: ModelConfig) -> float:
     if name.endswith(("wo.weight", "w_down.weight")):
         return cfg.init_std / math.sqrt(2 * cfg.layers)
     return cfg.init_std
-
-
-def canonical_layout(cfg: ModelConfig, name: str) -> ScaleLayout | None:
-    """The TP=1 scale layout of one canonical block matrix (None for embeddings, head and norms)."""
-    if cfg.family == "floatlm" or not name.startswith("layers.") or "norm" in name:
-        return None
-    parallel = "row" if name.endswith(("wo.weight", "w_down.weight")) else "column"
-    full = ScaleLayout(
-        fmt=cfg.weight_format,
-        group=cfg.quant.scale_group,
-        partitions=cfg.scale_partitions(1),
-        parallel=parallel,
-        eps=cfg.quant.eps,
-    )
-    return full

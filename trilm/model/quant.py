@@ -20,6 +20,8 @@ from typing import Literal
 import torch
 import torch.distributed as dist
 
+from trilm.model.config import ModelConfig
+
 
 @dataclasses.dataclass(frozen=True)
 class ScaleLayout:
@@ -177,3 +179,18 @@ def packing_scales(w_full: torch.Tensor, layout: ScaleLayout) -> tuple[torch.Ten
         g = k
     scales = s[:, ::g].t().contiguous()
     return codes.to(torch.int8), scales, g
+
+
+def canonical_layout(cfg: ModelConfig, name: str) -> ScaleLayout | None:
+    """The TP=1 scale layout of one canonical block matrix (None for embeddings, head and norms)."""
+    if cfg.family == "floatlm" or not name.startswith("layers.") or "norm" in name:
+        return None
+    parallel = "row" if name.endswith(("wo.weight", "w_down.weight")) else "column"
+    full = ScaleLayout(
+        fmt=cfg.weight_format,
+        group=cfg.quant.scale_group,
+        partitions=cfg.scale_partitions(1),
+        parallel=parallel,
+        eps=cfg.quant.eps,
+    )
+    return full

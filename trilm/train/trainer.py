@@ -21,6 +21,7 @@ import torch.distributed as dist
 from trilm.config import ConfigError
 from trilm.model.flops import flops_per_token, parameter_counts
 from trilm.model.io import save_model
+from trilm.model.snapshot import SnapshotMeta
 from trilm.model.transformer import Decoder
 from trilm.parallel import dp_group, init_parallel
 from trilm.train.checkpoint import RunDir, atomic_directory, latest_complete, prune_states
@@ -157,22 +158,22 @@ class Trainer:
         counts = parameter_counts(self.model_cfg)
         tokens = step * self.cfg.batch_tokens
         tok = self.data.tokenizer
-        meta = {
-            "step": step,
-            "tokens": tokens,
-            "samples": step * self.cfg.global_batch,
-            "run": self.run.root.name,
-            "family": self.model_cfg.family,
-            "size": self.model_cfg.name,
-            "params": counts.total,
-            "nonembedding_params": counts.nonembedding,
-            "linear_params": counts.linear,
-            "scale_partitions": self.model_cfg.scale_partitions(self.info.tp_size),
-            "flops": flops_per_token(self.model_cfg, self.cfg.sequence_length) * tokens,
-            "tokenizer_hash": tok.hash if tok is not None else self.data.train.shards.tokenizer_hash,
-            "train_loss": train_loss,
-            "val_loss": val_loss,
-        }
+        meta = SnapshotMeta(
+            step=step,
+            tokens=tokens,
+            samples=step * self.cfg.global_batch,
+            run=self.run.root.name,
+            family=self.model_cfg.family,
+            size=self.model_cfg.size_name,
+            params=counts.total,
+            nonembedding_params=counts.nonembedding,
+            linear_params=counts.linear,
+            scale_partitions=self.model_cfg.scale_partitions(self.info.tp_size),
+            flops=flops_per_token(self.model_cfg, self.cfg.sequence_length) * tokens,
+            tokenizer_hash=tok.hash if tok is not None else self.data.train.shards.tokenizer_hash,
+            train_loss=train_loss,
+            val_loss=val_loss,
+        )
         with atomic_directory(self.run.snapshot(step), {"step": step}) as tmp:
             save_model(engine.module, tmp, meta=meta)
 
