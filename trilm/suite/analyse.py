@@ -11,7 +11,6 @@ the fitted curves, and what the fitted curves say at equal size in bits — the 
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,10 +43,11 @@ class SuiteAnalysis:
 
 
 def _snapshots_without_loss(run_dir: Path) -> list[str]:
+    from trilm.model.snapshot import read_snapshot
+
     out = []
     for step, path in complete_steps(run_dir / "snapshots"):
-        meta = json.loads((path / "config.json").read_text()).get("meta", {})
-        if meta.get("val_loss") is None:
+        if read_snapshot(path)[1].val_loss is None:
             out.append(f"{run_dir.name}@{step}")
     return out
 

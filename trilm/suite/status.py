@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trilm.config import ConfigError
 from trilm.suite.config import Suite, SuiteRun
 from trilm.suite.text import duration, si, table
 from trilm.train.checkpoint import RunDir, latest_complete
@@ -108,12 +109,12 @@ def _last(records: list[dict[str, Any]], key: str) -> Any:
 
 
 def _snapshot_val_loss(path: Path) -> float | None:
+    from trilm.model.snapshot import read_snapshot
+
     try:
-        meta = json.loads((path / "config.json").read_text()).get("meta", {})
-    except (OSError, json.JSONDecodeError):
+        return read_snapshot(path)[1].val_loss
+    except ConfigError:
         return None
-    value = meta.get("val_loss")
-    return None if value is None else float(value)
 
 
 def run_status(run: SuiteRun, now: float | None = None, stale_after: float = STALE_AFTER) -> RunStatus:
