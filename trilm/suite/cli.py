@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "launch":
         from trilm.suite import launch
 
-        runs = suite.runs
+        runs = launch.cheapest_first(suite.runs)
         if args.runs:
             runs = [suite.run(name) for name in _split(args.runs)]
         if args.slurm:

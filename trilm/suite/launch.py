@@ -92,6 +92,20 @@ def _resume_detail(run: SuiteRun) -> str:
     return f"resumes from step {status.last_state:,}"
 
 
+def cheapest_first(runs: list[SuiteRun]) -> list[SuiteRun]:
+    """Runs by training FLOPs, families interleaved: a suite stopped half-way has whole sizes to compare."""
+    from trilm.model.flops import flops_per_token
+
+    order = {f: i for i, f in enumerate(dict.fromkeys(r.family for r in runs))}
+
+    def cost(run: SuiteRun) -> tuple[float, int]:
+        cfg = run.cfg
+        flops = flops_per_token(cfg.model, cfg.sequence_length) * cfg.steps * cfg.batch_tokens
+        return flops, order[run.family]
+
+    return sorted(runs, key=cost)
+
+
 # ---- local ---------------------------------------------------------------------------------------------
 def launch_local(
     suite: Suite,
