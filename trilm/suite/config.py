@@ -360,14 +360,20 @@ def expand(suite: SuiteConfig, suite_file: Path, families: list[str] | None = No
 
 
 def load_suite(
-    name_or_path: str | Path, *, families: list[str] | None = None, root: str | Path | None = None
+    name_or_path: str | Path,
+    *,
+    families: list[str] | None = None,
+    root: str | Path | None = None,
+    tokens: list[int] | None = None,
 ) -> Suite:
-    """Load, validate and expand a suite; ``root`` replaces the suite's run directory."""
+    """Load, validate and expand a suite; ``root`` replaces its run directory, ``tokens`` its budgets."""
     path = suite_path(name_or_path)
     try:
         cfg = SuiteConfig.from_yaml(path)
         if root is not None:
             cfg = cfg.replace(root=str(root))
+        if tokens:
+            cfg = cfg.replace(tokens=list(tokens))
         runs = expand(cfg, path, families)
     except ConfigError as exc:
         message = str(exc)
