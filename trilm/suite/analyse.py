@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trilm.suite.config import Suite
+from trilm.suite.config import Suite, shown_path
 from trilm.suite.text import si, table
 from trilm.train.checkpoint import complete_steps
 
@@ -197,7 +197,7 @@ def render_markdown(result: SuiteAnalysis) -> str:
         "",
         cfg.description.strip() or "",
         "",
-        f"- Suite file: `{_shown_path(suite.path)}`",
+        f"- Suite file: `{shown_path(suite.path)}`",
         f"- Families: {fams}; sizes: {', '.join(s.name for s in cfg.sizes)}; token budget(s): {budgets}",
         f"- Runs analysed: {len(result.runs_with_rows)} of {len(suite.runs)}; results table"
         f" `{result.table.name}` ({report.n_rows} rows of `{report.eval_name}`)",
@@ -246,13 +246,3 @@ def render_markdown(result: SuiteAnalysis) -> str:
         "",
     ]
     return "\n".join(lines)
-
-
-def _shown_path(path: Path) -> str:
-    """Relative to the repository when inside it (reports are committed), else as given."""
-    from trilm.suite.config import REPO_ROOT
-
-    try:
-        return str(path.resolve().relative_to(REPO_ROOT))
-    except ValueError:
-        return str(path)

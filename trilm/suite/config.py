@@ -379,3 +379,11 @@ def load_suite(
         message = str(exc)
         raise ConfigError(message if message.startswith(str(path)) else f"{path}: {message}") from None
     return Suite(cfg, path, runs)
+
+
+def shown_path(path: Path) -> str:
+    """Relative to the repository when inside it (plans and reports are committed), else as given."""
+    try:
+        return str(path.resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)

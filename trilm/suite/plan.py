@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 
 from trilm.model.flops import flops_per_token, parameter_counts
-from trilm.suite.config import HardwareConfig, Suite, SuiteRun
+from trilm.suite.config import HardwareConfig, Suite, SuiteRun, shown_path
 from trilm.suite.text import hours, nbytes, si, table
 from trilm.train.schedule import snapshot_steps, state_steps
 
@@ -180,12 +180,12 @@ class SuitePlan:
             else f"{hw.device}: no peak FLOP/s known (set hardware.peak_tflops), no device-hours"
         )
         head = [
-            f"suite {cfg.name} ({self.suite.path}): {len(self.costs)} runs under {self.suite.root}",
-            f"priced on {price}; {hw.devices_per_node} devices per node",
-            "FLOPs = trilm.model.flops.flops_per_token (6·(block linears + LM head) + attention) × tokens;"
-            " wall = device-hours ÷ devices (one run after another);",
-            "ckpts = model snapshots + resumable states kept; disk: snapshots at the training dtype,"
-            " states with fp32 master weights and Adam moments",
+            f"suite {cfg.name} ({shown_path(self.suite.path)}): {len(self.costs)} runs"
+            f" under {self.suite.root}",
+            f"priced on {price}; {hw.devices_per_node} device(s) per node",
+            "FLOPs = trilm.model.flops.flops_per_token (6·(block linears + LM head) + attention) × tokens",
+            "wall = device-hours ÷ devices, runs one after another; ckpts = model snapshots + states kept",
+            "disk = snapshots at the training dtype + states (weights, Adam moments, fp32 master under bf16)",
             "",
         ]
         body = table(headers, rows, markdown=markdown)
