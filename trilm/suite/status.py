@@ -166,6 +166,27 @@ def suite_status(suite: Suite, stale_after: float = STALE_AFTER) -> list[RunStat
     return [run_status(r, now, stale_after) for r in suite.runs]
 
 
+def _flops_per_token(run: SuiteRun) -> float:
+    from trilm.model.flops import flops_per_token
+
+    return flops_per_token(run.cfg.model, run.cfg.sequence_length)
+
+
+def suite_eta(statuses: list[RunStatus]) -> float | None:
+    """Seconds for the remaining FLOPs of every unfinished run at the FLOP/s of the most recent run."""
+    timed = [s for s in statuses if s.tokens_per_s and s.last_update is not None]
+    if not timed:
+        return None
+    latest = max(timed, key=lambda s: s.last_update or 0.0)
+    rate = latest.tokens_per_s * _flops_per_token(latest.run)
+    left = sum(
+        (s.steps - s.step) * s.run.cfg.batch_tokens * _flops_per_token(s.run)
+        for s in statuses
+        if s.state != "finished"
+    )
+    return left / rate
+
+
 def render_status(suite: Suite, statuses: list[RunStatus]) -> str:
     headers = ["run", "state", "step", "tokens", "snapshot", "state ckpt", "train loss", "val loss"]
     headers += ["tokens/s", "ETA"]
@@ -190,10 +211,14 @@ def render_status(suite: Suite, statuses: list[RunStatus]) -> str:
         counts[s.state] = counts.get(s.state, 0) + 1
     done = sum(s.tokens for s in statuses)
     total = sum(s.steps * s.run.cfg.batch_tokens for s in statuses)
+    progress = f"tokens {si(done)} of {si(total)} ({100 * done / max(total, 1):.1f}%)"
+    eta = suite_eta(statuses)
+    if eta is not None:
+        progress += f"; the rest at the latest run's FLOP/s: {duration(eta)}"
     lines = [
         f"suite {suite.name}: {len(statuses)} runs under {suite.root}: "
         + ", ".join(f"{counts[state]} {state}" for state in STATES if state in counts),
-        f"tokens {si(done)} of {si(total)} ({100 * done / max(total, 1):.1f}%)",
+        progress,
         "",
         table(headers, rows, left=2),
     ]
