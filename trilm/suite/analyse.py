@@ -174,13 +174,22 @@ def comparison_lines(report: Report) -> list[str]:
     return lines
 
 
+def _unfitted(report: Report) -> list[str]:
+    return [n for n in report.notes if "L(N) not fitted" in n]
+
+
+def other_notes(report: Report) -> list[str]:
+    """The analysis notes that :func:`summary_text` does not already show."""
+    return [n for n in report.notes if "L(N) not fitted" not in n]
+
+
 def summary_text(report: Report) -> str:
     """Terminal summary: final losses per size and family, the fitted curves and the comparisons."""
-    lines = ["final validation loss per size (nats/token; gaps: row family minus column family)"]
+    lines = ["final validation loss per size (nats/token; A−B: loss of A minus loss of B)"]
     lines += [loss_table(report), ""]
     fits = fit_lines(report)
     lines += ["fitted L(N) = E + A/N^α per family (final checkpoints):" if fits else "no L(N) fitted"]
-    lines += [f"  {f}" for f in fits] if fits else [f"  {n}" for n in report.notes if "L(N" in n]
+    lines += [f"  {f}" for f in fits] if fits else [f"  {n}" for n in _unfitted(report)]
     comp = comparison_lines(report)
     if comp:
         lines += ["", "family comparison (fitted curves):", *[f"  {c}" for c in comp]]
@@ -192,11 +201,10 @@ def render_markdown(result: SuiteAnalysis) -> str:
     cfg = suite.config
     fams = ", ".join(_name(f) for f in _families(report))
     budgets = ", ".join(f"{t:,}" for t in cfg.tokens)
-    lines = [
-        f"# Suite {cfg.name}",
-        "",
-        cfg.description.strip() or "",
-        "",
+    lines = [f"# Suite {cfg.name}", ""]
+    if cfg.description.strip():
+        lines += [cfg.description.strip(), ""]
+    lines += [
         f"- Suite file: `{shown_path(suite.path)}`",
         f"- Families: {fams}; sizes: {', '.join(s.name for s in cfg.sizes)}; token budget(s): {budgets}",
         f"- Runs analysed: {len(result.runs_with_rows)} of {len(suite.runs)}; results table"

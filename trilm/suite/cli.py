@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(render_status(suite, statuses))
         return 0
-    from trilm.suite.analyse import analyse_suite, summary_text
+    from trilm.suite.analyse import analyse_suite, other_notes, summary_text
 
     result = analyse_suite(
         suite, out_dir=args.out, bootstrap=args.bootstrap, seed=args.seed, plots=not args.no_plots
@@ -136,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
     print(summary_text(result.report))
     if result.without_loss:
         print(f"\n{len(result.without_loss)} snapshot(s) have no recorded loss and are not in the table")
-    for note in result.report.notes:
+    for note in other_notes(result.report):
         print(f"note: {note}")
     print(f"\nreport: {result.summary_file} and {result.out_dir / 'report.md'}; plots in {result.out_dir}")
     return 0
