@@ -17,6 +17,7 @@ import argparse
 import json
 from pathlib import Path
 
+from trilm.config import ConfigError
 from trilm.suite.config import load_suite
 
 
@@ -35,7 +36,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser(parser: argparse.ArgumentParser, command: str = "suite") -> None:
-    sub = parser.add_subparsers(dest="action", required=True, metavar="{plan,launch,status,analyse}")
+    sub = parser.add_subparsers(dest="action", required=True, metavar="{plan,launch,status,analyse,sweep}")
     plan = sub.add_parser("plan", help="per-run cost: params, FLOPs, tokens, steps, GPUs, GPU-hours, disk")
     _common(plan)
     plan.add_argument("--device", default=None, help="price on this device (H100, H200, A100, V100, …)")
@@ -66,6 +67,13 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "suite") -> Non
         "--stale-after", type=float, default=900.0, help="seconds without metrics before a run is 'stopped'"
     )
     status.add_argument("--json", action="store_true", help="print JSON instead of the table")
+
+    sweep = sub.add_parser("sweep", help="tune the learning rate per family at one size (before launching)")
+    _common(sweep)
+    sweep.add_argument("--size", required=True, help="the suite's size to sweep at, e.g. mini")
+    sweep.add_argument("--lr", required=True, help="comma-separated peak learning rates, e.g. 2e-3,4e-3,8e-3")
+    sweep.add_argument("--dry-run", action="store_true", help="write the configs; train nothing")
+    sweep.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     for name in ("analyse", "analyze"):
         ana = sub.add_parser(
@@ -119,6 +127,16 @@ def run(args: argparse.Namespace) -> int:
         failed = [o for o in outcomes if o.action == "failed"]
         print(f"suite {suite.name}: {len(outcomes)} runs; " + _count(outcomes))
         return 1 if failed else 0
+    if args.action == "sweep":
+        from trilm.suite.sweep import sweep
+
+        try:
+            rates = [float(x) for x in _split(args.lr)]
+        except ValueError:
+            raise ConfigError(f"--lr: expected comma-separated numbers, got {args.lr!r}") from None
+        result = sweep(suite, args.size, rates, dry_run=args.dry_run, progress=not args.no_progress)
+        print(result.render())
+        return 0
     if args.action == "status":
         from trilm.suite.status import render_status, suite_status
 
