@@ -42,7 +42,16 @@ class RunStatus:
     val_loss: float | None = None
     tokens_per_s: float | None = None
     last_update: float | None = None
+    started: float | None = None
+    """Time of the first metrics record: ``last_update - started`` is the run's wall time so far (pauses
+    between an interruption and its resume included)."""
     error: str = ""
+
+    @property
+    def wall_s(self) -> float | None:
+        if self.started is None or self.last_update is None:
+            return None
+        return max(0.0, self.last_update - self.started)
 
     @property
     def steps(self) -> int:
@@ -75,6 +84,7 @@ class RunStatus:
             "val_loss": self.val_loss,
             "tokens_per_s": self.tokens_per_s,
             "eta_s": self.eta_s,
+            "wall_s": self.wall_s,
             "error": self.error,
         }
 
@@ -99,6 +109,15 @@ def tail_records(path: Path, max_bytes: int = 256 * 1024) -> list[dict[str, Any]
         if isinstance(record, dict):
             out.append(record)
     return out
+
+
+def _first_time(path: Path) -> float | None:
+    with path.open() as fh:
+        try:
+            value = json.loads(fh.readline()).get("time")
+        except json.JSONDecodeError:
+            return None
+    return float(value) if isinstance(value, int | float) else None
 
 
 def _last(records: list[dict[str, Any]], key: str) -> Any:
@@ -147,6 +166,7 @@ def run_status(run: SuiteRun, now: float | None = None, stale_after: float = STA
     if records:
         steps.append(int(records[-1].get("step", 0)))
         status.last_update = os.path.getmtime(metrics_path)
+        status.started = _first_time(metrics_path)
     status.step = max(steps, default=0)
     failed = rd.root / FAILED
     if status.last_state == run.cfg.steps:
@@ -189,7 +209,7 @@ def suite_eta(statuses: list[RunStatus]) -> float | None:
 
 def render_status(suite: Suite, statuses: list[RunStatus]) -> str:
     headers = ["run", "state", "step", "tokens", "snapshot", "state ckpt", "train loss", "val loss"]
-    headers += ["tokens/s", "ETA"]
+    headers += ["tokens/s", "wall", "ETA"]
     rows = []
     for s in statuses:
         rows.append(
@@ -203,6 +223,7 @@ def render_status(suite: Suite, statuses: list[RunStatus]) -> str:
                 "–" if s.train_loss is None else f"{s.train_loss:.4f}",
                 "–" if s.val_loss is None else f"{s.val_loss:.4f}",
                 "–" if s.tokens_per_s is None else si(s.tokens_per_s),
+                duration(s.wall_s),
                 "done" if s.state == "finished" else duration(s.eta_s),
             ]
         )
