@@ -17,7 +17,7 @@ SIZES = ["nano", "mini", "tiny"]
 
 @pytest.mark.slow
 def test_quickstart_pipeline(tmp_path, capsys):
-    args = ["quickstart", "--run-dir", str(tmp_path), "--tokens", str(8192 * 4), "--no-progress"]
+    args = ["quickstart", "--run-dir", str(tmp_path), "--tokens", str(4096 * 4), "--no-progress"]
     assert trilm_main([*args, "--bootstrap", "20"]) == 0
     out = capsys.readouterr().out
     assert "== 2/4 train 9 runs (trilm, floatlm, bilm × nano, mini, tiny" in out
@@ -26,7 +26,7 @@ def test_quickstart_pipeline(tmp_path, capsys):
     assert {(r.family, r.size) for r in rows} == {(f, s) for f in ("trilm", "floatlm", "bilm") for s in SIZES}
     assert sorted({r.step for r in rows}) == [0, 1, 2, 4]
     trilm = {(r.size, r.step): r for r in rows if r.family == "trilm"}
-    assert trilm["tiny", 4].loss < trilm["tiny", 0].loss and trilm["tiny", 4].tokens == 4 * 8192
+    assert trilm["tiny", 4].loss < trilm["tiny", 0].loss and trilm["tiny", 4].tokens == 4 * 4096
     bits = {r.family: r.bits_per_param for r in rows if r.size == "tiny"}
     assert bits["bilm"] < bits["trilm"] < bits["floatlm"] == 16.0
 
@@ -67,4 +67,4 @@ def test_quickstart_pipeline(tmp_path, capsys):
     )
     assert "0 rows added, 4 already present" in run.stdout
     index = json.loads((tmp_path / "trilm-tiny/suite_index.json").read_text())
-    assert [e["step"] for e in index] == [0, 1, 2, 4] and index[-1]["tokens"] == 4 * 8192
+    assert [e["step"] for e in index] == [0, 1, 2, 4] and index[-1]["tokens"] == 4 * 4096
