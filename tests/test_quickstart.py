@@ -1,4 +1,5 @@
-"""The main job end to end at a reduced budget: data → TriLM + FloatLM → loss table → samples → scaling."""
+"""The main job end to end at a reduced budget: data → TriLM, FloatLM, BiLM at three sizes → samples →
+results table → L(N) per family and the family comparison."""
 
 import json
 import subprocess
@@ -11,34 +12,50 @@ from trilm.cli import main as trilm_main
 from trilm.eval.suite import evaluate_snapshot, suite_rows
 from trilm.scaling.table import read_table
 
+SIZES = ["nano", "mini", "tiny"]
+
 
 @pytest.mark.slow
 def test_quickstart_pipeline(tmp_path, capsys):
-    assert (
-        trilm_main(["quickstart", "--run-dir", str(tmp_path), "--tokens", str(8192 * 5), "--no-progress"])
-        == 0
-    )
+    args = ["quickstart", "--run-dir", str(tmp_path), "--tokens", str(4096 * 4), "--no-progress"]
+    assert trilm_main([*args, "--bootstrap", "20"]) == 0
     out = capsys.readouterr().out
-    assert "validation loss per checkpoint" in out and "[trilm] In the beginning" in out
+    assert "== 2/4 train 9 runs (trilm, floatlm, bilm × nano, mini, tiny" in out
+    assert "[trilm-tiny] In the beginning" in out and "[bilm-tiny] The Python interpreter" in out
     rows = read_table(tmp_path / "results.csv")
-    assert {r.family for r in rows} == {"trilm", "floatlm"}
-    assert sorted({r.step for r in rows}) == [0, 1, 2, 4, 5]
-    trilm = {r.step: r for r in rows if r.family == "trilm"}
-    assert trilm[5].loss < trilm[0].loss and trilm[5].tokens == 5 * 8192
-    assert 1.5 < trilm[5].bits_per_param < 16 and {
-        r.bits_per_param for r in rows if r.family == "floatlm"
-    } == {16.0}
+    assert {(r.family, r.size) for r in rows} == {(f, s) for f in ("trilm", "floatlm", "bilm") for s in SIZES}
+    assert sorted({r.step for r in rows}) == [0, 1, 2, 4]
+    trilm = {(r.size, r.step): r for r in rows if r.family == "trilm"}
+    assert trilm["tiny", 4].loss < trilm["tiny", 0].loss and trilm["tiny", 4].tokens == 4 * 4096
+    bits = {r.family: r.bits_per_param for r in rows if r.size == "tiny"}
+    assert bits["bilm"] < bits["trilm"] < bits["floatlm"] == 16.0
+
+    # the analysis fits L(N) per family on three sizes and compares TriLM and BiLM with FloatLM
     report = json.loads((tmp_path / "analysis/fit.json").read_text())
-    assert set(report["families"]) == {"trilm", "floatlm"}
-    for name in ("report.md", "training_curves.png", "loss_vs_params.svg"):
+    assert set(report["families"]) == {"trilm", "floatlm", "bilm"}
+    for family in ("trilm", "floatlm", "bilm"):
+        law = report["families"][family]["L(x)"]
+        assert law is not None and len(law["points"]) == 3 and set(law["params"]) == {"E", "A", "alpha"}
+    compared = {(c["family"], c["axis"]) for c in report["comparisons"]}
+    assert {(f, a) for f in ("trilm", "bilm") for a in ("observed", "params", "bits")} <= compared
+    assert "fitted L(N) = E + A/N^α per family" in out and "TriLM vs FloatLM at equal size in bits" in out
+    summary = (tmp_path / "analysis/suite.md").read_text()
+    assert "| size | params | FloatLM | TriLM | BiLM | TriLM−FloatLM | BiLM−FloatLM | TriLM−BiLM |" in summary
+    for name in ("report.md", "training_curves.png", "loss_vs_params.svg", "loss_vs_bits.png"):
         assert (tmp_path / "analysis" / name).stat().st_size > 0
+
     # the recorded snapshot loss is what an independent evaluation of the snapshot gives
-    snap = tmp_path / "trilm-tiny/snapshots/step-5"
+    snap = tmp_path / "trilm-tiny/snapshots/step-4"
     again = evaluate_snapshot(
         snap, tmp_path / "data/validation", seq_len=128, batch_size=32, max_sequences=64
     )
-    assert again == pytest.approx(trilm[5].loss, rel=1e-5)
-    assert len(suite_rows(tmp_path / "floatlm-tiny")) == 5
+    assert again == pytest.approx(trilm["tiny", 4].loss, rel=1e-5)
+    assert len(suite_rows(tmp_path / "floatlm-mini")) == 4
+
+    # rerunning trains nothing and adds no rows
+    assert trilm_main([*args, "--bootstrap", "0"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("skipped: finished") == 9 and "0 rows added, 36 already there" in out
 
     # the thin checkpoint tool indexes the same suite and appends nothing new to the table
     tool = Path(__file__).resolve().parents[1] / "checkpoints_tools/suite_index.py"
@@ -48,6 +65,6 @@ def test_quickstart_pipeline(tmp_path, capsys):
         text=True,
         check=True,
     )
-    assert "0 rows added, 5 already present" in run.stdout
+    assert "0 rows added, 4 already present" in run.stdout
     index = json.loads((tmp_path / "trilm-tiny/suite_index.json").read_text())
-    assert [e["step"] for e in index] == [0, 1, 2, 4, 5] and index[-1]["tokens"] == 5 * 8192
+    assert [e["step"] for e in index] == [0, 1, 2, 4] and index[-1]["tokens"] == 4 * 4096

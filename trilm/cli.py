@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "model": ("trilm.model.cli", "inspect presets: parameter counts, FLOPs per token"),
     "data": ("trilm.data.cli", "corpus, tokenizer training, tokenize into packed shards"),
     "train": ("trilm.train.cli", "pretrain a TriLM/FloatLM/BiLM (same as train/pretrain.py)"),
+    "suite": ("trilm.suite.cli", "suites of runs: plan, launch, status, analyse (families × sizes)"),
     "quickstart": ("trilm.quickstart", "the main job on the embedded corpus, on CPU, in minutes"),
     "eval": ("trilm.eval.cli", "evaluate snapshots: perplexity, lm-eval tasks, results table"),
     "scaling": ("trilm.scaling.cli", "fit scaling laws over a results table, compare families, plot"),

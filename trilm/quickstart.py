@@ -1,12 +1,16 @@
-"""``trilm quickstart`` (what ``make quickstart`` runs): the whole job in minutes on a CPU.
+"""``trilm quickstart`` (what ``make quickstart`` runs): the scaling story in minutes on a CPU.
 
-1. tokenizer + packed shards of the embedded corpus (``trilm data``),
-2. a tiny TriLM and its FloatLM twin trained with the Spectra schedule, each writing its checkpoint suite,
-3. validation loss per checkpoint and a generated sample from each final model,
-4. the scaling-law analysis of the tiny suite (fits, report, plots).
+It is the quickstart suite (``configs/suites/quickstart.yaml``) run end to end through ``trilm suite``:
 
-Rerunning it reuses what is finished: prepared shards, completed runs (they resume, and a finished run has
-nothing left to do).
+1. tokenizer + packed shards of the embedded corpus,
+2. TriLM, FloatLM and BiLM at three tiny sizes each, on the same tokens, with the Spectra schedule, every run
+   writing its checkpoint suite (cheapest runs first),
+3. the final validation loss per size and family, and a generated sample from each family's largest model,
+4. the analysis: the results table of every checkpoint, L(N) = E + A/N^α fitted per family, and the families
+   compared at equal parameters and at equal size in bits (report and plots under ``<run-dir>/analysis``).
+
+Rerunning it reuses what is finished: prepared shards, completed runs (they are skipped; an interrupted one
+resumes), rows already in the results table.
 """
 
 from __future__ import annotations
@@ -15,111 +19,77 @@ import argparse
 import time
 from pathlib import Path
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs" / "train"
 PROMPTS = ("In the beginning", "The Python interpreter")
 
 
 def build_parser(parser: argparse.ArgumentParser, command: str = "quickstart") -> None:
     parser.add_argument("--run-dir", default="runs/quickstart", help="where data, runs and analysis go")
     parser.add_argument(
-        "--tokens", type=int, default=None, help="training tokens per model (default: config)"
+        "--tokens", type=int, default=None, help="training tokens per run (default: the suite's budget)"
     )
-    parser.add_argument("--families", default="trilm,floatlm", help="comma-separated, from trilm,floatlm")
+    parser.add_argument(
+        "--families", default="trilm,floatlm,bilm", help="comma-separated, from trilm,floatlm,bilm"
+    )
+    parser.add_argument("--bootstrap", type=int, default=200, help="bootstrap resamples of the fits")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
-def _train(family: str, root: Path, data: dict, tokens: int | None, progress: bool):
-    from trilm.train.config import TrainConfig
-    from trilm.train.trainer import Trainer
-
-    path = CONFIG_DIR / f"quickstart-{family}.yaml"
-    overrides = [
-        f"run_dir={root / f'{family}-tiny'}",
-        f"data.train_dir={data['train']}",
-        f"data.valid_dir={data['validation']}",
-        f"data.tokenizer={data['tokenizer']}",
-        f"log.progress={str(progress).lower()}",
-    ]
-    if tokens:
-        overrides.append(f"tokens={tokens}")
-    cfg = TrainConfig.from_yaml(path, overrides)
-    return cfg, Trainer(cfg).fit()
-
-
-def _loss_table(summaries: dict) -> str:
-    steps = sorted({s for _, summary in summaries.values() for s in summary.val_losses})
-    families = list(summaries)
-    head = f"{'step':>6} {'tokens':>9}  " + "  ".join(f"{f:>10}" for f in families)
-    lines = [head, "-" * len(head)]
-    cfg = next(iter(summaries.values()))[0]
-    for step in steps:
-        row = f"{step:>6} {step * cfg.batch_tokens:>9,}  "
-        row += "  ".join(
-            f"{summaries[f][1].val_losses[step]:>10.4f}"
-            if step in summaries[f][1].val_losses
-            else f"{'':>10}"
-            for f in families
-        )
-        lines.append(row)
-    return "\n".join(lines)
-
-
-def _samples(summaries: dict, tokenizer_path: str) -> str:
+def _samples(suite, tokenizer_path: Path) -> str:
     from trilm.data.tokenizer import Tokenizer
     from trilm.serve import Engine, SamplingParams
+    from trilm.train.checkpoint import latest_complete
 
     tok = Tokenizer.load(tokenizer_path)
+    params = SamplingParams(max_tokens=40, temperature=0.7, top_k=20, seed=0)
+    largest = {}
+    for run in suite.runs:
+        largest[run.family] = run  # runs of a family come in size order
     out = []
-    for family, (cfg, summary) in summaries.items():
-        snapshot = Path(summary.run_dir) / "snapshots" / f"step-{cfg.steps}"
-        engine = Engine.load(snapshot, device="cpu", tokenizer=tok, max_batch=len(PROMPTS))
-        params = SamplingParams(max_tokens=40, temperature=0.7, top_k=20, seed=0)
+    for run in largest.values():
+        snapshot = latest_complete(run.run_dir / "snapshots")
+        if snapshot is None:
+            continue
+        engine = Engine.load(snapshot[1], device="cpu", tokenizer=tok, max_batch=len(PROMPTS))
         for prompt, done in zip(PROMPTS, engine.generate(list(PROMPTS), params)):
-            text = done.text.replace("\n", " ")
-            out.append(f"[{family}] {prompt}{text}")
+            out.append(f"[{run.name}] {prompt}{done.text.replace(chr(10), ' ')}")
     return "\n".join(out)
 
 
 def run(args) -> int:
-    from trilm.data.pipeline import prepare_embedded
-    from trilm.parallel import shutdown_parallel
+    from trilm.suite import load_suite
+    from trilm.suite.analyse import analyse_suite, summary_text
+    from trilm.suite.launch import cheapest_first, launch_local, prepare_data
 
     start = time.perf_counter()
-    root = Path(args.run_dir)
-    progress = not args.no_progress
     families = [f.strip() for f in args.families.split(",") if f.strip()]
-    print(f"== 1/4 data: tokenizer and packed shards of the embedded corpus → {root / 'data'}")
-    data = prepare_embedded(root / "data", vocab_size=2048, workers=2, progress=progress)
-    summaries = {}
-    for i, family in enumerate(families):
-        print(f"== 2/4 train {family} ({i + 1}/{len(families)}) → {root / f'{family}-tiny'}")
-        summaries[family] = _train(family, root, data, args.tokens, progress)
-    print("== 3/4 validation loss per checkpoint (nats/token)")
-    print(_loss_table(summaries))
-    print("\nsamples from the final checkpoints:")
-    print(_samples(summaries, str(data["tokenizer"])))
-    print(f"== 4/4 scaling analysis → {root / 'analysis'}")
-    print(_analysis(root, summaries))
-    shutdown_parallel()
-    print(
-        f"\nquickstart finished in {time.perf_counter() - start:.0f} s; runs, logs and analysis under {root}"
+    suite = load_suite(
+        "quickstart", families=families, root=args.run_dir, tokens=[args.tokens] if args.tokens else None
     )
-    runs = " ".join(str(s.run_dir) for _, s in summaries.values())
+    root = suite.root
+    progress = not args.no_progress
+    print(f"== 1/4 data: tokenizer and packed shards of the embedded corpus → {root / 'data'}")
+    prepare_data(suite, progress)
+    sizes = ", ".join(dict.fromkeys(r.size for r in suite.runs))
+    print(
+        f"== 2/4 train {len(suite.runs)} runs ({', '.join(families)} × {sizes};"
+        f" {suite.runs[0].cfg.steps} steps of {suite.runs[0].cfg.batch_tokens:,} tokens each) → {root}"
+    )
+    outcomes = launch_local(suite, cheapest_first(suite.runs), progress=progress)
+    failed = [o for o in outcomes if o.action == "failed"]
+    if failed:
+        print(f"quickstart: {len(failed)} run(s) failed: " + "; ".join(str(o) for o in failed))
+        return 1
+    print(f"== 3/4 samples from each family's largest model ({', '.join(PROMPTS)})")
+    print(_samples(suite, root / "data" / "tokenizer.model"))
+    print(f"== 4/4 analysis: every checkpoint → results table → L(N) fits, family comparison → {root}")
+    result = analyse_suite(suite, bootstrap=args.bootstrap, seed=0)
+    print(summary_text(result.report))
+    print(f"\nreport {result.summary_file}, {result.out_dir / 'report.md'}; plots in {result.out_dir}")
+    runs = " ".join(str(r.run_dir) for r in suite.runs)
     print("next: export every checkpoint (HF with tokenizer, packed, GGUF, model cards) and evaluate them:")
     print(f"  trilm export suite {runs} --out {root / 'suite'}")
-    print(f"  trilm eval suite {root / 'suite'} --table {root / 'results.csv'} --data {data['validation']} "
+    validation = root / "data" / "validation"
+    print(f"  trilm eval suite {root / 'suite'} --table {root / 'eval.csv'} --data {validation} "
           "--max-tokens 32768 --tasks trilm_local --limit 20")  # fmt: skip
+    print(f"quickstart finished in {time.perf_counter() - start:.0f} s; runs, logs and analysis under {root}")
     return 0
-
-
-def _analysis(root: Path, summaries: dict) -> str:
-    from trilm.eval.suite import write_suite_table
-    from trilm.scaling import analyze
-
-    table = root / "results.csv"
-    added, skipped = write_suite_table([s.run_dir for _, s in summaries.values()], table)
-    report = analyze([table], root / "analysis", bootstrap=200, seed=0)
-    lines = [f"results table {table}: {added} rows added, {skipped} already there"]
-    lines += [f"  {name}: {path}" for name, path in sorted(report.files.items())]
-    lines += [f"  note: {note}" for note in report.notes]
-    return "\n".join(lines)

@@ -1,0 +1,256 @@
+"""``trilm suite analyse``: checkpoints → results table → scaling fits and family comparison → report.
+
+The rows come from the one writer of results rows (:mod:`trilm.eval.suite`): every complete snapshot of every
+run, with the validation loss the trainer measured on the fixed validation set when it wrote the snapshot.
+The fits and comparisons are :func:`trilm.scaling.analyze` (L(N) and L(bits) per family with bootstrap
+intervals, L(D) per run, families against FloatLM at equal parameters and at equal size in bits). On top,
+this module writes ``suite.md``: the suite's final losses side by side per size, the gaps between families,
+the fitted curves, and what the fitted curves say at equal size in bits — the summary the quickstart prints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from trilm.suite.config import Suite, shown_path
+from trilm.suite.text import si, table
+from trilm.train.checkpoint import complete_steps
+
+if TYPE_CHECKING:
+    from trilm.scaling.results import Report
+
+ORDER = ("floatlm", "trilm", "bilm")
+NAMES = {"floatlm": "FloatLM", "trilm": "TriLM", "bilm": "BiLM"}
+
+
+@dataclasses.dataclass
+class SuiteAnalysis:
+    suite: Suite
+    table: Path
+    out_dir: Path
+    runs_with_rows: list[str]
+    added: int
+    skipped: int
+    without_loss: list[str]
+    report: Report
+
+    @property
+    def summary_file(self) -> Path:
+        return self.out_dir / "suite.md"
+
+
+def _snapshots_without_loss(run_dir: Path) -> list[str]:
+    from trilm.model.snapshot import read_snapshot
+
+    out = []
+    for step, path in complete_steps(run_dir / "snapshots"):
+        if read_snapshot(path)[1].val_loss is None:
+            out.append(f"{run_dir.name}@{step}")
+    return out
+
+
+def analyse_suite(
+    suite: Suite,
+    *,
+    out_dir: str | Path | None = None,
+    bootstrap: int = 1000,
+    seed: int = 0,
+    plots: bool = True,
+    echo: Callable[[str], None] = print,
+) -> SuiteAnalysis:
+    """Results table ``<root>/results.csv`` (rows already there are kept) → ``<root>/analysis``."""
+    from trilm.eval.suite import write_suite_table
+    from trilm.scaling import analyze
+    from trilm.scaling.fit import FitError
+
+    run_dirs = [r.run_dir for r in suite.runs if complete_steps(r.run_dir / "snapshots")]
+    if not run_dirs:
+        raise FitError(f"suite {suite.name}: no run under {suite.root} has a complete snapshot yet")
+    missing = [s for d in run_dirs for s in _snapshots_without_loss(d)]
+    table_path = suite.root / "results.csv"
+    added, skipped = write_suite_table(run_dirs, table_path)
+    echo(f"results table {table_path}: {added} rows added, {skipped} already there")
+    out = Path(out_dir) if out_dir is not None else suite.root / "analysis"
+    report = analyze([table_path], out, bootstrap=bootstrap, seed=seed, plots=plots)
+    result = SuiteAnalysis(
+        suite, table_path, out, [d.name for d in run_dirs], added, skipped, missing, report
+    )
+    result.summary_file.write_text(render_markdown(result))
+    report.files["suite"] = str(result.summary_file)
+    return result
+
+
+# ---- what the analysis says -------------------------------------------------------------------------------
+def _families(report: Report) -> list[str]:
+    known = [f for f in ORDER if f in report.families]
+    return known + [f for f in report.families if f not in known]
+
+
+def _name(family: str) -> str:
+    return NAMES.get(family, family)
+
+
+def final_losses(report: Report) -> dict[str, dict[str, Any]]:
+    """``{size: {"params": N, family: loss, …}}`` from the final checkpoint of each run (lowest per size)."""
+    out: dict[str, dict[str, Any]] = {}
+    for fam, fa in report.families.items():
+        for row in fa.finals:
+            entry = out.setdefault(row.size, {"params": row.params, "bits": {}})
+            if fam not in entry or row.loss < entry[fam]:
+                entry[fam] = row.loss
+                entry["bits"][fam] = row.model_bits
+    return dict(sorted(out.items(), key=lambda kv: kv[1]["params"]))
+
+
+def _gap_pairs(families: list[str]) -> list[tuple[str, str]]:
+    pairs = [(f, "floatlm") for f in families if f != "floatlm" and "floatlm" in families]
+    if "trilm" in families and "bilm" in families:
+        pairs.append(("trilm", "bilm"))
+    return pairs
+
+
+def loss_table(report: Report, markdown: bool = False) -> str:
+    families = _families(report)
+    pairs = _gap_pairs(families)
+    headers = ["size", "params", *[_name(f) for f in families], *[f"{_name(a)}−{_name(b)}" for a, b in pairs]]
+    rows = []
+    for size, entry in final_losses(report).items():
+        cells = [size, si(entry["params"])]
+        cells += [f"{entry[f]:.4f}" if f in entry else "–" for f in families]
+        cells += [f"{entry[a] - entry[b]:+.4f}" if a in entry and b in entry else "–" for a, b in pairs]
+        rows.append(cells)
+    return table(headers, rows, markdown=markdown)
+
+
+def fit_lines(report: Report) -> list[str]:
+    axis = "N" if report.config.x == "params" else "N_nonemb"
+    lines = []
+    for fam in _families(report):
+        fa = report.families[fam]
+        for law, var in ((fa.law_x, axis), (fa.law_bits, "bits")):
+            if law is None:
+                continue
+            p = law.fit.params
+            cell = f"L({var}) = {p['E']:.4g} + {p['A']:.4g} / {var}^{p['alpha']:.4g}"
+            if law.bootstrap is not None:
+                s = law.bootstrap.summary()["alpha"]
+                cell += f"   (α {int(report.config.level * 100)}% CI [{s['lo']:.3g}, {s['hi']:.3g}])"
+            lines.append(f"{_name(fam):>8}  {cell}   [{law.fit.n_points} sizes]")
+    return lines
+
+
+def comparison_lines(report: Report) -> list[str]:
+    """What the fitted curves say, per family against the reference, at equal parameters and equal bits."""
+    lines = []
+    for c in report.comparisons:
+        if c["axis"] == "observed":
+            continue
+        fam, ref = _name(c["family"]), _name(c["reference"])
+        unit = "parameters" if c["axis"] == "params" else "size in bits"
+        if c["crossings"]:
+            where = ", ".join(
+                f"{si(x['x'])} ({'within the data' if x['within_data'] else 'extrapolated'})"
+                for x in c["crossings"]
+            )
+            cross = f"curves cross at {where}"
+        else:
+            lo, hi = c["search_range"]
+            cross = f"curves do not cross between {si(lo)} and {si(hi)}"
+        lower = c["lower_family_by_range"]
+        at_data = [s for s in lower if s["from"] <= max(m["x"] for m in c["matches"])]
+        lower_now = _name(at_data[-1]["lower"]) if at_data else "?"
+        lines.append(f"{fam} vs {ref} at equal {unit}: {cross}; {lower_now} is lower at the largest size")
+        for m in c["matches"]:
+            ratio = m["ratio"]
+            verdict = (
+                f"as good as {ref} with {ratio:.3g}× its {'parameters' if c['axis'] == 'params' else 'bits'}"
+                if ratio == ratio and ratio != float("inf")
+                else f"below any loss the {ref} fit reaches"
+            )
+            lines.append(f"    {fam} {m['size']:<8} {si(m['x']):>7}: loss {m['loss']:.4f} — {verdict}")
+    return lines
+
+
+def _unfitted(report: Report) -> list[str]:
+    return [n for n in report.notes if "L(N) not fitted" in n]
+
+
+def other_notes(report: Report) -> list[str]:
+    """The analysis notes that :func:`summary_text` does not already show."""
+    return [n for n in report.notes if "L(N) not fitted" not in n]
+
+
+def summary_text(report: Report) -> str:
+    """Terminal summary: final losses per size and family, the fitted curves and the comparisons."""
+    lines = ["final validation loss per size (nats/token; A−B: loss of A minus loss of B)"]
+    lines += [loss_table(report), ""]
+    fits = fit_lines(report)
+    lines += ["fitted L(N) = E + A/N^α per family (final checkpoints):" if fits else "no L(N) fitted"]
+    lines += [f"  {f}" for f in fits] if fits else [f"  {n}" for n in _unfitted(report)]
+    comp = comparison_lines(report)
+    if comp:
+        lines += ["", "family comparison (fitted curves):", *[f"  {c}" for c in comp]]
+    return "\n".join(lines)
+
+
+def render_markdown(result: SuiteAnalysis) -> str:
+    suite, report = result.suite, result.report
+    cfg = suite.config
+    fams = ", ".join(_name(f) for f in _families(report))
+    budgets = ", ".join(f"{t:,}" for t in cfg.tokens)
+    lines = [f"# Suite {cfg.name}", ""]
+    if cfg.description.strip():
+        lines += [cfg.description.strip(), ""]
+    lines += [
+        f"- Suite file: `{shown_path(suite.path)}`",
+        f"- Families: {fams}; sizes: {', '.join(s.name for s in cfg.sizes)}; token budget(s): {budgets}",
+        f"- Runs analysed: {len(result.runs_with_rows)} of {len(suite.runs)}; results table"
+        f" `{result.table.name}` ({report.n_rows} rows of `{report.eval_name}`)",
+    ]
+    if result.without_loss:
+        lines.append(
+            f"- {len(result.without_loss)} snapshot(s) without a recorded loss left out:"
+            f" {', '.join(result.without_loss[:8])}{' …' if len(result.without_loss) > 8 else ''}"
+        )
+    lines += [
+        "",
+        "## Final validation loss per size",
+        "",
+        "Nats per token on the fixed validation set, at each run's last checkpoint; the gap columns are the"
+        " first family minus the second (negative: the first is better).",
+        "",
+        loss_table(report, markdown=True),
+        "",
+    ]
+    by_bits = sorted(
+        (entry["bits"][fam], size, fam, entry[fam])
+        for size, entry in final_losses(report).items()
+        for fam in _families(report)
+        if fam in entry
+    )
+    bit_rows = [[size, _name(fam), si(bits), f"{loss:.4f}"] for bits, size, fam, loss in by_bits]
+    lines += [
+        "## Loss against model size in bits",
+        "",
+        "Every final checkpoint ordered by its size in bits (linear weights at log2(3) bits for TriLM, 1 for"
+        " BiLM, 16 for FloatLM; embedding, head and norms at 16).",
+        "",
+        table(["size", "family", "bits", "loss"], bit_rows, markdown=True),
+        "",
+    ]
+    fits = fit_lines(report)
+    if fits:
+        lines += ["## Fitted curves", "", "```", *fits, "```", ""]
+    comp = comparison_lines(report)
+    if comp:
+        lines += ["## Family comparison (fitted curves)", "", "```", *comp, "```", ""]
+    lines += [
+        "The full scaling report (fits with bootstrap intervals, leave-one-size-out errors, crossings,"
+        " notes) is [report.md](report.md); plots: [loss vs parameters](loss_vs_params.png),"
+        " [loss vs size in bits](loss_vs_bits.png), [training curves](training_curves.png).",
+        "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,167 @@
+"""``trilm suite``: define, plan, launch, monitor and analyse a suite of runs (families × sizes × budgets).
+
+    trilm suite plan spectra                          # per run: params, FLOPs, steps, GPUs, GPU-hours, disk
+    trilm suite plan spectra --device V100 --mfu 0.5  # priced on other hardware
+    trilm suite launch minisuite --local              # train here, one run after another (rerun = resume)
+    trilm suite launch spectra --slurm [--dry-run]    # one SLURM array per node shape, one task per run
+    trilm suite launch spectra --hostfile hosts       # DeepSpeed launcher over a hostfile, run by run
+    trilm suite status minisuite                      # state, step, tokens, checkpoints, losses, ETA
+    trilm suite analyse minisuite                     # results table → fits, family comparison → report
+
+SUITE is a name in ``configs/suites/`` or a path to a suite YAML (``docs/suites.md``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from trilm.config import ConfigError
+from trilm.suite.config import load_suite
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "suite", metavar="SUITE", help="suite name (configs/suites/NAME.yaml) or a suite YAML path"
+    )
+    p.add_argument(
+        "--run-dir", default=None, help="directory of the suite's runs (default: the suite's root)"
+    )
+    p.add_argument(
+        "--families",
+        default="",
+        help="comma-separated families (default: the suite's non-optional ones, e.g. without BiLM)",
+    )
+
+
+def build_parser(parser: argparse.ArgumentParser, command: str = "suite") -> None:
+    sub = parser.add_subparsers(dest="action", required=True, metavar="{plan,launch,status,analyse,sweep}")
+    plan = sub.add_parser("plan", help="per-run cost: params, FLOPs, tokens, steps, GPUs, GPU-hours, disk")
+    _common(plan)
+    plan.add_argument("--device", default=None, help="price on this device (H100, H200, A100, V100, …)")
+    plan.add_argument("--mfu", type=float, default=None, help="model FLOPs utilisation to price at")
+    plan.add_argument("--markdown", action="store_true", help="print the table as markdown")
+
+    launch = sub.add_parser("launch", help="train locally, or write/submit launch scripts (idempotent)")
+    _common(launch)
+    mode = launch.add_mutually_exclusive_group()
+    mode.add_argument("--local", action="store_true", help="train here, one run after another (default)")
+    mode.add_argument("--slurm", action="store_true", help="one SLURM array per node shape (sbatch)")
+    mode.add_argument("--hostfile", type=Path, default=None, metavar="F", help="DeepSpeed hostfile")
+    launch.add_argument("--dry-run", action="store_true", help="write configs and scripts; run nothing")
+    launch.add_argument("--runs", default="", help="comma-separated run names (default: all)")
+    launch.add_argument("--force", action="store_true", help="start runs that look like they are running")
+    launch.add_argument(
+        "--sbatch",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra #SBATCH line, e.g. --partition=gpu",
+    )
+    launch.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+    status = sub.add_parser("status", help="per run: state, step, tokens, checkpoints, losses, tokens/s, ETA")
+    _common(status)
+    status.add_argument(
+        "--stale-after", type=float, default=900.0, help="seconds without metrics before a run is 'stopped'"
+    )
+    status.add_argument("--json", action="store_true", help="print JSON instead of the table")
+
+    sweep = sub.add_parser("sweep", help="tune the learning rate per family at one size (before launching)")
+    _common(sweep)
+    sweep.add_argument("--size", required=True, help="the suite's size to sweep at, e.g. mini")
+    sweep.add_argument("--lr", required=True, help="comma-separated peak learning rates, e.g. 2e-3,4e-3,8e-3")
+    sweep.add_argument("--dry-run", action="store_true", help="write the configs; train nothing")
+    sweep.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+    for name in ("analyse", "analyze"):
+        ana = sub.add_parser(
+            name,
+            help="checkpoints → results table → scaling fits, family comparison → report"
+            if name == "analyse"
+            else argparse.SUPPRESS,
+        )
+        _common(ana)
+        ana.add_argument("--out", type=Path, default=None, help="output directory (default: ROOT/analysis)")
+        ana.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (0: none)")
+        ana.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+        ana.add_argument("--no-plots", action="store_true", help="skip the plots")
+
+
+def _split(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def run(args: argparse.Namespace) -> int:
+    suite = load_suite(args.suite, families=_split(args.families) or None, root=args.run_dir)
+    if args.action == "plan":
+        from trilm.suite.plan import plan_suite
+
+        if args.device or args.mfu:
+            hw = suite.config.hardware
+            hw = hw.replace(device=args.device or hw.device, mfu=args.mfu or hw.mfu)
+            if args.device:
+                hw = hw.replace(peak_tflops=0.0)
+            suite.config = suite.config.replace(hardware=hw)
+        print(plan_suite(suite).render(markdown=args.markdown))
+        return 0
+    if args.action == "launch":
+        from trilm.suite import launch
+
+        runs = launch.cheapest_first(suite.runs)
+        if args.runs:
+            runs = [suite.run(name) for name in _split(args.runs)]
+        if args.slurm:
+            outcomes = launch.launch_slurm(
+                suite, runs, dry_run=args.dry_run, force=args.force, sbatch_args=args.sbatch
+            )
+        elif args.hostfile is not None:
+            outcomes = launch.launch_hostfile(
+                suite, runs, args.hostfile, dry_run=args.dry_run, force=args.force
+            )
+        else:
+            outcomes = launch.launch_local(
+                suite, runs, dry_run=args.dry_run, progress=not args.no_progress, force=args.force
+            )
+        failed = [o for o in outcomes if o.action == "failed"]
+        print(f"suite {suite.name}: {len(outcomes)} runs; " + _count(outcomes))
+        return 1 if failed else 0
+    if args.action == "sweep":
+        from trilm.suite.sweep import sweep
+
+        try:
+            rates = [float(x) for x in _split(args.lr)]
+        except ValueError:
+            raise ConfigError(f"--lr: expected comma-separated numbers, got {args.lr!r}") from None
+        result = sweep(suite, args.size, rates, dry_run=args.dry_run, progress=not args.no_progress)
+        print(result.render())
+        return 0
+    if args.action == "status":
+        from trilm.suite.status import render_status, suite_status
+
+        statuses = suite_status(suite, stale_after=args.stale_after)
+        if args.json:
+            print(json.dumps([s.to_dict() for s in statuses], indent=1))
+        else:
+            print(render_status(suite, statuses))
+        return 0
+    from trilm.suite.analyse import analyse_suite, other_notes, summary_text
+
+    result = analyse_suite(
+        suite, out_dir=args.out, bootstrap=args.bootstrap, seed=args.seed, plots=not args.no_plots
+    )
+    print(summary_text(result.report))
+    if result.without_loss:
+        print(f"\n{len(result.without_loss)} snapshot(s) have no recorded loss and are not in the table")
+    for note in other_notes(result.report):
+        print(f"note: {note}")
+    print(f"\nreport: {result.summary_file} and {result.out_dir / 'report.md'}; plots in {result.out_dir}")
+    return 0
+
+
+def _count(outcomes) -> str:
+    counts: dict[str, int] = {}
+    for o in outcomes:
+        counts[o.action] = counts.get(o.action, 0) + 1
+    return ", ".join(f"{n} {a}" for a, n in counts.items())

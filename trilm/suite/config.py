@@ -1,0 +1,389 @@
+"""Suite definitions: families × sizes × token budgets × checkpoint schedule × parallelism, as one YAML file.
+
+A suite expands into runs, one per (family, size, token budget). Each run's :class:`TrainConfig` is its
+family's *template* (a run YAML, ``{family}``/``{size}`` substituted in its path) with, on top, in this
+order: the suite's ``overrides``, the family's ``overrides``, the size's shape (``preset`` + ``model``) and
+parallelism, the family's batch, the suite's sequence length, checkpoint schedule and data, the token budget
+and the run directory ``<root>/<run name>``. Every run is built and validated when the suite is loaded, so a
+typo in any layer fails before anything runs, with the suite file and the run named.
+
+Why templates instead of a second copy of the recipe: the Spectra run configs (``configs/train/*.yaml``)
+already encode the recipe, and ``trilm train --config`` must keep training exactly what a suite trains.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from trilm.config import Config, ConfigError, require
+from trilm.model.config import FAMILIES
+from trilm.train.config import TrainConfig
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SUITE_DIR = REPO_ROOT / "configs" / "suites"
+
+
+@dataclasses.dataclass
+class FamilySpec(Config):
+    """One model family of the suite and the run config its runs start from."""
+
+    name: str = ""
+    """``trilm``, ``floatlm`` or ``bilm``."""
+    config: str = ""
+    """Template run YAML; ``{family}`` and ``{size}`` are substituted. Relative paths are looked up next to
+    the suite file, then in the current directory, then in the repository."""
+    batch_tokens: int = 0
+    """Global batch in tokens; 0 = the template's."""
+    overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Nested run-config keys applied on top of the template, e.g. ``{optim: {lr: 3e-3}}``."""
+    optional: bool = False
+    """Left out unless asked for (``--families``)."""
+    sizes: list[str] = dataclasses.field(default_factory=list)
+    """Only these of the suite's sizes; empty = all of them."""
+
+    def validate(self) -> None:
+        require(self.name in FAMILIES, f"name: {self.name!r} is not one of {list(FAMILIES)}")
+        require(bool(self.config), f"config: family {self.name} needs a template run config")
+        require(self.batch_tokens >= 0, f"batch_tokens: must be >= 0, got {self.batch_tokens}")
+
+
+@dataclasses.dataclass
+class SizeSpec(Config):
+    """One model size: a preset shape (optionally reshaped) and how it is parallelised."""
+
+    name: str = ""
+    """Family-free size name (``99m``, ``tiny``); runs are named ``<family>-<name>``."""
+    preset: str = ""
+    """Preset size the shape starts from (``<family>-<preset>``); empty = ``name``."""
+    model: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """ModelConfig fields replacing the preset's (hidden, ffn, heads, layers, …): sizes without a preset."""
+    tensor_parallel: int = 0
+    """Tensor (model) parallel degree; 0 = the template's."""
+    data_parallel: int = 0
+    """Data-parallel replicas; 0 = ``hardware.data_parallel``."""
+    micro_batch: int = 0
+    """Sequences per rank per forward/backward; 0 = the template's."""
+
+    def validate(self) -> None:
+        require(bool(self.name) and "-" not in self.name, f"name: {self.name!r} must be set, without '-'")
+        for key in ("tensor_parallel", "data_parallel", "micro_batch"):
+            require(getattr(self, key) >= 0, f"{key}: must be >= 0, got {getattr(self, key)}")
+        for key in ("family", "name"):
+            require(key not in self.model, f"model.{key}: set by the suite, not per size")
+
+
+@dataclasses.dataclass
+class HardwareConfig(Config):
+    """What the plan prices runs on: devices per node, their peak and the model FLOPs utilisation."""
+
+    device: str = "H100"
+    """A name in ``trilm.train.metrics.PEAK_FLOPS`` (H100, H200, A100, V100, …) or ``cpu``."""
+    peak_tflops: float = 0.0
+    """Peak dense TFLOP/s per device; 0 = from the device table (required for devices not in it)."""
+    mfu: float = 0.4
+    """Model FLOPs utilisation the GPU-hours are computed at."""
+    devices_per_node: int = 8
+    data_parallel: int = 1
+    """Data-parallel replicas of every run (a size may set its own)."""
+
+    def validate(self) -> None:
+        require(0 < self.mfu <= 1, f"mfu: must be in (0, 1], got {self.mfu}")
+        require(self.peak_tflops >= 0, f"peak_tflops: must be >= 0, got {self.peak_tflops}")
+        require(self.devices_per_node >= 1, f"devices_per_node: must be >= 1, got {self.devices_per_node}")
+        require(self.data_parallel >= 1, f"data_parallel: must be >= 1, got {self.data_parallel}")
+        require(self.peak_flops is not None, f"peak_tflops: device {self.device!r} is not in the peak table")
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.device.lower() != "cpu"
+
+    @property
+    def peak_flops(self) -> float | None:
+        if self.peak_tflops:
+            return self.peak_tflops * 1e12
+        from trilm.train.metrics import peak_flops
+
+        return peak_flops(self.device) if self.is_gpu else None
+
+
+@dataclasses.dataclass
+class SuiteDataConfig(Config):
+    """Where every run's data comes from (empty fields keep the template's)."""
+
+    embedded: bool = False
+    """Prepare the embedded corpus under ``<root>/data`` (tokenizer of ``vocab_size``) and train on it."""
+    vocab_size: int = 2048
+    train_dir: str = ""
+    valid_dir: str = ""
+    tokenizer: str = ""
+
+    def validate(self) -> None:
+        require(self.vocab_size >= 260, f"vocab_size: must be >= 260, got {self.vocab_size}")
+        require(
+            not (self.embedded and (self.train_dir or self.valid_dir or self.tokenizer)),
+            "embedded: prepares its own data; leave train_dir/valid_dir/tokenizer empty",
+        )
+
+
+@dataclasses.dataclass
+class SuiteConfig(Config):
+    name: str = ""
+    description: str = ""
+    root: str = ""
+    """Directory of the suite's runs, results and analysis; empty = ``runs/<name>``."""
+    families: list[FamilySpec] = dataclasses.field(default_factory=list)
+    sizes: list[SizeSpec] = dataclasses.field(default_factory=list)
+    tokens: list[int] = dataclasses.field(default_factory=list)
+    """Token budgets; every (family, size) is trained once per budget, as a separate run."""
+    seq_len: int = 0
+    """0 = the template's."""
+    checkpoint: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """CheckpointConfig keys applied to every run (snapshot_every, log_spaced_until, state_every, …)."""
+    overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Nested run-config keys applied to every run before the family's own."""
+    data: SuiteDataConfig = dataclasses.field(default_factory=SuiteDataConfig)
+    hardware: HardwareConfig = dataclasses.field(default_factory=HardwareConfig)
+
+    def validate(self) -> None:
+        require(bool(self.name) and "/" not in self.name, f"name: {self.name!r} must be a plain name")
+        require(bool(self.families), "families: at least one family is required")
+        require(bool(self.sizes), "sizes: at least one size is required")
+        require(bool(self.tokens), "tokens: at least one token budget is required")
+        for key, items in (("families", self.families), ("sizes", self.sizes)):
+            names = [item.name for item in items]
+            dup = sorted({n for n in names if names.count(n) > 1})
+            require(not dup, f"{key}: {', '.join(dup)} listed more than once")
+        size_names = [s.name for s in self.sizes]
+        for i, fam in enumerate(self.families):
+            unknown = [s for s in fam.sizes if s not in size_names]
+            require(not unknown, f"families[{i}].sizes: {unknown} are not among the suite's sizes")
+        require(all(t > 0 for t in self.tokens), f"tokens: budgets must be > 0, got {self.tokens}")
+        require(len(set(self.tokens)) == len(self.tokens), f"tokens: repeated budget in {self.tokens}")
+        require(self.seq_len >= 0, f"seq_len: must be >= 0, got {self.seq_len}")
+
+    @property
+    def root_dir(self) -> Path:
+        return Path(self.root or f"runs/{self.name}")
+
+
+@dataclasses.dataclass
+class SuiteRun:
+    """One training run of a suite, fully resolved."""
+
+    name: str
+    family: str
+    size: str
+    tokens: int
+    """The budget as written in the suite; the run trains ``cfg.steps · cfg.batch_tokens`` tokens."""
+    cfg: TrainConfig
+    tensor_parallel: int
+    data_parallel: int
+    devices_per_node: int
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.cfg.run_dir)
+
+    @property
+    def devices(self) -> int:
+        return self.tensor_parallel * self.data_parallel
+
+    @property
+    def nodes(self) -> int:
+        return max(1, math.ceil(self.devices / self.devices_per_node))
+
+    @property
+    def devices_on_node(self) -> int:
+        """Processes per node: all of a run's devices when it fits in one node, else a full node."""
+        return min(self.devices, self.devices_per_node)
+
+
+@dataclasses.dataclass
+class Suite:
+    """A loaded suite: its definition, where it came from and its runs (in family, size, budget order)."""
+
+    config: SuiteConfig
+    path: Path
+    runs: list[SuiteRun]
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def root(self) -> Path:
+        return self.config.root_dir
+
+    def run(self, name: str) -> SuiteRun:
+        for r in self.runs:
+            if r.name == name:
+                return r
+        raise ConfigError(f"{self.path}: no run {name!r} (runs: {', '.join(r.name for r in self.runs)})")
+
+
+def suite_path(name_or_path: str | Path) -> Path:
+    """``spectra`` → ``configs/suites/spectra.yaml``; a path is returned as is (if it exists)."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.is_file():
+            raise ConfigError(f"{path}: no such suite file")
+        return path
+    candidate = SUITE_DIR / f"{name_or_path}.yaml"
+    if candidate.is_file():
+        return candidate
+    known = sorted(p.stem for p in SUITE_DIR.glob("*.yaml"))
+    raise ConfigError(f"unknown suite {str(name_or_path)!r}: not a file, and not one of {', '.join(known)}")
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` on top of ``base``: nested mappings are merged key by key, everything else replaced."""
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _find_template(pattern: str, family: str, size: str, suite_file: Path) -> Path:
+    text = pattern.format(family=family, size=size)
+    path = Path(text)
+    if path.is_absolute():
+        candidates = [path]
+    else:
+        candidates = [suite_file.parent / path, Path.cwd() / path, REPO_ROOT / path]
+    for c in candidates:
+        if c.is_file():
+            return c
+    tried = ", ".join(dict.fromkeys(str(c) for c in candidates))
+    raise ConfigError(f"families.{family}.config: template {text!r} not found (tried {tried})")
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: invalid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of run-config keys")
+    return data
+
+
+def budget_label(tokens: int) -> str:
+    """300_000_000_000 → ``300b``, 2_000_000 → ``2m``, 655_360 → ``655k`` (for run names)."""
+    for unit, scale in (("t", 1e12), ("b", 1e9), ("m", 1e6), ("k", 1e3)):
+        if tokens >= scale:
+            value = tokens / scale
+            return f"{value:.3g}{unit}".replace(".", "p")
+    return str(tokens)
+
+
+def _run_config(
+    suite: SuiteConfig, fam: FamilySpec, size: SizeSpec, tokens: int, name: str, suite_file: Path
+) -> TrainConfig:
+    template = _find_template(fam.config, fam.name, size.name, suite_file)
+    data = deep_merge(_read_yaml(template), suite.overrides)
+    data = deep_merge(data, fam.overrides)
+    model = {k: v for k, v in dict(data.get("model") or {}).items() if k != "preset"}
+    model = {**model, **size.model, "preset": f"{fam.name}-{size.preset or size.name}"}
+    model["name"] = f"{fam.name}-{size.name}"
+    data["model"] = model
+    if size.tensor_parallel:
+        data["parallel"] = {**dict(data.get("parallel") or {}), "tensor_parallel": size.tensor_parallel}
+    if size.micro_batch:
+        data["micro_batch"] = size.micro_batch
+    if fam.batch_tokens:
+        data["batch_tokens"] = fam.batch_tokens
+    if suite.seq_len:
+        data["seq_len"] = suite.seq_len
+    if suite.checkpoint:
+        data["checkpoint"] = {**dict(data.get("checkpoint") or {}), **suite.checkpoint}
+    root = suite.root_dir
+    if suite.data.embedded:
+        dirs = {
+            "train_dir": str(root / "data" / "train"),
+            "valid_dir": str(root / "data" / "validation"),
+            "tokenizer": str(root / "data" / "tokenizer.model"),
+        }
+        data["model"]["vocab_size"] = suite.data.vocab_size
+    else:
+        dirs = {k: getattr(suite.data, k) for k in ("train_dir", "valid_dir", "tokenizer")}
+    data["data"] = {**dict(data.get("data") or {}), **{k: v for k, v in dirs.items() if v}}
+    data["tokens"] = tokens
+    data["run_dir"] = str(root / name)
+    try:
+        return TrainConfig.from_dict(data)
+    except ConfigError as exc:
+        raise ConfigError(f"run {name} (template {template}): {exc}") from None
+
+
+def expand(suite: SuiteConfig, suite_file: Path, families: list[str] | None = None) -> list[SuiteRun]:
+    """The suite's runs; ``families`` picks families by name (default: every non-optional one)."""
+    known = {f.name: f for f in suite.families}
+    if families:
+        unknown = [f for f in families if f not in known]
+        if unknown:
+            raise ConfigError(f"families {unknown} are not in suite {suite.name} (it has {sorted(known)})")
+        chosen = [known[f] for f in families]
+    else:
+        chosen = [f for f in suite.families if not f.optional]
+    runs = []
+    for fam in chosen:
+        for size in [s for s in suite.sizes if not fam.sizes or s.name in fam.sizes]:
+            for tokens in suite.tokens:
+                name = f"{fam.name}-{size.name}"
+                if len(suite.tokens) > 1:
+                    name += f"-{budget_label(tokens)}"
+                cfg = _run_config(suite, fam, size, tokens, name, suite_file)
+                tp = cfg.parallel.tensor_parallel
+                dp = size.data_parallel or suite.hardware.data_parallel
+                per_node = suite.hardware.devices_per_node
+                devices = tp * dp
+                try:
+                    cfg.accumulation(dp)
+                    require(
+                        devices <= per_node or devices % per_node == 0,
+                        f"{devices} devices (TP {tp} × DP {dp}) do not fill whole nodes of"
+                        f" hardware.devices_per_node={per_node}",
+                    )
+                except ConfigError as exc:
+                    raise ConfigError(f"run {name}: {exc}") from None
+                runs.append(SuiteRun(name, fam.name, size.name, tokens, cfg, tp, dp, per_node))
+    return runs
+
+
+def load_suite(
+    name_or_path: str | Path,
+    *,
+    families: list[str] | None = None,
+    root: str | Path | None = None,
+    tokens: list[int] | None = None,
+) -> Suite:
+    """Load, validate and expand a suite; ``root`` replaces its run directory, ``tokens`` its budgets."""
+    path = suite_path(name_or_path)
+    try:
+        cfg = SuiteConfig.from_yaml(path)
+        if root is not None:
+            cfg = cfg.replace(root=str(root))
+        if tokens:
+            cfg = cfg.replace(tokens=list(tokens))
+        runs = expand(cfg, path, families)
+    except ConfigError as exc:
+        message = str(exc)
+        raise ConfigError(message if message.startswith(str(path)) else f"{path}: {message}") from None
+    return Suite(cfg, path, runs)
+
+
+def shown_path(path: Path) -> str:
+    """Relative to the repository when inside it (plans and reports are committed), else as given."""
+    try:
+        return str(path.resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)
