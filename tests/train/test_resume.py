@@ -32,7 +32,8 @@ def _steps_logged(run: Path) -> int:
     path = run / "logs/metrics.jsonl"
     if not path.exists():
         return 0
-    steps = [json.loads(x)["step"] for x in path.read_text().splitlines() if '"loss"' in x]
+    complete = path.read_text().rpartition("\n")[0]  # the trainer may be writing the last line right now
+    steps = [json.loads(x)["step"] for x in complete.splitlines() if '"loss"' in x]
     return max(steps, default=0)
 
 
