@@ -39,10 +39,10 @@ import torch.nn.functional as F
 from trilm.data.sampler import ValidationSet
 from trilm.data.shards import TokenShards
 from trilm.infer import load_inference_model
+from trilm.memory import measure_peak, model_bytes
 from trilm.model.flops import parameter_counts
 from trilm.model.snapshot import read_snapshot
 from trilm.prune import PGConfig, PruneConfig, prune
-from trilm.prune.memory import measure_peak, model_bytes
 from trilm.prune.units import unit_group
 
 METHODS = {
@@ -85,7 +85,7 @@ def backprop_peak(model, batch: torch.Tensor, groups) -> int:
         logits = model(batch[:, :-1])
         loss = F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten())
         loss.backward()
-    return peak.bytes
+    return peak.peak_bytes
 
 
 def memory_rows(snapshot: Path, pg: PGConfig, train_dir: Path) -> dict:
@@ -96,7 +96,7 @@ def memory_rows(snapshot: Path, pg: PGConfig, train_dir: Path) -> dict:
     with torch.inference_mode(), measure_peak("cpu") as forward:
         logits = model(batch[:, :-1])
         F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten())
-    out = {"weights_bytes": model_bytes(model), "inference_forward_bytes": forward.bytes}
+    out = {"weights_bytes": model_bytes(model), "inference_forward_bytes": forward.peak_bytes}
     for granularity in ("head", "channel"):  # (a block mask enters as a python float: no graph)
         out[f"backprop_{granularity}_bytes"] = backprop_peak(
             model, batch, [unit_group(model.cfg, granularity)]

@@ -151,7 +151,7 @@ def _engine_config(spec: dict, cuda: bool):
 
 def _static_bytes(engine) -> int:
     """Parameters, gradients and optimizer state alive between steps (CPU: added to the step's peak)."""
-    from trilm.train.memory import tensor_bytes
+    from trilm.memory import tensor_bytes
 
     tensors = []
     for p in engine.module.parameters():
@@ -163,10 +163,10 @@ def _static_bytes(engine) -> int:
 
 def run_contender(spec: dict) -> dict:
     """One contender in this (fresh) process: warm-up, timed steps, then the memory figure."""
+    from trilm.memory import measure_peak
     from trilm.model.transformer import Decoder
     from trilm.parallel import init_parallel, shutdown_parallel
     from trilm.train.engine import build_engine, prepare_model, set_optimizer_hparams
-    from trilm.train.memory import measure_peak
     from trilm.train.metrics import peak_flops
 
     torch.manual_seed(0)

@@ -82,7 +82,7 @@ def test_sequence_parallel_gives_the_plain_loss_and_gradients():
 
 def _step_peak(cfg, ids, recompute=0, linear_impl=None, monkeypatch=None):
     """Weights + allocator-level peak of one forward/backward (gradients created inside are counted)."""
-    from trilm.train.memory import measure_peak, tensor_bytes
+    from trilm.memory import measure_peak, tensor_bytes
 
     if linear_impl is not None:
         import trilm.model.layers as layers
@@ -117,8 +117,8 @@ def test_trilm_step_memory_within_5_percent_of_floatlm(monkeypatch, one_thread):
 
 def test_dry_run_activation_estimate_matches_the_allocator(one_thread):
     """The plan's activation memory (no recompute) against the bytes a real forward keeps for backward."""
+    from trilm.memory import measure_peak
     from trilm.train.config import TrainConfig
-    from trilm.train.memory import measure_peak
     from trilm.train.plan import RunPlan
 
     b, s = 4, 128
@@ -170,4 +170,4 @@ def test_compiled_blocks_and_fused_quantizer_match_eager(one_thread):
         finally:
             set_fused_quantizer(False)
     for a, b in zip(*outs):  # the generated mean|W| may sum in another order: last-bit differences
-        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-9)
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)

@@ -19,6 +19,7 @@ import torch
 from safetensors.torch import save_file
 
 from trilm.config import Config, ConfigError, require
+from trilm.memory import model_bytes
 from trilm.model.flops import parameter_counts
 from trilm.model.snapshot import (
     SNAPSHOT_FORMAT,
@@ -27,7 +28,6 @@ from trilm.model.snapshot import (
     SnapshotMeta,
     write_snapshot_config,
 )
-from trilm.prune.memory import model_bytes
 from trilm.prune.metrics import CalibrationStats, check_metric, collect_stats, unit_scores
 from trilm.prune.search import PGConfig, SearchResult, WindowSampler, batch_loss, pg_search
 from trilm.prune.slicing import check_sliceable, select_units, slice_model
@@ -200,7 +200,7 @@ def prune(cfg: PruneConfig, *, progress: bool = True, log=print) -> PruneReport:
             "last_loss": search.losses[-1] if search.losses else None,
             "skipped_steps": search.skipped_steps,
             "seconds": round(search.seconds, 3),
-            "peak_step_bytes": search.peak.bytes if search.peak else None,
+            "peak_step_bytes": search.peak.peak_bytes if search.peak else None,
             "inference_forward_bytes": inference,
             "weights_bytes": weights,
             "memory_method": search.peak.method if search.peak else None,
@@ -244,12 +244,12 @@ def prune(cfg: PruneConfig, *, progress: bool = True, log=print) -> PruneReport:
 
 def _inference_peak(model, sampler: WindowSampler, device: torch.device) -> int:
     """Peak tensor bytes of a plain forward + loss on a search-sized batch (what a PG step is compared to)."""
-    from trilm.prune.memory import measure_peak
+    from trilm.memory import measure_peak
 
     batch = sampler.windows[: sampler.batch_size].to(device)
     with torch.inference_mode(), measure_peak(device) as peak:
         batch_loss(model, batch)
-    return peak.bytes
+    return peak.peak_bytes
 
 
 def _units_record(group: UnitGroup, mask: torch.Tensor) -> dict[str, Any]:

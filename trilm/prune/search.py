@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from trilm.config import Config, ConfigError, require
 from trilm.infer.model import InferenceModel
+from trilm.memory import PeakMemory, measure_peak
 from trilm.prune.estimator import (
     MovingBaseline,
     cosine_lr,
@@ -31,7 +32,6 @@ from trilm.prune.estimator import (
     project_to_budget,
 )
 from trilm.prune.masks import UnitMasks
-from trilm.prune.memory import Peak, measure_peak
 from trilm.prune.units import UnitGroup, kept_count
 
 LR_DEFAULTS = {"head": 0.5, "channel": 0.02, "layer": 0.5}
@@ -100,8 +100,8 @@ class SearchResult:
     """Mean sampled loss per step."""
     seconds: float
     skipped_steps: int = 0
-    peak: Peak | None = None
-    """Peak tensor memory above the weights during a search step (see :mod:`trilm.prune.memory`)."""
+    peak: PeakMemory | None = None
+    """Peak tensor memory above the weights during a search step (see :mod:`trilm.memory`)."""
 
 
 def budgets(group: UnitGroup, keep: float, per_layer: bool) -> list[tuple[slice, int]]:
@@ -218,7 +218,7 @@ def pg_search(
     baseline = MovingBaseline(cfg.baseline_window)
     losses: list[float] = []
     skipped = 0
-    peak: Peak | None = None
+    peak: PeakMemory | None = None
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -231,8 +231,8 @@ def pg_search(
             nonlocal skipped
             lrs = {}
             for name in scores:
-                peak = cfg.lr_for(name)
-                lrs[name] = cosine_lr(step, cfg.steps, peak, cfg.warmup, peak * cfg.min_lr_ratio)
+                peak_lr = cfg.lr_for(name)
+                lrs[name] = cosine_lr(step, cfg.steps, peak_lr, cfg.warmup, peak_lr * cfg.min_lr_ratio)
             batch = sampler.next().to(device)
             sampled = {name: [] for name in scores}
             step_losses = []

@@ -5,13 +5,18 @@ returned, so two models of nearly equal footprint are indistinguishable. On CUDA
 exact counters (``max_memory_allocated``). On CPU there are none, but every allocation and free of PyTorch's
 CPU allocator is reported to the profiler when ``profile_memory=True``; replaying those records in time order
 gives the bytes live at every instant, hence the peak. Both measure *tensor* memory above the level at entry
-(weights that already exist are the caller's to add: :func:`tensor_bytes`).
+(weights that already exist are the caller's to add: :func:`tensor_bytes`, :func:`model_bytes`).
+
+Training (the memory bound of TriLM vs FloatLM, the engine benchmark) and pruning (a PG step against a plain
+forward) both measure through this one module.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
+import sys
 from collections.abc import Iterable, Iterator
 
 import torch
@@ -45,7 +50,7 @@ def measure_peak(device: torch.device | str = "cpu") -> Iterator[PeakMemory]:
         return
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         yield result
     records = sorted(
         (e.start_ns(), e.nbytes())
@@ -69,3 +74,28 @@ def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
         storage = t.untyped_storage()
         seen[storage.data_ptr()] = storage.nbytes()
     return sum(seen.values())
+
+
+def model_bytes(model: torch.nn.Module) -> int:
+    """Parameters and buffers of a model (what inference holds before any activation)."""
+    return tensor_bytes([*model.parameters(), *model.buffers()])
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Silence file descriptor 2 (the profiler's C++ start/stop lines and allocator notes) for the block."""
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        sys.stderr.flush()
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
