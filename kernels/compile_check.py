@@ -1,7 +1,7 @@
 """Compile the GPU kernels ahead of time for an NVIDIA target, without a GPU (Triton bundles ptxas).
 
 Usage: ``python -m kernels.compile_check [--cc 90] [--kinds ternary int3 ...] [--dtypes fp16 bf16]``
-       ``python -m kernels.compile_check --instructions``   (SASS instructions per weight, before vs after)
+       ``python benchmarks/kernels.py --instructions``   (SASS instructions per weight, before vs after)
 
 Every (format, GEMV/GEMM config, activation dtype) a GPU run can pick is lowered to PTX and assembled to a
 cubin for the target, so code that only the GPU path reaches (``tl.dot`` shapes, fp16/bf16 casts, atomics,
@@ -164,15 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
     parser.add_argument("--dtypes", nargs="+", default=["fp16", "bf16"], choices=sorted(DTYPES))
     parser.add_argument("--paths", nargs="+", default=["gemv", "gemm"], choices=["gemv", "gemm"])
-    parser.add_argument(
-        "--instructions", action="store_true", help="print SASS instructions per weight, before vs after"
-    )
     args = parser.parse_args(argv)
-    if args.instructions:
-        from kernels.instructions import print_table
-
-        print_table(cc=args.cc)
-        return 0
     failures = 0
     for kind in args.kinds:
         kw = prepare(random_packed(kind, 256, 512, scale_dtype=torch.float16))

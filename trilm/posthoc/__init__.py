@@ -4,6 +4,9 @@
 layer method. See docs/posthoc.md.
 """
 
+# The built-in methods register themselves on import: importing them with the package means every way in
+# sees all of them, and the registries need not know their methods.
+from trilm.posthoc import billm, binary_model, gptq, omniquant, pbllm, rtn  # noqa: F401
 from trilm.posthoc.hessian import HessianAccumulator, inverse_cholesky_upper, prepare_hessian, proxy_loss
 from trilm.posthoc.registry import (
     METHODS,

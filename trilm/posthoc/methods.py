@@ -61,11 +61,9 @@ def register_block_method(method: ModelMethod) -> ModelMethod:
 
 def model_methods() -> dict[str, ModelMethod]:
     """Every method ``trilm quantize --method`` accepts, by name."""
-    from trilm.posthoc import binary_model, omniquant  # noqa: F401  (register themselves)
     from trilm.posthoc.layerwise import LayerwiseMethod
-    from trilm.posthoc.registry import METHODS, get_method
+    from trilm.posthoc.registry import METHODS
 
-    get_method("gptq")  # loads the built-in layer methods
     out: dict[str, ModelMethod] = {}
     for name, layer in METHODS.items():
 

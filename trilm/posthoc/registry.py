@@ -112,7 +112,6 @@ def register_method(
 
 
 def get_method(name: str) -> LayerMethod:
-    _load_builtin_methods()
     if name not in METHODS:
         raise ConfigError(f"unknown post-hoc method {name!r}; known layer methods: {sorted(METHODS)}")
     return METHODS[name]
@@ -147,8 +146,3 @@ def quantize_weight(method: str, W: torch.Tensor, H: torch.Tensor, **cfg: Any) -
     """
     m = get_method(method)
     return run_layer_method(method, W, H, m.config(**cfg))
-
-
-def _load_builtin_methods() -> None:
-    """Import the modules that register the built-in methods (idempotent)."""
-    from trilm.posthoc import billm, gptq, pbllm, rtn  # noqa: F401
