@@ -75,6 +75,33 @@ def test_magnitude_needs_no_calibration_and_files_are_complete(tmp_path, calib_s
     assert json.loads((out / "config.json").read_text())["meta"]["extra"]["pruning"]["calibration"] is None
 
 
+@pytest.mark.parametrize(("granularity", "keep"), [("head,channel", 0.5), ("layer", 0.67)])
+def test_pruned_snapshot_is_served_by_the_engine(tmp_path, calib_snapshot, prepared, granularity, keep):
+    """The smaller model (per-layer shapes, or fewer blocks) through the serving engine's KV cache and
+    continuous batching decodes exactly what greedy decoding with its plain forward gives."""
+    from trilm.serve import Engine, SamplingParams
+
+    out = tmp_path / "pruned"
+    method = "block-importance" if granularity == "layer" else "wanda"
+    argv = ["--method", method, "--granularity", granularity, "--keep", keep, "--calib", prepared["train"]]
+    assert cli(calib_snapshot, *argv, "--out", out) == 0
+    cfg, _ = read_snapshot(out)
+    dense_cfg, _ = read_snapshot(calib_snapshot)
+    assert parameter_counts(cfg).total < parameter_counts(dense_cfg).total
+    engine = Engine.load(out, device="cpu", max_batch=2)
+    vocab = dense_cfg.vocab_size
+    prompts = [_ids(vocab)[0, :n].tolist() for n in (7, 13, 4)]
+    handles = [
+        engine.submit(p, SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)) for p in prompts
+    ]
+    for prompt, handle in zip(prompts, handles):
+        ids = list(prompt)
+        with torch.no_grad():
+            for _ in range(6):
+                ids.append(int(engine.model(torch.tensor([ids]))[0, -1, :vocab].argmax()))
+        assert handle.result().token_ids == ids[len(prompt) :]
+
+
 def _expect_error(capsys, tmp_path, match, *argv):
     out = tmp_path / "never"
     code = cli(*argv, "--out", out)
