@@ -12,6 +12,10 @@
    algorithm in ../shared/reference/posthoc.md), same process, same layers (the model's own Hessians),
    alternating rounds, median time; their outputs are compared too.
 4. The Hugging Face path: the FloatLM exported as a ``LlamaForCausalLM`` directory, quantized by the CLI.
+5. Calibration fit (``fit``): every QuantLM already written under RUN_DIR/quantlms/<model>/ evaluated on its
+   own calibration windows, next to its validation loss. A method that is worse on validation *and* on the
+   windows it was fitted to under-fits its objective; one that is better on them but worse on validation
+   over-fits them.
 
 Results go to ``benchmarks/results/posthoc-<model>-<date>.json`` and a Markdown table is printed. Timings on a
 shared machine are noisy; the ratios in step 3 are measured side by side in one process.
@@ -248,6 +252,44 @@ def hf_check(model, args, out_root: Path) -> dict:
     return {"rc": rc, "fp_ppl": math.exp(fp), "gptq_w4g128_ppl": None if loss is None else math.exp(loss)}
 
 
+@torch.no_grad()
+def windows_loss(path: Path, windows: torch.Tensor, batch_size: int = 8) -> float:
+    """Mean next-token loss of a (Quant)LM on token windows (N, L): the windows' own next tokens."""
+    import torch.nn.functional as F
+
+    from trilm.infer import load_inference_model
+
+    model = load_inference_model(path)
+    total, count = 0.0, 0
+    for batch in windows.long().split(batch_size):
+        logits = model(batch[:, :-1])
+        total += float(F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten(), reduction="sum"))
+        count += batch[:, 1:].numel()
+    return total / count
+
+
+def calibration_fit(model, args, out_root: Path) -> list[dict]:
+    from trilm.posthoc.calibration import CalibrationConfig, load_calibration
+
+    calib = load_calibration(
+        CalibrationConfig(
+            source=str(model.train), samples=args.samples, seq_len=model.seq_len, seed=args.calib_seed
+        )
+    )
+    rows = []
+    candidates = [("FP32", model.snapshot)]
+    candidates += [(p.name, p) for p in sorted(out_root.iterdir()) if (p / "packed.safetensors").is_file()]
+    for name, path in candidates:
+        row = {
+            "quantlm": name,
+            "calibration_loss": windows_loss(path, calib.windows),
+            "val_loss": evaluate(path, model.validation, model.seq_len, args.eval_sequences),
+        }
+        rows.append(row)
+        print(f"{name:22s} calibration loss {row['calibration_loss']:.4f}  val loss {row['val_loss']:.4f}")
+    return rows
+
+
 def table(fp: dict, rows: list[dict]) -> str:
     lines = [
         "| method | setting | bits (paper) | bits (stored) | val loss | perplexity | quantize time (s) |",
@@ -276,6 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     parser.add_argument("--skip", default="", help="comma list of steps to skip: quantize,timing,hf")
+    parser.add_argument("--also", default="", help="extra steps: fit (calibration fit of written QuantLMs)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     parser.add_argument("--tag", default="", help="suffix of the results file (parallel partial runs)")
     parser.add_argument("--no-progress", action="store_true")
@@ -330,6 +373,9 @@ def main(argv: list[str] | None = None) -> int:
         result["gptq_timing"]["median_ratio"] = statistics.median(ratios)
         median = statistics.median(ratios)
         print(f"GPTQ ours/transcription time: median {median:.2f} over {len(ratios)} layers", flush=True)
+        _save(result, args, rows and table(result["fp"], rows))
+    if "fit" in args.also.split(","):
+        result["calibration_fit"] = calibration_fit(model, args, out_root)
         _save(result, args, rows and table(result["fp"], rows))
     if "hf" not in skip:
         result["hf"] = hf_check(model, args, out_root)
