@@ -2,11 +2,11 @@
 
 Usage::
 
-    trilm eval ppl   runs/quickstart/trilm-tiny/snapshots/step-80 --data runs/quickstart/data/validation
+    trilm eval ppl   runs/quickstart/trilm-tiny/snapshots/step-120 --data runs/quickstart/data/validation
     trilm eval ppl   out/trilm-tiny-hf --data notes.txt --seq-len 256 --stride 128 --json ppl.json
     trilm eval suite runs/quickstart/trilm-tiny runs/quickstart/floatlm-tiny --table results.csv \\
                      [--data runs/quickstart/data/validation] [--tasks trilm_local --limit 20]
-    trilm eval lm-eval runs/quickstart/trilm-tiny/snapshots/step-80 --tasks trilm_local [--limit 20]
+    trilm eval lm-eval runs/quickstart/trilm-tiny/snapshots/step-120 --tasks trilm_local [--limit 20]
 
 MODEL is a snapshot, a packed snapshot (QuantLM, packed export) or a Hugging Face LLaMA directory.
 ``--data`` is a prepared split, a SlimPajama folder, a .jsonl file (field "text") or a .txt file. The

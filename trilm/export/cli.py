@@ -2,9 +2,9 @@
 
 Usage::
 
-    trilm export hf     runs/quickstart/trilm-tiny/snapshots/step-80 out/trilm-tiny-hf [--dtype float16]
-    trilm export packed runs/quickstart/trilm-tiny/snapshots/step-80 out/trilm-tiny-packed
-    trilm export gguf   runs/quickstart/trilm-tiny/snapshots/step-80 out/t.gguf [--type f16|q8_0|tq1_0|tq2_0]
+    trilm export hf     runs/quickstart/trilm-tiny/snapshots/step-120 out/trilm-tiny-hf [--dtype float16]
+    trilm export packed runs/quickstart/trilm-tiny/snapshots/step-120 out/trilm-tiny-packed
+    trilm export gguf   runs/quickstart/trilm-tiny/snapshots/step-120 out/t.gguf [--type f16|q8_0|tq1_0|tq2_0]
     trilm export suite  runs/quickstart/trilm-tiny runs/quickstart/floatlm-tiny --out runs/quickstart/suite
     trilm import hf     out/trilm-tiny-hf out/snapshot [--family trilm]
 

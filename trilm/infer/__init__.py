@@ -3,7 +3,7 @@
 ::
 
     from trilm.infer import load_inference_model
-    model = load_inference_model("runs/quickstart/trilm-tiny/snapshots/step-80")         # γ·Ŵ as floats
+    model = load_inference_model("runs/quickstart/trilm-tiny/snapshots/step-120")         # γ·Ŵ as floats
     model = load_inference_model(snapshot, packed=True)        # ternary/binary QuantLinear layers
     model = load_inference_model("quantlm-gptq-w4/")            # a packed snapshot (QuantLM)
     model = load_inference_model("hf-llama-dir/")               # a Hugging Face LlamaForCausalLM

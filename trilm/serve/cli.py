@@ -2,8 +2,8 @@
 
 ::
 
-    trilm generate --model runs/quickstart/trilm-tiny/snapshots/step-80 --prompt "In the beginning"
-    trilm serve --model runs/quickstart/trilm-tiny/snapshots/step-80 --port 8000
+    trilm generate --model runs/quickstart/trilm-tiny/snapshots/step-120 --prompt "In the beginning"
+    trilm serve --model runs/quickstart/trilm-tiny/snapshots/step-120 --port 8000
 
 ``--model`` is a snapshot, a packed snapshot (QuantLM, packed export) or a Hugging Face Llama directory; the
 tokenizer is the snapshot's own (next to it, or in its run directory) unless ``--tokenizer`` names one.

@@ -3,7 +3,7 @@
 ::
 
     from trilm.serve import Engine, SamplingParams
-    engine = Engine.load("runs/quickstart/trilm-tiny/snapshots/step-80")
+    engine = Engine.load("runs/quickstart/trilm-tiny/snapshots/step-120")
     [out] = engine.generate(["In the beginning"], SamplingParams(max_tokens=40, temperature=0))
     for delta in engine.stream("The Python interpreter", SamplingParams(max_tokens=40)):
         print(delta.text, end="", flush=True)
