@@ -155,3 +155,16 @@ def test_report_numbers_agree_with_fit_json(suite):
     assert alpha == report.families["floatlm"].law_x.fit.params["alpha"]
     assert f"{alpha:.4g}" in (table.parent / "scaling" / "report.md").read_text()
     assert np.isfinite(alpha)
+
+
+def test_a_fit_that_does_not_decrease_is_not_used_to_match_sizes(tmp_path):
+    """When a family's loss grows with size its fitted α ≤ 0: sizes are not matched through that curve."""
+    rows = synthetic_suite(LAWS, sizes=dict(list(SPECTRA_SIZES.items())[:4]), checkpoints=1, noise=0.0)
+    floats = sorted((r for r in rows if r.family == "floatlm"), key=lambda r: r.params)
+    rising = {id(r): 3.0 + 0.05 * i for i, r in enumerate(floats)}
+    rows = [dataclasses.replace(r, loss=rising[id(r)]) if id(r) in rising else r for r in rows]
+    report = analyze(write_table(tmp_path / "results.csv", rows), tmp_path / "out", bootstrap=0, plots=False)
+    assert report.families["floatlm"].law_x.fit.params["alpha"] <= 0
+    assert not [c for c in report.comparisons if c["axis"] in ("params", "bits")]
+    assert any("fitted L(x) of floatlm does not decrease with x" in n for n in report.notes)
+    assert [c["axis"] for c in report.comparisons] == ["observed"]

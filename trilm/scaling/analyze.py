@@ -371,6 +371,15 @@ def _compare(
                     f" {' and '.join(missing)} (observed losses at shared sizes are compared instead)"
                 )
                 continue
+            laws = ((name, mine), (reference, theirs))
+            flat = [f for f, law in laws if law.fit.params.get("alpha", 1.0) <= 0]
+            if flat:
+                notes.append(
+                    f"comparison of fitted curves {name} vs {reference} on {axis}: not made, the fitted L(x)"
+                    f" of {' and '.join(flat)} does not decrease with x (alpha <= 0), so no size is matched"
+                    " by fitted loss (observed losses at shared sizes are compared instead)"
+                )
+                continue
             points = [{"size": r.size, "x": float(value(r)), "loss": r.loss} for r in fa.finals]
             x_ref = np.array([value(r) for r in ref.finals], dtype=float)
             out.append(
