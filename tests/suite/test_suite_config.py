@@ -108,3 +108,20 @@ def test_token_budgets_make_separate_runs(tmp_path):
     assert [r.name for r in suite.runs][:2] == ["trilm-pico-4p1k", "trilm-pico-16p4k"]
     assert {r.cfg.steps for r in suite.runs} == {4, 16}
     assert all(Path(r.cfg.run_dir).parent == tmp_path / "elsewhere" for r in suite.runs)
+
+
+def test_size_overrides_come_after_the_family_and_the_suite(tmp_path):
+    """A size's own run-config keys (a per-size learning rate, as Spectra tuned) win over the family's."""
+    path = _definition(
+        tmp_path,
+        FAKE_DATA,
+        **{"families.0.overrides": {"optim": {"lr": 3e-3}}, "sizes.0.overrides": {"optim": {"lr": 1e-3}}},
+    )
+    runs = {r.name: r.cfg for r in load_suite(path).runs}
+    assert runs["trilm-pico"].optim.lr == 1e-3
+    assert runs["trilm-nano"].optim.lr == 3e-3
+    assert runs["floatlm-pico"].optim.lr == 1e-3
+    (tmp_path / "bad").mkdir()
+    bad = _definition(tmp_path / "bad", FAKE_DATA, **{"sizes.0.overrides": {"optim": {"lrr": 1e-3}}})
+    with pytest.raises(ConfigError, match="lrr"):
+        load_suite(bad)

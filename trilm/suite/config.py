@@ -69,6 +69,9 @@ class SizeSpec(Config):
     """Data-parallel replicas; 0 = ``hardware.data_parallel``."""
     micro_batch: int = 0
     """Sequences per rank per forward/backward; 0 = the template's."""
+    overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Nested run-config keys for this size in every family, applied after the family's, e.g. a smaller
+    peak learning rate for a wider model ``{optim: {lr: 2e-3}}`` (Spectra tuned it per size)."""
 
     def validate(self) -> None:
         require(bool(self.name) and "-" not in self.name, f"name: {self.name!r} must be set, without '-'")
@@ -291,6 +294,7 @@ def _run_config(
     template = _find_template(fam.config, fam.name, size.name, suite_file)
     data = deep_merge(_read_yaml(template), suite.overrides)
     data = deep_merge(data, fam.overrides)
+    data = deep_merge(data, size.overrides)
     model = {k: v for k, v in dict(data.get("model") or {}).items() if k != "preset"}
     model = {**model, **size.model, "preset": f"{fam.name}-{size.preset or size.name}"}
     model["name"] = f"{fam.name}-{size.name}"
