@@ -1,6 +1,6 @@
 """Evidence for post-hoc quantization: FP, RTN, GPTQ and OmniQuant at W4g128, W3g128 and W2g128.
 
-    python benchmarks/posthoc.py --run-dir /work/shared-runs/posthoc-floatlm --model quickstart
+    python benchmarks/posthoc.py --run-dir runs/posthoc --model quickstart
     python benchmarks/posthoc.py --run-dir runs/posthoc                    # the posthoc-floatlm model
 
 1. The FloatLM (``benchmarks/posthoc_model.py``: trained if missing) is evaluated on its validation split.

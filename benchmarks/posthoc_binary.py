@@ -1,6 +1,6 @@
 """Evidence for the binary post-hoc methods: plain binarization, PB-LLM (PTQ and QAT), BiLLM, STBLLM.
 
-    python benchmarks/posthoc_binary.py --run-dir /work/shared-runs/posthoc-floatlm --model quickstart
+    python benchmarks/posthoc_binary.py --run-dir runs/posthoc --model quickstart
     python benchmarks/posthoc_binary.py --run-dir runs/posthoc          # the posthoc-floatlm model
 
 The same FloatLM, data and evaluation as ``benchmarks/posthoc.py`` (``benchmarks/posthoc_model.py``): every

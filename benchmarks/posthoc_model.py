@@ -1,6 +1,6 @@
 """The FloatLM that the post-hoc benchmarks compress, prepared once and reused.
 
-``python benchmarks/posthoc_model.py --run-dir /work/shared-runs/posthoc-floatlm`` tokenizes the embedded
+``python benchmarks/posthoc_model.py --run-dir runs/posthoc`` tokenizes the embedded
 corpus into ``RUN_DIR/data`` and trains ``configs/train/posthoc-floatlm.yaml`` into ``RUN_DIR/floatlm``.
 Rerunning it reuses what is finished (prepared shards are kept, a finished run has nothing left to do, an
 interrupted one resumes). Other benchmarks import :func:`prepare_posthoc_model` and get the paths back::
