@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from trilm.config import Config, ConfigError, require, require_directory_path
+from trilm.export.checkpoints import SUITE_INDEX, discover
 from trilm.export.common import open_snapshot
 
-INDEX_JSON = "suite_index.json"
 INDEX_CSV = "suite_index.csv"
 ENTRY = "checkpoint.json"
 
@@ -173,9 +173,9 @@ def write_index(out: str | Path) -> list[dict[str, Any]]:
     out = Path(out)
     entries = read_index(out)
     payload = {"format": "trilm-suite", "version": 1, "checkpoints": entries}
-    tmp = out / f".{INDEX_JSON}.tmp"
+    tmp = out / f".{SUITE_INDEX}.tmp"
     tmp.write_text(json.dumps(payload, indent=2) + "\n")
-    os.replace(tmp, out / INDEX_JSON)
+    os.replace(tmp, out / SUITE_INDEX)
     columns = ["family", "size", "run", "step", "tokens", "train_loss", "val_loss", "params"]
     kinds = sorted({k for e in entries for k in e["bytes"]})
     tmp = out / f".{INDEX_CSV}.tmp"
@@ -195,8 +195,6 @@ def export_suite(run_dirs: list[str | Path], cfg: SuiteExportConfig) -> tuple[li
 
     Returns (the suite's index entries, how many checkpoints this call wrote).
     """
-    from trilm.eval.suite import discover
-
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     for run in map(Path, run_dirs):
