@@ -252,20 +252,12 @@ def hf_check(model, args, out_root: Path) -> dict:
     return {"rc": rc, "fp_ppl": math.exp(fp), "gptq_w4g128_ppl": None if loss is None else math.exp(loss)}
 
 
-@torch.no_grad()
 def windows_loss(path: Path, windows: torch.Tensor, batch_size: int = 8) -> float:
     """Mean next-token loss of a (Quant)LM on token windows (N, L): the windows' own next tokens."""
-    import torch.nn.functional as F
-
     from trilm.infer import load_inference_model
+    from trilm.posthoc.evaluate import next_token_loss
 
-    model = load_inference_model(path)
-    total, count = 0.0, 0
-    for batch in windows.long().split(batch_size):
-        logits = model(batch[:, :-1])
-        total += float(F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten(), reduction="sum"))
-        count += batch[:, 1:].numel()
-    return total / count
+    return next_token_loss(load_inference_model(path), windows.split(batch_size))
 
 
 def calibration_fit(model, args, out_root: Path) -> list[dict]:

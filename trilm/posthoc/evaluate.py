@@ -8,7 +8,7 @@ comparable with the ``val_loss`` its source snapshot recorded. Perplexity = exp(
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import torch
@@ -36,8 +36,21 @@ def validation_loss(
     from trilm.data.shards import TokenShards
 
     valid = ValidationSet(TokenShards.open(split_dir), seq_len, max_sequences)
+    return next_token_loss(model, valid.batches(batch_size), device=device, forward=forward)
+
+
+@torch.no_grad()
+def next_token_loss(
+    model: nn.Module,
+    batches: Iterable[torch.Tensor],
+    *,
+    device: str | torch.device = "cpu",
+    forward: Callable[[nn.Module, torch.Tensor], torch.Tensor] | None = None,
+) -> float:
+    """Mean next-token loss (nats) of ``model`` over token batches (B, L): each row predicts its own tokens
+    1..L−1 from the ones before (calibration windows, validation sequences)."""
     total, count = 0.0, 0
-    for batch in valid.batches(batch_size):
+    for batch in batches:
         batch = batch.to(device).long()
         logits = model(batch[:, :-1]) if forward is None else forward(model, batch[:, :-1])
         loss = F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten(), reduction="sum")
