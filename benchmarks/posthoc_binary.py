@@ -183,7 +183,7 @@ def hf_rows(model, args, out_root: Path) -> dict:
     return out
 
 
-FIXTURES = ROOT / ".." / "shared" / "reference" / "fixtures" / "ref_fixtures.npz"
+FIXTURES = ROOT / "tests" / "reference" / "quantizers" / "ref_fixtures.npz"
 
 
 def fixture_comparison() -> dict:
@@ -197,7 +197,7 @@ def fixture_comparison() -> dict:
 
     arrays = {k: torch.from_numpy(v) for k, v in np.load(FIXTURES).items()}
     W, H = arrays["W0"], arrays["H"]
-    out: dict = {"layer": "../shared/reference/fixtures W0 (64×256), H"}
+    out: dict = {"layer": "tests/reference/quantizers W0 (64×256), H"}
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

@@ -1,15 +1,11 @@
 """The one uniform-grid quantizer (GPTQ's min/max grid): properties, and the original code's RTN fixture."""
 
-import os
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 
+from tests.reference import check_quantizer_fixtures
 from trilm.formats import IntWeight, fit_uniform_grid, quantize_to_grid, quantize_uniform
-
-FIXTURES = Path(os.environ.get("TRILM_REF_FIXTURES", "/work/shared/reference/fixtures")) / "ref_fixtures.npz"
 
 
 def test_grid_contains_zero_and_handles_all_zero_rows():
@@ -42,9 +38,8 @@ def test_quantize_uniform_groups_and_packing(bits, g):
         assert torch.all(err <= scales[j] * 0.5 + 1e-6)
 
 
-@pytest.mark.skipif(not FIXTURES.exists(), reason=f"reference fixtures not found at {FIXTURES}")
 def test_rtn_matches_the_original_gptq_code_bit_for_bit():
-    data = np.load(FIXTURES)
+    data = np.load(check_quantizer_fixtures())
     w0 = torch.from_numpy(data["W0"])
     codes, scales, zeros = quantize_uniform(w0, 4, None)
     fake = (scales.t() * (codes.float() - zeros.t())).numpy()

@@ -1,8 +1,7 @@
-"""Shared fixtures of the post-hoc tests: the reference outputs in ../shared and a one-thread context."""
+"""Shared fixtures of the post-hoc tests: the original code's reference outputs and a one-thread context."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -10,19 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-FIXTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "reference" / "fixtures"
-FIXTURE_SHA256 = "37a58c0549bdb4b31aadbb5352b9e353e8406c0bf98d24adc2f6a413b7ba9185"
+from tests.reference import QUANTIZER_TABLE, check_quantizer_fixtures
 
 
 @pytest.fixture(scope="session")
 def ref_fixtures():
-    """(arrays, case table) of ../shared/reference/fixtures (outputs of the original GPTQ code)."""
-    npz, table = FIXTURES / "ref_fixtures.npz", FIXTURES / "ref_fixtures.json"
-    if not npz.is_file():
-        pytest.skip(f"reference fixtures not found at {npz} (CI checks ../shared out beside the clone)")
-    assert hashlib.sha256(npz.read_bytes()).hexdigest() == FIXTURE_SHA256, "fixture file changed"
-    arrays = {k: torch.from_numpy(v) for k, v in np.load(npz).items()}
-    return arrays, json.loads(table.read_text())["cases"]
+    """(arrays, case table) of tests/reference/quantizers: outputs of the original GPTQ/PB-LLM/BiLLM code."""
+    arrays = {k: torch.from_numpy(v) for k, v in np.load(check_quantizer_fixtures()).items()}
+    return arrays, json.loads(QUANTIZER_TABLE.read_text())["cases"]
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""GPTQ and RTN reproduce the original code's outputs on ../shared/reference/fixtures (64×256 layer)."""
+"""GPTQ and RTN reproduce the original code's outputs on tests/reference/quantizers (64×256 layer)."""
 
 from __future__ import annotations
 

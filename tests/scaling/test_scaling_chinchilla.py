@@ -1,10 +1,11 @@
 """Regression test of the fitter on Epoch AI's digitized Chinchilla data (spectra.md §9).
 
-The CSV is not in the repository (unclear licence); CI keeps it in ``shared/reference/data`` beside the
-checkout. The tests skip, saying so, only if that file is missing.
+The CSV ships with trilm (``trilm/scaling/data/``, its README has the source and licence status).
 """
 
 from __future__ import annotations
+
+import hashlib
 
 import pytest
 
@@ -20,7 +21,7 @@ from trilm.scaling.chinchilla import (
 from trilm.scaling.fit import fit_law
 
 CSV = default_csv_path()
-needs_csv = pytest.mark.skipif(not CSV.is_file(), reason=f"Epoch's Chinchilla CSV is not at {CSV}")
+CSV_SHA256 = "193478df4e90f040016431996c45682659306840ecdadf83cfb9cd5ca0aa1b30"
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +30,10 @@ def chinchilla_fit():
     return data, fit_law("ND", {"N": data.N, "D": data.D}, data.loss)
 
 
-@needs_csv
+def test_the_shipped_csv_is_epochs_file():
+    assert hashlib.sha256(CSV.read_bytes()).hexdigest() == CSV_SHA256
+
+
 def test_loader_drops_the_five_highest_losses():
     data = load_chinchilla(CSV)
     assert data.loss.size == 240 and data.dropped_loss.size == 5
@@ -37,7 +41,6 @@ def test_loader_drops_the_five_highest_losses():
     assert ((data.D * 6 * data.N) / data.flops).round(12).tolist() == [1.0] * 240
 
 
-@needs_csv
 def test_fit_reproduces_epoch_estimates_within_their_standard_errors(chinchilla_fit):
     _, fit = chinchilla_fit
     assert fit.converged and fit.n_starts == 4500 and fit.n_points == 240
@@ -52,7 +55,6 @@ def test_fit_reproduces_epoch_estimates_within_their_standard_errors(chinchilla_
     assert fit.params["beta"] == pytest.approx(0.3672, abs=2e-4)
 
 
-@needs_csv
 def test_bootstrap_standard_errors_match_epoch(chinchilla_fit):
     data, fit = chinchilla_fit
     boot = bootstrap_fit(fit, {"N": data.N, "D": data.D}, data.loss, n_resamples=500, seed=42)
@@ -64,7 +66,6 @@ def test_bootstrap_standard_errors_match_epoch(chinchilla_fit):
         assert summary[name]["lo"] < estimate < summary[name]["hi"], name
 
 
-@needs_csv
 def test_reproduce_writes_the_comparison(tmp_path, chinchilla_fit):
     result = reproduce(CSV, tmp_path, n_resamples=0, fit=chinchilla_fit[1])
     assert all(abs(r["z_vs_epoch"]) < 1 for r in result["comparison"].values())

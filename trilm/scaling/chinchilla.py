@@ -2,8 +2,8 @@
 
 Epoch AI ("Chinchilla Scaling: A replication attempt", Besiroglu et al. 2024) extracted 245 (model size,
 training FLOP, loss) points from Fig. 4 of Hoffmann et al. (2022), dropped the 5 highest-loss points and
-fitted approach 3 to the remaining 240 with D = FLOP / (6 N). The CSV is not shipped with trilm (its licence
-is unclear); the repository's CI finds it at ``../shared/reference/data/`` next to the checkout.
+fitted approach 3 to the remaining 240 with D = FLOP / (6 N). Their CSV ships with trilm as package data
+(``trilm/scaling/data/``, whose README records its source, checksum and licence status).
 """
 
 from __future__ import annotations
@@ -27,17 +27,8 @@ HOFFMANN_ESTIMATES = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 
 
 
 def default_csv_path() -> Path:
-    """``shared/reference/data/<CSV_NAME>`` beside the checkout (CI) or beside one of its ancestors.
-
-    CI keeps ``shared/`` next to the checkout root; a git worktree may sit one level deeper, so the nearest
-    ancestor that has the file wins. Returns the CI location when none has it.
-    """
-    repo_root = Path(__file__).resolve().parents[2]
-    relative = Path("shared") / "reference" / "data" / CSV_NAME
-    for ancestor in repo_root.parents:
-        if (ancestor / relative).is_file():
-            return ancestor / relative
-    return repo_root.parent / relative
+    """The copy of Epoch's CSV that ships with trilm (``trilm/scaling/data/``)."""
+    return Path(__file__).resolve().parent / "data" / CSV_NAME
 
 
 @dataclasses.dataclass
