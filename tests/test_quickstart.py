@@ -30,15 +30,18 @@ def test_quickstart_pipeline(tmp_path, capsys):
     bits = {r.family: r.bits_per_param for r in rows if r.size == "tiny"}
     assert bits["bilm"] < bits["trilm"] < bits["floatlm"] == 16.0
 
-    # the analysis fits L(N) per family on three sizes and compares TriLM and BiLM with FloatLM
+    # the analysis fits L(N) per family; three sizes fix E + A/N^α exactly, so no law is identified and none
+    # is printed: the families are compared on their observed losses
     report = json.loads((tmp_path / "analysis/fit.json").read_text())
     assert set(report["families"]) == {"trilm", "floatlm", "bilm"}
     for family in ("trilm", "floatlm", "bilm"):
         law = report["families"][family]["L(x)"]
-        assert law is not None and len(law["points"]) == 3 and set(law["params"]) == {"E", "A", "alpha"}
+        assert len(law["points"]) == 3 and set(law["params"]) == {"E", "A", "alpha"}
+        assert law["identified"] is False and law["not_identified_because"]
     compared = {(c["family"], c["axis"]) for c in report["comparisons"]}
-    assert {(f, a) for f in ("trilm", "bilm") for a in ("observed", "params", "bits")} <= compared
-    assert "fitted L(N) = E + A/N^α per family" in out and "TriLM vs FloatLM at equal size in bits" in out
+    assert compared == {("trilm", "observed"), ("bilm", "observed")}
+    assert "L(N) = E + A/N^α per family" in out and "L(N) not identified:" in out and "loss by size:" in out
+    assert "L(D) = E + B/D^β along each run" in out
     summary = (tmp_path / "analysis/suite.md").read_text()
     assert "| size | params | FloatLM | TriLM | BiLM | TriLM−FloatLM | BiLM−FloatLM | TriLM−BiLM |" in summary
     for name in ("report.md", "training_curves.png", "loss_vs_params.svg", "loss_vs_bits.png"):

@@ -32,6 +32,7 @@ from trilm.scaling.bootstrap import (
 )
 from trilm.scaling.compare import compare_observed, compare_pair
 from trilm.scaling.fit import FitError, fit_many
+from trilm.scaling.identify import identify
 from trilm.scaling.results import AnalysisConfig, FamilyAnalysis, LawFit, Report
 from trilm.scaling.table import ResultRow, family_kind, read_table
 
@@ -125,7 +126,17 @@ def _fit_specs(specs: list[_Spec], cfg: AnalysisConfig, strict: bool, notes: lis
                 else:
                     spec.law.bootstrap = result
         for spec in group:
-            if not cfg.loso or spec.law is None or spec.loso_groups is None:
+            if spec.law is None:
+                continue
+            spec.law.identification = identify(
+                spec.law,
+                "checkpoints" if form == "D" else "sizes",
+                "bits" if spec.label.endswith("L(bits)") else None,
+            )
+            if not spec.law.identified:
+                notes.append(f"{spec.label}: not identified: {spec.law.identification.because}")
+        for spec in group:
+            if not cfg.loso or spec.law is None or spec.loso_groups is None or not spec.law.identified:
                 continue
             n_groups = len(set(spec.loso_groups))
             if n_groups >= 4:
@@ -372,12 +383,12 @@ def _compare(
                 )
                 continue
             laws = ((name, mine), (reference, theirs))
-            flat = [f for f, law in laws if law.fit.params.get("alpha", 1.0) <= 0]
-            if flat:
+            unidentified = [f for f, law in laws if not law.identified]
+            if unidentified:
                 notes.append(
-                    f"comparison of fitted curves {name} vs {reference} on {axis}: not made, the fitted L(x)"
-                    f" of {' and '.join(flat)} does not decrease with x (alpha <= 0), so no size is matched"
-                    " by fitted loss (observed losses at shared sizes are compared instead)"
+                    f"comparison of fitted curves {name} vs {reference} on {axis}: not made, the L(x) of"
+                    f" {' and '.join(unidentified)} is not identified, so no size is matched by fitted loss"
+                    " (observed losses at shared sizes are compared instead)"
                 )
                 continue
             points = [{"size": r.size, "x": float(value(r)), "loss": r.loss} for r in fa.finals]

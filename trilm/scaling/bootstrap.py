@@ -99,6 +99,9 @@ class BootstrapResult:
         """Per parameter: standard error (std over resamples) and the percentile interval."""
         out = {}
         for name, values in self.params().items():
+            if not np.isfinite(values).all():
+                out[name] = {"se": float("nan"), "lo": float(np.min(values)), "hi": float(np.max(values))}
+                continue
             lo, hi = self.interval(values)
             out[name] = {
                 "se": float(np.std(values, ddof=1)) if values.size > 1 else float("nan"),

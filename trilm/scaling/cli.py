@@ -102,10 +102,12 @@ def run(args: argparse.Namespace) -> int:
     out = args.out or args.tables[0].parent / "scaling"
     require_directory_path(out, "--out")
     report = analyze(args.tables, out, cfg)
-    fitted = sum(bool(fa.law_x) + bool(fa.law_nd) for fa in report.families.values()) + len(report.run_fits)
+    laws = [law for fa in report.families.values() for law in (fa.law_x, fa.law_nd) if law is not None]
+    laws += list(report.run_fits.values())
+    identified = sum(law.identified for law in laws)
     print(
-        f"{fitted} fit(s) over {len(report.families)} famil{'y' if len(report.families) == 1 else 'ies'};"
-        f" {len(report.notes)} note(s)"
+        f"{len(laws)} fit(s) over {len(report.families)} famil{'y' if len(report.families) == 1 else 'ies'},"
+        f" {identified} identified as laws (report.md lists the others and why); {len(report.notes)} note(s)"
     )
     for note in report.notes:
         print(f"  note: {note}")

@@ -59,11 +59,13 @@ class Form:
         return f"L({', '.join(self.variables)})"
 
     def natural(self, theta: np.ndarray) -> dict[str, float]:
-        """Map a log-space parameter vector to ``{"E":…, "A":…, "alpha":…, …}``."""
-        out = {"E": float(np.exp(theta[-1]))}
-        for k, (c, x) in enumerate(zip(self.coef_names, self.exp_names)):
-            out[c] = float(np.exp(theta[2 * k]))
-            out[x] = float(theta[2 * k + 1])
+        """Map a log-space parameter vector to ``{"E":…, "A":…, "alpha":…, …}`` (a coefficient beyond float
+        range, as a step-like fit gives, becomes inf)."""
+        with np.errstate(over="ignore"):
+            out = {"E": float(np.exp(theta[-1]))}
+            for k, (c, x) in enumerate(zip(self.coef_names, self.exp_names)):
+                out[c] = float(np.exp(theta[2 * k]))
+                out[x] = float(theta[2 * k + 1])
         return out
 
     def theta_from_natural(self, params: dict[str, float]) -> np.ndarray:

@@ -91,8 +91,12 @@ def plot_loss_vs(report: Report, out_dir: Path, axis: str) -> dict[str, str]:
         y = np.array([r.loss for r in fa.finals])
         color = colors[name]
         law = getattr(fa, attr)
-        ax.scatter(x, y, color=color, s=28, zorder=3, label=f"{display_name(name)} (final checkpoints)")
-        if law is not None:
+        identified = law is not None and law.identified
+        suffix = "" if law is None or identified else "; no law identified"
+        ax.scatter(
+            x, y, color=color, s=28, zorder=3, label=f"{display_name(name)} (final checkpoints{suffix})"
+        )
+        if identified:
             var = "bits" if axis == "bits" else "N"
             _draw_law(ax, law, "N", x, color, f"{display_name(name)} fit: {_law_label(law, var)}")
         elif x.size > 1:
@@ -111,7 +115,7 @@ def plot_loss_vs(report: Report, out_dir: Path, axis: str) -> dict[str, str]:
     ax.set_ylabel(f"{report.eval_name} (nats)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="upper right")
-    if any(getattr(fa, attr) is not None for fa in report.families.values()):
+    if any(getattr(fa, attr) is not None and getattr(fa, attr).identified for fa in report.families.values()):
         fig.text(
             0.01,
             0.0,
@@ -153,13 +157,13 @@ def plot_training_curves(report: Report, out_dir: Path) -> dict[str, str]:
             labelled.add(items[0].size)
             ax.plot(d, [r.loss for r in pts], "o-", ms=3, lw=1.2, color=color, label=label)
             law = report.run_fits.get(items[0].run)
-            if law is not None:
+            if law is not None and law.identified:
                 xs = np.geomspace(d.min(), d.max(), 100)
                 ax.plot(xs, law.fit.predict(D=xs), "--", lw=1.0, color=color)
         ax.set_xscale("log")
         ax.set_xlabel("training tokens D")
         ax.set_ylabel(f"{report.eval_name} (nats)")
-        ax.set_title(f"{display_name(name)}: training curves (dashed: L(D) fits)", fontsize=10)
+        ax.set_title(f"{display_name(name)}: training curves (dashed: identified L(D) fits)", fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
         _plain_minor_ticks(ax)
         ax.legend(fontsize=6, ncol=2 if len(labelled) > 6 else 1, title="size", title_fontsize=6)
@@ -198,7 +202,7 @@ def draw_nd(ax: Any, law: LawFit, title: str) -> None:
 
 
 def plot_nd(report: Report, out_dir: Path) -> dict[str, str]:
-    laws = [(name, fa.law_nd) for name, fa in report.families.items() if fa.law_nd is not None]
+    laws = [(name, fa.law_nd) for name, fa in report.families.items() if fa.law_nd and fa.law_nd.identified]
     if not laws:
         return {}
     fig = Figure(figsize=(6.2 * len(laws), 4.6))

@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trilm.scaling.identify import loss_by_point
 from trilm.scaling.plots import display_name
 
 if TYPE_CHECKING:
@@ -73,6 +74,25 @@ def _law_table(title: str, laws: list[tuple[str, LawFit]], names: list[str], lev
             boot_cell,
         ]
         lines.append("| " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def _not_identified(laws: list[tuple[str, LawFit]]) -> list[str]:
+    """Fits the data do not pin down: why, and the losses that show it (no law, no curve)."""
+    if not laws:
+        return []
+    lines = [
+        "### Not identified",
+        "",
+        "These fits converged, but the data do not identify a law (`trilm/scaling/identify.py`); they are"
+        " not reported as laws, not drawn and not used to compare families.",
+        "",
+        "| fit | why not | loss by point |",
+        "|---|---|---|",
+    ]
+    for label, law in laws:
+        reasons = law.identification.because if law.identification else "not checked"
+        lines.append(f"| {label} | {reasons} | {loss_by_point(law)} |")
     return [*lines, ""]
 
 
@@ -173,11 +193,19 @@ def render(report: Report, out_dir: Path) -> str:
         "",
     ]
     fams = report.families.items()
-    x_laws = [(f"{display_name(n)}", fa.law_x) for n, fa in fams if fa.law_x]
-    bit_laws = [(f"{display_name(n)}", fa.law_bits) for n, fa in fams if fa.law_bits]
-    nd_laws = [(f"{display_name(n)}", fa.law_nd) for n, fa in fams if fa.law_nd]
-    run_laws = [(run, law) for run, law in report.run_fits.items()]
     axis = "N" if cfg.x == "params" else "N_nonemb"
+    every = [
+        *[(f"{display_name(n)} L({axis})", fa.law_x) for n, fa in fams if fa.law_x],
+        *[(f"{display_name(n)} L(bits)", fa.law_bits) for n, fa in fams if fa.law_bits],
+        *[(f"{display_name(n)} L(N, D)", fa.law_nd) for n, fa in fams if fa.law_nd],
+        *[(f"{run} L(D)", law) for run, law in report.run_fits.items()],
+    ]
+    x_laws = [(f"{display_name(n)}", fa.law_x) for n, fa in fams if fa.law_x and fa.law_x.identified]
+    bit_laws = [
+        (f"{display_name(n)}", fa.law_bits) for n, fa in fams if fa.law_bits and fa.law_bits.identified
+    ]
+    nd_laws = [(f"{display_name(n)}", fa.law_nd) for n, fa in fams if fa.law_nd and fa.law_nd.identified]
+    run_laws = [(run, law) for run, law in report.run_fits.items() if law.identified]
     lines += _law_table(
         f"L({axis}) = E + A/{axis}^α on final checkpoints", x_laws, ["E", "A", "alpha"], cfg.level
     )
@@ -197,7 +225,8 @@ def render(report: Report, out_dir: Path) -> str:
         cfg.level,
     )
     if not (x_laws or nd_laws or run_laws):
-        lines += ["No law could be fitted; see the notes.", ""]
+        lines += ["No law is identified; see below and the notes.", ""]
+    lines += _not_identified([(label, law) for label, law in every if not law.identified])
     lines += _loso(x_laws + nd_laws)
     if report.comparisons:
         lines += ["## Family comparison", ""]

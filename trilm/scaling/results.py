@@ -15,6 +15,7 @@ import numpy as np
 from trilm.config import Config, require
 from trilm.scaling.bootstrap import BootstrapResult
 from trilm.scaling.fit import HUBER_DELTA, FitResult
+from trilm.scaling.identify import Identification
 from trilm.scaling.table import ResultRow, family_kind
 
 
@@ -54,10 +55,19 @@ class LawFit:
     labels: list[str]
     bootstrap: BootstrapResult | None = None
     loso: list[dict[str, Any]] | None = None
+    identification: Identification | None = None
+    """Whether the data pin the law down (:mod:`trilm.scaling.identify`); None until checked."""
+
+    @property
+    def identified(self) -> bool:
+        return self.identification is not None and self.identification.identified
 
     def to_dict(self) -> dict[str, Any]:
         out = self.fit.to_dict()
         out["label"] = self.label
+        if self.identification is not None:
+            out["identified"] = self.identification.identified
+            out["not_identified_because"] = list(self.identification.reasons)
         out["points"] = [
             {"label": lab, **{k: float(v[i]) for k, v in self.inputs.items()}, "loss": float(self.loss[i])}
             for i, lab in enumerate(self.labels)

@@ -20,7 +20,7 @@ from trilm.suite.text import si, table
 from trilm.train.checkpoint import complete_steps
 
 if TYPE_CHECKING:
-    from trilm.scaling.results import Report
+    from trilm.scaling.results import LawFit, Report
 
 ORDER = ("floatlm", "trilm", "bilm")
 NAMES = {"floatlm": "FloatLM", "trilm": "TriLM", "bilm": "BiLM"}
@@ -125,7 +125,22 @@ def loss_table(report: Report, markdown: bool = False) -> str:
     return table(headers, rows, markdown=markdown)
 
 
+def _law_text(law: LawFit, var: str, level: float) -> str:
+    """An identified law with its exponent's bootstrap interval (only ever called for identified laws)."""
+    p = law.fit.params
+    coef, exp, sym = ("A", "alpha", "α") if "A" in p else ("B", "beta", "β")
+    cell = f"L({var}) = {p['E']:.4g} + {p[coef]:.4g} / {var}^{p[exp]:.4g}"
+    if law.bootstrap is not None:
+        s = law.bootstrap.summary()[exp]
+        cell += f"   ({sym} {int(level * 100)}% CI [{s['lo']:.3g}, {s['hi']:.3g}])"
+    return cell
+
+
 def fit_lines(report: Report) -> list[str]:
+    """Per family: its identified L(N) and L(bits) as laws, or why the L(N) is not identified and the loss by
+    size that shows it. An unidentified fit is never written as a law."""
+    from trilm.scaling.identify import loss_by_point
+
     axis = "N" if report.config.x == "params" else "N_nonemb"
     lines = []
     for fam in _families(report):
@@ -133,12 +148,53 @@ def fit_lines(report: Report) -> list[str]:
         for law, var in ((fa.law_x, axis), (fa.law_bits, "bits")):
             if law is None:
                 continue
-            p = law.fit.params
-            cell = f"L({var}) = {p['E']:.4g} + {p['A']:.4g} / {var}^{p['alpha']:.4g}"
-            if law.bootstrap is not None:
-                s = law.bootstrap.summary()["alpha"]
-                cell += f"   (α {int(report.config.level * 100)}% CI [{s['lo']:.3g}, {s['hi']:.3g}])"
-            lines.append(f"{_name(fam):>8}  {cell}   [{law.fit.n_points} sizes]")
+            if law.identified:
+                text = _law_text(law, var, report.config.level)
+                lines.append(f"{_name(fam):>8}  {text}   [{law.fit.n_points} sizes]")
+            elif var != "bits" or (fa.law_x is not None and fa.law_x.identified):
+                because = law.identification.because if law.identification else "not checked"
+                lines.append(f"{_name(fam):>8}  L({var}) not identified: {because}")
+                lines.append(f"{'':>8}  loss by size: {loss_by_point(law)}")
+    return lines
+
+
+def run_fit_rows(report: Report) -> tuple[list[list[str]], list[str]]:
+    """L(D) along each run: table rows of the identified fits, and ``run: why not`` for the others."""
+    rows, others = [], []
+    for run, law in report.run_fits.items():
+        if law.identified:
+            p, d = law.fit.params, law.fit.to_dict()
+            rows.append(
+                [
+                    run,
+                    f"{p['E']:.4g}",
+                    f"{p['B']:.4g}",
+                    f"{p['beta']:.3g}",
+                    str(law.fit.n_points),
+                    f"{d['log_residual_rms']:.3g}",
+                ]
+            )
+        else:
+            because = law.identification.because if law.identification else "not checked"
+            others.append(f"{run}: {because}")
+    return rows, others
+
+
+RUN_FIT_HEADERS = ["run", "E", "B", "β", "checkpoints", "RMS log-resid"]
+
+
+def run_fit_lines(report: Report, markdown: bool = False) -> list[str]:
+    if not report.run_fits:
+        return []
+    rows, others = run_fit_rows(report)
+    head = (
+        f"L(D) = E + B/D^β along each run (its checkpoints with D > 0; identified in {len(rows)} of"
+        f" {len(report.run_fits)} runs):"
+    )
+    lines = [head]
+    if rows:
+        lines.append(table(RUN_FIT_HEADERS, rows, markdown=markdown))
+    lines += [f"not identified: {o}" for o in others]
     return lines
 
 
@@ -178,18 +234,26 @@ def _unfitted(report: Report) -> list[str]:
     return [n for n in report.notes if "L(N) not fitted" in n]
 
 
+def _shown(note: str) -> bool:
+    return "L(N) not fitted" in note or ": not identified: " in note
+
+
 def other_notes(report: Report) -> list[str]:
     """The analysis notes that :func:`summary_text` does not already show."""
-    return [n for n in report.notes if "L(N) not fitted" not in n]
+    return [n for n in report.notes if not _shown(n)]
 
 
 def summary_text(report: Report) -> str:
-    """Terminal summary: final losses per size and family, the fitted curves and the comparisons."""
+    """Terminal summary: final losses per size and family, the identified laws (or why not), the L(D) fits
+    along each run and the comparisons."""
     lines = ["final validation loss per size (nats/token; A−B: loss of A minus loss of B)"]
     lines += [loss_table(report), ""]
     fits = fit_lines(report)
-    lines += ["fitted L(N) = E + A/N^α per family (final checkpoints):" if fits else "no L(N) fitted"]
+    lines += ["L(N) = E + A/N^α per family (final checkpoints):" if fits else "no L(N) fitted"]
     lines += [f"  {f}" for f in fits] if fits else [f"  {n}" for n in _unfitted(report)]
+    runs = run_fit_lines(report)
+    if runs:
+        lines += ["", runs[0], *[f"  {line}" for text in runs[1:] for line in text.splitlines()]]
     comp = comparison_lines(report)
     if comp:
         lines += ["", "family comparison (fitted curves):", *[f"  {c}" for c in comp]]
@@ -243,7 +307,21 @@ def render_markdown(result: SuiteAnalysis) -> str:
     ]
     fits = fit_lines(report)
     if fits:
-        lines += ["## Fitted curves", "", "```", *fits, "```", ""]
+        lines += [
+            "## Fitted curves",
+            "",
+            "A fit is shown as a law only when the data identify it (exponent above 0 with a bootstrap"
+            " interval of width that excludes 0, a new low at 3 or more sizes, more sizes than"
+            " parameters); otherwise it says why not.",
+            "",
+            "```",
+            *fits,
+            "```",
+            "",
+        ]
+    runs = run_fit_lines(report, markdown=True)
+    if runs:
+        lines += ["## Along each run: L(D)", "", runs[0], "", *runs[1:], ""]
     comp = comparison_lines(report)
     if comp:
         lines += ["## Family comparison (fitted curves)", "", "```", *comp, "```", ""]
