@@ -68,10 +68,24 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "suite") -> Non
     )
     status.add_argument("--json", action="store_true", help="print JSON instead of the table")
 
-    sweep = sub.add_parser("sweep", help="tune the learning rate per family at one size (before launching)")
+    sweep = sub.add_parser(
+        "sweep", help="tune the learning rate (and other keys) per family and size, before launching"
+    )
     _common(sweep)
-    sweep.add_argument("--size", required=True, help="the suite's size to sweep at, e.g. mini")
+    sweep.add_argument(
+        "--size", required=True, help="the suite's size(s) to sweep at, e.g. mini or 64x2,96x3"
+    )
     sweep.add_argument("--lr", required=True, help="comma-separated peak learning rates, e.g. 2e-3,4e-3,8e-3")
+    sweep.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2",
+        help="another grid axis over a run-config key, e.g. batch_tokens=1024,4096 (repeatable)",
+    )
+    sweep.add_argument(
+        "--tokens", type=float, default=None, help="training tokens of every sweep run (default: the suite's)"
+    )
     sweep.add_argument("--dry-run", action="store_true", help="write the configs; train nothing")
     sweep.add_argument("--no-progress", action="store_true", help="no progress bars")
 
@@ -128,14 +142,25 @@ def run(args: argparse.Namespace) -> int:
         print(f"suite {suite.name}: {len(outcomes)} runs; " + _count(outcomes))
         return 1 if failed else 0
     if args.action == "sweep":
-        from trilm.suite.sweep import sweep
+        from trilm.suite.sweep import parse_axes, sweep
 
         try:
             rates = [float(x) for x in _split(args.lr)]
         except ValueError:
             raise ConfigError(f"--lr: expected comma-separated numbers, got {args.lr!r}") from None
-        result = sweep(suite, args.size, rates, dry_run=args.dry_run, progress=not args.no_progress)
-        print(result.render())
+        axes = parse_axes(args.set)
+        tokens = int(args.tokens) if args.tokens is not None else None
+        for size in _split(args.size):
+            result = sweep(
+                suite,
+                size,
+                rates,
+                axes=axes,
+                tokens=tokens,
+                dry_run=args.dry_run,
+                progress=not args.no_progress,
+            )
+            print(result.render())
         return 0
     if args.action == "status":
         from trilm.suite.status import render_status, suite_status
