@@ -126,7 +126,7 @@ def parse_args(argv):
 
 def bits_table(shape: str) -> None:
     """Markdown table of storage bits/weight per sample kind (docs/kernels.md quotes it)."""
-    from kernels.samples import KINDS, random_packed
+    from kernels.tools.samples import KINDS, random_packed
 
     k, n = (int(v) for v in shape.split("x"))
     print(
@@ -148,8 +148,8 @@ def bits_table(shape: str) -> None:
 
 
 def instructions(args) -> int:
-    """Before/after SASS instructions per weight (kernels.instructions), printed and written as JSON."""
-    from kernels.instructions import print_table
+    """Before/after SASS instructions per weight (kernels.tools.instructions), printed and written as JSON."""
+    from kernels.tools.instructions import print_table
 
     rows = print_table()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -239,7 +239,7 @@ def main(argv=None) -> int:
     from tqdm import tqdm
 
     from kernels import QuantLinear
-    from kernels.samples import random_packed
+    from kernels.tools.samples import random_packed
 
     dev = torch.device("cpu" if args.cpu_smoke else "cuda")
     name = "cpu-smoke" if args.cpu_smoke else torch.cuda.get_device_name(dev)
@@ -369,7 +369,7 @@ def _whole_model(args, dev, timer) -> dict:
     import torch
 
     from kernels import QuantLinear
-    from kernels.samples import random_packed
+    from kernels.tools.samples import random_packed
     from trilm.infer import InferenceModel
     from trilm.model import preset
 
@@ -403,10 +403,10 @@ def _crossover(args, dev, timer) -> dict:
     the kernel tuning cache under ``crossover|<device>|<format>|N|K``."""
     import torch
 
-    from kernels.launch import affine_matmul, prepare
-    from kernels.plan import make_plan
-    from kernels.samples import random_packed
-    from kernels.tuning import shared_cache
+    from kernels.affine.plan import affine_matmul, make_plan
+    from kernels.affine.tuning import shared_cache
+    from kernels.dispatch import prepare
+    from kernels.tools.samples import random_packed
 
     cache, out = shared_cache(), {}
     for kind in ("ternary", "int4"):

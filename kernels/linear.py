@@ -1,7 +1,8 @@
 """``QuantLinear``: one module for every packed format, dispatching to the kernel for its format.
 
 The model code swaps its linears for QuantLinear (see :func:`replace_linears`) and does not care which
-format a layer has: forward is ``x @ W^T (+ bias)`` for x of shape (..., K). The packed tensors are buffers,
+format a layer has: forward is ``x @ W^T (+ bias)`` for x of shape (..., K), on the backend
+:func:`kernels.dispatch.resolve_backend` picks. The packed tensors are buffers,
 so ``.to(device)``, ``state_dict()`` and ``load_state_dict()`` work as usual; the format's meta travels as
 the module's extra state, and loading a state dict of another format or shape rebuilds the buffers.
 Inference only: the Triton path has no backward.
@@ -16,27 +17,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels import plan as plans
-from kernels.launch import (
-    LEGACY_GEMV_MAX_M,
-    KernelWeight,
-    affine_path,
-    interpreting,
-    prepare,
-    triton_matmul,
-)
+from kernels.affine import plan as plans
+from kernels.cpu import CpuLinearState
+from kernels.dispatch import BACKENDS, prepare, resolve_backend, triton_matmul
+from kernels.general.launch import GENERAL_GEMV_MAX_M, KernelWeight
+from kernels.triton_runtime import interpreting
 from trilm.formats import FORMATS, IntWeight, PackedWeight, from_tensors
-
-BACKENDS = ("auto", "triton", "torch")
-
-
-def resolve_backend(backend: str, x: torch.Tensor) -> str:
-    """'triton' on CUDA or under the CPU interpreter, else 'torch' (the dequantize-and-matmul fallback)."""
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    if backend != "auto":
-        return backend
-    return "triton" if (x.is_cuda or interpreting()) else "torch"
 
 
 class QuantLinear(nn.Module):
@@ -50,7 +36,7 @@ class QuantLinear(nn.Module):
         backend: str = "auto",
         cache_dequantized: bool = False,
         accumulate: str = "fp32",
-        gemv_max_m: int = LEGACY_GEMV_MAX_M,
+        gemv_max_m: int = GENERAL_GEMV_MAX_M,
     ) -> None:
         super().__init__()
         if backend not in BACKENDS:
@@ -107,6 +93,7 @@ class QuantLinear(nn.Module):
         self._kernel_cache: KernelWeight | None = None
         self._plans: dict[tuple[int, torch.dtype, torch.device], Any] = {}
         self._dequant_cache: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
+        self._cpu_state: CpuLinearState | None = None
 
     @property
     def format(self) -> str:
@@ -134,25 +121,36 @@ class QuantLinear(nn.Module):
             raise ValueError(f"{self}: expected input with last dim {self.in_features}, got {tuple(x.shape)}")
         x2 = x.reshape(-1, self.in_features)
         plan = self._plans.get((x2.shape[0], x.dtype, x.device))
-        if plan is not None and self.backend != "torch" and (x.is_cuda or interpreting()):
+        if plan is not None and self.backend in ("auto", "triton") and (x.is_cuda or interpreting()):
             if not x2.is_contiguous():
                 x2 = x2.contiguous()
             return plan(x2, self.bias).view(*x.shape[:-1], self.out_features)
-        if resolve_backend(self.backend, x) == "torch":
+        backend = resolve_backend(self.backend, x)
+        if backend == "torch":
             y = F.linear(x, self._dequantized(x))
+            return y if self.bias is None else y + self.bias.to(y.dtype)
+        if backend == "cpu":
+            y = self.prepare_cpu()(x2).view(*x.shape[:-1], self.out_features)
             return y if self.bias is None else y + self.bias.to(y.dtype)
         if self._kernel_cache is None:
             self._kernel_cache = prepare(self.packed)
         kw = self._kernel_cache
         m = x2.shape[0]
-        if kw.affine is not None and m and affine_path(m) != "cublas":
-            plan = plans.make_plan(kw.affine, affine_path(m), m, x.dtype)
+        if kw.affine is not None and m and plans.affine_path(m) != "cublas":
+            plan = plans.make_plan(kw.affine, plans.affine_path(m), m, x.dtype)
             self._plans[(m, x.dtype, x.device)] = plan
             return plan(x2.contiguous(), self.bias).view(*x.shape[:-1], self.out_features)
         path = "gemv" if m <= self.gemv_max_m else "gemm"
         y = triton_matmul(x2, kw, path=None if kw.affine is not None else path, accumulate=self.accumulate)
         y = y.reshape(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias.to(y.dtype)
+
+    def prepare_cpu(self) -> CpuLinearState:
+        """The CPU backend's state (int4 kernel layout, dense copies), converted once and kept until the
+        buffers move or change; call it at load so the first forward does not pay for it."""
+        if self._cpu_state is None:
+            self._cpu_state = CpuLinearState(self.packed)
+        return self._cpu_state
 
     def _dequantized(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype if x.is_floating_point() else torch.float32

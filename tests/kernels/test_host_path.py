@@ -13,10 +13,10 @@ import pytest
 import torch
 from triton.runtime.interpreter import InterpretedFunction
 
-from kernels import QuantLinear, reference_matmul
-from kernels import plan as plans
-from kernels.samples import random_packed
-from kernels.tuning import GEMV_CANDIDATES, TuningCache
+from kernels import QuantLinear, prepare, reference_matmul
+from kernels.affine import plan as plans
+from kernels.affine.tuning import GEMV_CANDIDATES, TuningCache
+from kernels.tools.samples import random_packed
 
 EXTRA_KERNEL_OPS = ("aten::zero_", "aten::zeros", "aten::fill_", "aten::copy_", "aten::_to_copy", "aten::add")
 
@@ -65,7 +65,7 @@ def test_one_launch_per_call(kind, m, launches):
 
 def test_split_k_call_is_still_one_launch(launches, monkeypatch):
     """With K split across programs the reduction happens in the same kernel (no zeroing, no cast)."""
-    monkeypatch.setattr("kernels.tuning.CPU_GEMV", {**GEMV_CANDIDATES[1][0], "SPLIT_K": 4})
+    monkeypatch.setattr("kernels.affine.tuning.INTERP_GEMV", {**GEMV_CANDIDATES[1][0], "SPLIT_K": 4})
     layer = QuantLinear(random_packed("ternary", 64, 512, seed=2))
     x = torch.randn(1, 512)
     y = layer(x)
@@ -112,7 +112,7 @@ def test_tuning_cache_round_trip(tmp_path):
     assert json.loads(path.read_text())["version"] == 1 and not path.with_name("cache.json.tmp").exists()
     # a plan built from the stored config computes the same thing as one built from the literal config
     weight = random_packed("ternary", 64, 256, seed=6)
-    spec = plans.affine_spec(weight)
+    spec = prepare(weight).affine
     x = torch.randn(1, 256)
     stored = plans.make_plan(spec, "gemv", 1, x.dtype, again.get(next(iter(again.entries))))(x)
     assert torch.equal(stored, plans.make_plan(spec, "gemv", 1, x.dtype, cfg)(x))
@@ -129,6 +129,6 @@ def test_tuning_cache_refuses_a_broken_file(tmp_path):
 
 
 def test_tuning_key_names_everything_a_config_depends_on():
-    spec = plans.affine_spec(random_packed("int4_act", 64, 256, group_size=64))
+    spec = prepare(random_packed("int4_act", 64, 256, group_size=64)).affine
     key = plans.tuning_key(spec, "gemm", 20, torch.float16)
     assert key.startswith("cpu|triton-") and key.endswith("|gemm|int4+perm|N64|K256|G64|M32|float16")

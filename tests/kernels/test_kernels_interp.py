@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from kernels import prepare, reference_matmul, triton_matmul
-from kernels.launch import CPU_GEMV, GPU_GEMM, GPU_GEMV, affine_matmul
-from kernels.samples import KINDS, random_packed
-from kernels.tuning import GEMM_CANDIDATES, GEMV_CANDIDATES
+from kernels.affine.plan import affine_matmul
+from kernels.affine.tuning import GEMM_CANDIDATES, GEMV_CANDIDATES
+from kernels.general.launch import GPU_GEMM, GPU_GEMV, INTERP_GEMV
+from kernels.tools.samples import KINDS, random_packed
 
 FP32_TOL = dict.fromkeys(KINDS, 4e-6)
 AFFINE_KINDS = ("ternary", "binary", "binary_mean", "int2", "int3", "int4", "int4_act")
@@ -75,7 +76,7 @@ def test_affine_gpu_configs_in_interpreter(kind):
 
 
 def test_split_k_counters_are_left_zeroed_for_the_next_call():
-    from kernels.plan import Workspace
+    from kernels.affine.plan import Workspace
 
     weight = random_packed("ternary", 96, 320, seed=2)
     spec = prepare(weight).affine
@@ -135,7 +136,7 @@ def test_fp16_activations_with_native_accumulation():
     assert rel_err(triton_matmul(x, prepare(weight)), ref) <= 5e-3  # affine: fp16 in and out, one launch
     for accumulate in ("fp32", "native"):
         general = prepare(weight, general=True)
-        y = triton_matmul(x, general, accumulate=accumulate, config={**CPU_GEMV, "BLOCK_K": 32})
+        y = triton_matmul(x, general, accumulate=accumulate, config={**INTERP_GEMV, "BLOCK_K": 32})
         assert y.dtype == torch.float16
         assert rel_err(y, ref) <= 5e-3
 
@@ -156,7 +157,7 @@ def test_cpu_without_interpreter_refuses_triton(monkeypatch):
 
 def test_gpu_autotuners_build():
     """The autotuner objects validate key / reset names against the kernel signature at construction."""
-    from kernels.launch import _tuned
+    from kernels.general.launch import _tuned
 
     for kind in ("gemv", "gemm"):
         tuner = _tuned(kind)

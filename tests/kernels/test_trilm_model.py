@@ -1,14 +1,16 @@
-"""The real decoder runs with its block linears swapped for packed QuantLinear layers (kernels.model).
+"""A decoder served with packed QuantLinear block layers computes the trained model's function (Triton path).
 
-Codes and scales come from the model's own ``packing_scales`` (the input contract: int8 codes, fp32 scales
-(K // g, N)); the packed model's logits must equal the fake-quantized model's, across scale groups.
+TriLM/BiLM: the inference model packs the latent weights with the model's own quantizer (ternary/binary codes
+and the scales of its scale groups, ``trilm.infer.from_state_dict(pack_native=True)``); its logits must
+equal the fake-quantized training decoder's, across scale groups, for a prefill (GEMM) and one token (GEMV).
+FloatLM: block linears packed to int2/3/4 compute exactly their dequantized weights.
 """
 
 import pytest
 import torch
 
 from kernels import QuantLinear
-from kernels.model import pack_decoder
+from trilm.infer import from_state_dict
 from trilm.model import build_model, preset
 
 
@@ -20,40 +22,35 @@ def test_packed_decoder_matches_fake_quant(family, scale_group, partitions):
     cfg = preset(f"{family}-nano", vocab_size=300)
     cfg.quant.scale_group, cfg.quant.partitions = scale_group, partitions
     cfg.validate()
-    model = build_model(cfg, seed=1).eval()
+    train = build_model(cfg, seed=1).eval()
     ids = torch.randint(0, 300, (2, 7), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
-        expected = model(ids)
-        replaced = pack_decoder(model)
-        assert len(replaced) == 4 * cfg.layers  # wqkv, wo, w_gate_up, w_down per block
-        assert all(isinstance(model.get_submodule(n), QuantLinear) for n in replaced)
-        packed_logits = model(ids)  # prefill rows go through the GEMM kernel
-        step = model(ids[:1, :1])  # one token: the GEMV kernel
+        expected = train(ids)
+        packed = from_state_dict(train.cfg, train.full_state_dict(), pack_native=True, backend="triton")
+        layers = packed.linear_modules()
+        assert len(layers) == 7 * cfg.layers
+        assert all(isinstance(m, QuantLinear) for m in layers.values())
+        packed_logits = packed(ids)  # prefill rows go through the GEMM kernel
+        step = packed(ids[:1, :1])  # one token: the GEMV kernel
     err = (packed_logits - expected).abs().max() / expected.abs().max()
     assert err <= 1e-5
     assert torch.allclose(step, expected[:1, :1], rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("fmt", ["int2", "int3", "int4"])
-def test_floatlm_packed_to_int_matches_its_dequantized_weights(fmt):
-    model = build_model(preset("floatlm-nano", vocab_size=300), seed=2).eval()
-    reference = build_model(preset("floatlm-nano", vocab_size=300), seed=2).eval()
+@pytest.mark.parametrize("bits", [2, 3, 4])
+def test_floatlm_packed_to_int_matches_its_dequantized_weights(bits):
+    train = build_model(preset("floatlm-nano", vocab_size=300), seed=2).eval()
+    model = from_state_dict(train.cfg, train.full_state_dict())
+    reference = from_state_dict(train.cfg, train.full_state_dict())
     ids = torch.randint(0, 300, (2, 9), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         float_logits = model(ids)
-        replaced = pack_decoder(model, fmt, group_size=32)
+        for name, layer in model.linear_modules().items():
+            packed = QuantLinear.from_float(layer.weight, "int", bits=bits, group_size=32, backend="triton")
+            model.set_linear(name, packed)
+            # the same function with the dequantized weights put back into an ordinary float model
+            reference.linear_modules()[name].weight.copy_(packed.packed.dequantize(torch.float32))
         packed_logits = model(ids)
-        # the same function with the dequantized weights put back into an ordinary float model
-        for name in replaced:
-            layer = reference.get_submodule(name)
-            layer.weight.copy_(model.get_submodule(name).packed.dequantize(torch.float32))
         expected = reference(ids)
     assert (packed_logits - expected).abs().max() / expected.abs().max() <= 1e-5
     assert not torch.allclose(packed_logits, float_logits)
-
-
-def test_pack_decoder_refuses_mismatched_formats():
-    with pytest.raises(ValueError, match="no native low-bit format"):
-        pack_decoder(build_model(preset("floatlm-nano", vocab_size=300)))
-    with pytest.raises(ValueError, match="packed with fmt='native'"):
-        pack_decoder(build_model(preset("trilm-nano", vocab_size=300)), "int4")

@@ -15,9 +15,10 @@ The last two are storage layouts (within 10 % + 0.05 bit of the information-theo
 method's output, :func:`~trilm.formats.accounting.layer_bits`); ``kernel_layout()`` converts them once into
 a format the kernels decode.
 
-Every class has ``pack(...)`` from integer codes, ``dequantize()``, ``to_tensors()/meta()`` and
-``from_tensors()``; :func:`save_packed`/:func:`load_packed` hold many layers in one safetensors file. This
-package imports nothing from the kernels or the model.
+Every class has ``pack(...)`` from integer codes, ``dequantize()``, ``to_tensors()/meta()``,
+``from_tensors()`` and ``decode_args()`` (its kernel id and tensors by role, :mod:`trilm.formats.decode`);
+:func:`save_packed`/:func:`load_packed` hold many layers in one safetensors file. This package imports
+nothing from the kernels or the model.
 """
 
 from trilm.formats.accounting import (
@@ -32,6 +33,7 @@ from trilm.formats.accounting import (
 )
 from trilm.formats.base import FORMATS, FormatError, PackedWeight, from_tensors
 from trilm.formats.binary import BinaryWeight
+from trilm.formats.decode import AFFINE_KERNELS, DecodeArgs, KernelId
 from trilm.formats.intk import IntWeight, fit_uniform_grid, quantize_to_grid, quantize_uniform
 from trilm.formats.io import load_packed, save_packed
 from trilm.formats.multibinary import MultiBinaryWeight, ResidualGroup, residual_value
@@ -42,10 +44,13 @@ from trilm.formats.residual import ResidualBinaryWeight
 from trilm.formats.ternary import TernaryWeight, partition_scales
 
 __all__ = [
+    "AFFINE_KERNELS",
     "FORMATS",
     "BinaryWeight",
+    "DecodeArgs",
     "FormatError",
     "IntWeight",
+    "KernelId",
     "MultiBinaryWeight",
     "NMBinaryWeight",
     "PBLLMWeight",

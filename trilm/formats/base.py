@@ -16,6 +16,8 @@ from typing import Any, ClassVar, Self
 
 import torch
 
+from trilm.formats.decode import DecodeArgs
+
 FORMATS: dict[str, type[PackedWeight]] = {}
 
 
@@ -69,6 +71,17 @@ class PackedWeight(abc.ABC):
         """The packed weight the kernels read: this one, or — for compact storage formats that no kernel
         decodes in place — the same weight converted once into a kernel format (exact, same dequantize)."""
         return self
+
+    def decode_args(self) -> DecodeArgs:
+        """The kernel id this format's codes need and its tensors by role (:mod:`trilm.formats.decode`).
+        Compact storage formats, which no kernel decodes in place, raise: use :meth:`kernel_layout`."""
+        raise FormatError(f"{self.FORMAT}: no kernel decodes this layout in place; use kernel_layout()")
+
+    def affine_layout(self) -> PackedWeight | None:
+        """This weight in a format with an affine decode (ternary, binary, int), exact — itself, a copy
+        converted once, or None when its values follow no affine rule."""
+        layout = self.kernel_layout()
+        return layout if layout.decode_args().affine else None
 
     # -- shared -------------------------------------------------------------------------------------------
     @property

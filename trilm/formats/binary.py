@@ -22,6 +22,7 @@ from trilm.formats.base import (
     expand_groups,
     register,
 )
+from trilm.formats.decode import DecodeArgs, KernelId
 from trilm.formats.packing import pack_codes, packed_rows, unpack_codes
 
 
@@ -83,3 +84,9 @@ class BinaryWeight(PackedWeight):
         if self.means is not None:
             w = w + expand_groups(self.means, k)
         return w.to(dtype)
+
+    def decode_args(self) -> DecodeArgs:
+        n, k = self.shape
+        return DecodeArgs(
+            KernelId.BINARY, n, k, self.qweight, self.scales, self.group_size, 1, means=self.means
+        )

@@ -34,6 +34,7 @@ from trilm.formats.base import (
     check_int32_words,
     register,
 )
+from trilm.formats.decode import DecodeArgs, KernelId
 from trilm.formats.packing import pack_codes, packed_rows, unpack_codes
 
 INT_BITS = (2, 3, 4)
@@ -230,3 +231,19 @@ class IntWeight(PackedWeight):
         s = self.scales.float()[group].t()
         z = self.zeros.float()[group].t()
         return (s * (self.codes().float() - z)).to(dtype)
+
+    def decode_args(self) -> DecodeArgs:
+        n, k = self.shape
+        perm = self.perm
+        return DecodeArgs(
+            KernelId.INT,
+            n,
+            k,
+            self.qweight,
+            self.scales,
+            self.group_size,
+            self.bits,
+            words_hi=self.qweight_hi,
+            zeros=self.zeros,
+            perm=None if perm is None else perm.to(self.qweight.device),
+        )

@@ -28,6 +28,7 @@ import torch
 
 from trilm.formats.base import FormatError, PackedWeight, check_int32_words, register
 from trilm.formats.binary import sign_bits
+from trilm.formats.decode import DecodeArgs, KernelId
 from trilm.formats.packing import pack_codes, packed_rows, unpack_codes
 
 MAX_BITS = 4
@@ -229,3 +230,10 @@ class MultiBinaryWeight(PackedWeight):
         cls_ = self.col_class.long().unsqueeze(0).expand(n, k)
         rows = torch.arange(n, device=dev).unsqueeze(1).expand(n, k)
         return self.lut.float()[blk, cls_, self.patterns(), rows].to(dtype)
+
+    def decode_args(self) -> DecodeArgs:
+        n, k = self.shape
+        return DecodeArgs(
+            KernelId.LUT, n, k, self.planes, self.lut, self.block_size, column_ids=self.col_class,
+            lut_bits=self.n_bits, lut_classes=self.n_classes,
+        )  # fmt: skip

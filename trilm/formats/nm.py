@@ -30,6 +30,7 @@ from trilm.formats.base import (
     expand_groups,
     register,
 )
+from trilm.formats.decode import DecodeArgs, KernelId
 from trilm.formats.packing import pack_codes, packed_rows, popcount, unpack_codes
 from trilm.formats.ternary import TernaryWeight, check_ternary_codes
 
@@ -136,3 +137,13 @@ class NMBinaryWeight(PackedWeight):
 
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         return (self.codes().float() * expand_groups(self.scales, self.in_features)).to(dtype)
+
+    def decode_args(self) -> DecodeArgs:
+        n, k = self.shape
+        return DecodeArgs(
+            KernelId.NM, n, k, self.mask, self.scales, self.group_size, 1, words_hi=self.signs,
+            nm_n=self.nm_n, nm_m=self.nm_m,
+        )  # fmt: skip
+
+    def affine_layout(self) -> TernaryWeight:
+        return self.to_ternary()

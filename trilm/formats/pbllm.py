@@ -27,6 +27,7 @@ from trilm.formats.base import (
     register,
 )
 from trilm.formats.binary import sign_bits
+from trilm.formats.decode import DecodeArgs, KernelId
 from trilm.formats.packing import pack_codes, packed_rows, unpack_codes
 
 
@@ -148,3 +149,19 @@ class PBLLMWeight(PackedWeight):
         w = signs * expand_groups(self.scales, k) + expand_groups(self.means, k)
         w[self.salient_rows().long(), self.col.long()] = self.salient_values()
         return w.to(dtype)
+
+    def decode_args(self) -> DecodeArgs:
+        """The binary plane's decode plus the salient weights, which replace its value where stored."""
+        n, k = self.shape
+        sparse = (self.salient_rows(), self.col, self.q8, self.s8, self.z8)
+        return DecodeArgs(
+            KernelId.BINARY,
+            n,
+            k,
+            self.qweight,
+            self.scales,
+            self.group_size,
+            1,
+            means=self.means,
+            sparse=sparse,
+        )

@@ -24,6 +24,7 @@ from trilm.formats.base import (
     expand_groups,
     register,
 )
+from trilm.formats.decode import DecodeArgs, KernelId
 from trilm.formats.packing import pack_codes, packed_rows, unpack_codes
 
 
@@ -72,6 +73,11 @@ class TernaryWeight(PackedWeight):
 
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         return (self.codes().float() * expand_groups(self.scales, self.in_features)).to(dtype)
+
+    def decode_args(self) -> DecodeArgs:
+        return DecodeArgs(
+            KernelId.TERNARY, self.out_features, self.in_features, self.qweight, self.scales, self.group_size
+        )
 
 
 def partition_scales(values: torch.Tensor, out_features: int, in_features: int, axis: str) -> torch.Tensor:

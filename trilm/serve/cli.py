@@ -19,22 +19,51 @@ from pathlib import Path
 from trilm.config import ConfigError
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+BACKENDS = ("auto", "triton", "cpu", "torch")
+
+
+COMMANDS = ("generate", "serve")
 
 
 def build_parser(parser: argparse.ArgumentParser, command: str = "generate") -> None:
+    if command not in COMMANDS:
+        raise ValueError(f"trilm.serve.cli builds {COMMANDS}, not {command!r}")
+    parser.set_defaults(command=command)
     parser.add_argument("--model", required=True, help="snapshot, packed snapshot or HF Llama directory")
     parser.add_argument("--tokenizer", default=None, help="SentencePiece .model (default: the snapshot's)")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if available)")
-    parser.add_argument("--dtype", choices=DTYPES, default="auto", help="auto: bf16 on CUDA, fp32 on CPU")
     parser.add_argument(
-        "--packed", action="store_true", help="serve TriLM/BiLM latent weights as packed ternary/binary"
+        "--dtype",
+        choices=DTYPES,
+        default="auto",
+        help="auto: bf16 on CUDA, fp32 on CPU (bf16 with --packed: torch's int4 CPU kernel is bf16-only)",
     )
-    parser.add_argument("--backend", choices=("auto", "triton", "torch"), default="auto")
+    parser.add_argument(
+        "--packed",
+        action="store_true",
+        help="serve TriLM/BiLM latent weights as packed ternary/binary (refused for a float model)",
+    )
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="auto",
+        help="packed layers: auto = triton on CUDA, cpu (torch's int4 kernel) on CPU; torch = reference",
+    )
     parser.add_argument(
         "--max-seq-len", type=int, default=None, help="prompt + generation (default: context)"
     )
     parser.add_argument("--no-cuda-graphs", action="store_true", help="decode eagerly on CUDA")
-    parser.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads for torch (default: the CPUs this process may use)",
+    )
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="CPU: torch.compile the prefill and decode steps (compiles each batch bucket once at start)",
+    )
     if command == "serve":
         parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
         parser.add_argument("--port", type=int, default=8000)
@@ -59,16 +88,21 @@ def _engine(args, max_batch: int, need_tokenizer: bool):
     import torch
 
     from trilm.serve import Engine
+    from trilm.serve.loading import configure_threads, resolve_device
 
-    if args.threads is not None:
-        if args.threads < 1:
-            raise ConfigError(f"--threads: must be >= 1, got {args.threads}")
-        torch.set_num_threads(args.threads)
-
+    threads = configure_threads(args.threads)
+    device = resolve_device(args.device)
+    compile_steps = args.compile == "on" or (
+        args.compile == "auto" and args.command == "serve" and device.type == "cpu"
+    )
+    if compile_steps and device.type != "cpu":
+        raise ConfigError(
+            f"--compile on: compiled steps are for CPU; on {device} the decode uses CUDA graphs"
+        )
     dtype = None if args.dtype == "auto" else getattr(torch, args.dtype)
     engine = Engine.load(
         args.model,
-        device=args.device,
+        device=device,
         dtype=dtype,
         packed=args.packed,
         backend=args.backend,
@@ -76,19 +110,22 @@ def _engine(args, max_batch: int, need_tokenizer: bool):
         max_batch=max_batch,
         max_seq_len=args.max_seq_len,
         cuda_graphs=False if args.no_cuda_graphs else None,
+        compile=args.compile,
     )
     if engine.tokenizer is None and need_tokenizer:
         raise ConfigError(
             f"{args.model}: no tokenizer found (tokenizer.model next to the snapshot or in its run "
             "directory); pass --tokenizer"
         )
+    for note in engine.notes:
+        print(f"trilm {args.command}: {note}", file=sys.stderr)
+    if device.type == "cpu":
+        print(f"trilm {args.command}: {threads} CPU thread(s)", file=sys.stderr)
     return engine
 
 
 def run(args) -> int:
-    if hasattr(args, "host"):
-        return _serve(args)
-    return _generate(args)
+    return _serve(args) if args.command == "serve" else _generate(args)
 
 
 def _generate(args) -> int:
@@ -137,6 +174,10 @@ def _serve(args) -> int:
     if engine.graphs is not None:
         count = engine.graphs.capture_all()
         print(f"captured {count} CUDA graphs of the decode step", file=sys.stderr)
+    if engine.compiled is not None:
+        count = engine.compiled.warm()
+        if engine.compiled.failure is None:
+            print(f"compiled the prefill step and {count} decode steps (batch buckets)", file=sys.stderr)
     print(f"serving {name!r} on http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
     serve(engine, name, host=args.host, port=args.port, log_level=args.log_level)
     return 0

@@ -13,7 +13,8 @@ samples their first token), then runs **one decode step for every running sequen
 per sequence, each at its own position, attending over its own cached keys. Finished and cancelled
 sequences leave between steps and new ones join, so the batch changes from step to step (continuous
 batching) while the cache keeps fixed shapes. On CUDA the decode step replays a captured CUDA graph per
-batch bucket (:mod:`trilm.serve.graphs`); on CPU it runs eagerly.
+batch bucket (:mod:`trilm.serve.graphs`); on CPU it runs eagerly, or compiled (``compile=True``,
+:mod:`trilm.serve.compiled`).
 
 The engine is driven either by the caller (``generate``/``stream`` step it in the calling thread) or by
 its own background thread (:meth:`Engine.start`, used by the server); ``submit`` is thread-safe.
@@ -153,7 +154,8 @@ class Engine:
 
     ``max_batch`` sequences run at once (the cache's slots; more requests wait); ``max_seq_len`` bounds
     prompt plus generated tokens (default: the model context). ``cuda_graphs`` (default: on for CUDA)
-    captures the decode step per batch bucket.
+    captures the decode step per batch bucket; ``compile`` (CPU) runs compiled prefill and decode steps
+    (:mod:`trilm.serve.compiled`) instead of eager ones.
     """
 
     def __init__(
@@ -164,6 +166,7 @@ class Engine:
         max_batch: int = 32,
         max_seq_len: int | None = None,
         cuda_graphs: bool | None = None,
+        compile: bool = False,
     ):
         self.model = model.eval()
         self.cfg = model.cfg
@@ -188,10 +191,21 @@ class Engine:
         if cuda_graphs is None:
             cuda_graphs = self.device.type == "cuda"
         self.graphs = None
+        self.compiled = None
+        if compile and self.device.type != "cpu":
+            raise ConfigError(
+                f"compile: the compiled step is for CPU engines; on {self.device} use CUDA graphs"
+            )
         if cuda_graphs:
             from trilm.serve.graphs import DecodeGraphs
 
             self.graphs = DecodeGraphs(model, self.cache)
+        elif compile:
+            from trilm.serve.compiled import CompiledSteps
+
+            self.compiled = CompiledSteps(model, self.cache)
+        self.notes: list[str] = []
+        """What loading decided that a user should hear (``Engine.load``)."""
         self.waiting: deque[_Sequence] = deque()
         self.running: list[_Sequence] = []
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
@@ -218,20 +232,18 @@ class Engine:
     ) -> Engine:
         """An engine over a snapshot, packed snapshot or Hugging Face directory and its tokenizer.
 
-        ``device`` defaults to CUDA when available; ``dtype`` to bf16 on CUDA, fp32 on CPU. The tokenizer
-        is the snapshot's own (``trilm.data.text_source.tokenizer_for``) unless given.
+        Defaults (device, dtype, tokenizer) and what ``packed`` does are decided in
+        :mod:`trilm.serve.loading`; its notes for the user are kept in :attr:`notes`.
         """
-        from trilm.data.text_source import tokenizer_for
-        from trilm.infer import load_inference_model
+        from trilm.serve import loading
 
-        device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
-        if tokenizer is None:
-            tokenizer = tokenizer_for(path)
-        elif not isinstance(tokenizer, Tokenizer):
-            tokenizer = Tokenizer.load(tokenizer)
-        model = load_inference_model(path, device=device, dtype=dtype, packed=packed, backend=backend)
-        return cls(model, tokenizer, **engine_kwargs)
+        resolved = loading.resolve_device(device)
+        dtype = loading.resolve_dtype(resolved, dtype, packed, backend)
+        tokenizer = loading.resolve_tokenizer(path, tokenizer)
+        model, notes = loading.load_model(path, device=resolved, dtype=dtype, packed=packed, backend=backend)
+        engine = cls(model, tokenizer, **engine_kwargs)
+        engine.notes = notes
+        return engine
 
     # -- requests -------------------------------------------------------------------------------------
     def encode(self, prompt: str | list[int]) -> list[int]:
@@ -354,10 +366,13 @@ class Engine:
     def _prefill(self, seq: _Sequence) -> None:
         ids = seq.handle.prompt_ids
         slot = len(self.running)
-        tokens = torch.tensor([ids], device=self.device)
-        logits = self.model.forward_cached(
-            tokens, len(ids), self.cache.prefill(slot, len(ids)), last_only=True
-        )
+        if self.compiled is not None:
+            logits = self.compiled.prefill(ids, slot)
+        else:
+            tokens = torch.tensor([ids], device=self.device)
+            logits = self.model.forward_cached(
+                tokens, len(ids), self.cache.prefill(slot, len(ids)), last_only=True
+            )
         seq.slot, seq.position = slot, len(ids)
         [token] = sample(logits[:, -1], [seq.params], [seq.generator], self.vocab_size)
         seq.handle.first_token_at = time.perf_counter()
@@ -370,6 +385,8 @@ class Engine:
         positions = [s.position for s in seqs]
         if self.graphs is not None:
             logits = self.graphs.run(tokens, positions)
+        elif self.compiled is not None:
+            logits = self.compiled.run(tokens, positions)
         else:
             logits = self._decode_eager(tokens, positions)
         picked = sample(logits, [s.params for s in seqs], [s.generator for s in seqs], self.vocab_size)

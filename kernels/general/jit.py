@@ -9,41 +9,26 @@ group, or, for the multi-plane binary format, the weight itself from a per-(bloc
 When a K tile lies inside one scale group (``ALIGNED``) the scale is applied once per output column after
 the reduction — ``Σ_k q·x · s`` (+ ``Σ_k x · μ`` for binary means) — so ``q`` stays exact in fp16/bf16 for
 ``tl.dot``; otherwise the tile is dequantized per element. All arithmetic after a load is fp32 (the
-interpreter's bf16 is unreliable and fp32 accumulation is the contract). Only core builtins are used — not
-the ``@jit`` helpers of ``triton.language.standard`` (``tl.sum``, ``tl.zeros``, ``tl.cdiv``): those are
-decorated when triton is first imported, so they break the interpreter whenever ``TRITON_INTERPRET=1`` is
-set after that. This module is imported by :mod:`kernels.launch`, which reloads it when ``TRITON_INTERPRET``
-changes, because ``@triton.jit`` picks interpreter or compiler at import.
+interpreter's bf16 is unreliable and fp32 accumulation is the contract). Only core builtins are used (see
+:mod:`kernels.jit_common` why), and :func:`kernels.triton_runtime.kernel_module` reloads this module when
+``TRITON_INTERPRET`` changes, because ``@triton.jit`` picks interpreter or compiler at import.
 """
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
-from triton import knobs
 
-INTERPRET = bool(knobs.runtime.interpret)
-
-FMT_TERNARY = tl.constexpr(0)
-FMT_BINARY = tl.constexpr(1)
-FMT_NM = tl.constexpr(2)
-FMT_INT = tl.constexpr(3)
-FMT_LUT = tl.constexpr(4)
-
-
-if INTERPRET:
-
-    @triton.jit
-    def _sum(x, axis):
-        """tl.sum through the core ``tl.reduce`` builtin (see the module docstring); with this combine
-        function the interpreter takes its numpy fast path instead of reducing element by element."""
-        return tl.reduce(x, axis, tl.standard._sum_combine)
-
-else:
-
-    @triton.jit
-    def _sum(x, axis):
-        return tl.sum(x, axis=axis)
+from kernels.jit_common import (
+    FMT_BINARY,
+    FMT_INT,
+    FMT_LUT,
+    FMT_NM,
+    FMT_TERNARY,
+    INTERPRET,  # noqa: F401 - kernel_module compares it with the interpreter setting
+    exact_float,
+    reduce_sum,
+)
 
 
 @triton.jit
@@ -65,20 +50,6 @@ def _popcount16(v):
     v = (v & 0x3333) + ((v >> 2) & 0x3333)
     v = (v + (v >> 4)) & 0x0F0F
     return (v + (v >> 8)) & 0x1F
-
-
-@triton.jit
-def _exact_float(c, dt: tl.constexpr, OFFSET: tl.constexpr):
-    """c − OFFSET in dt for small non-negative integer codes c, without an int→float conversion (a
-    quarter-rate instruction): c is OR-ed into the mantissa of a power of two (2^23, 1024 or 128 for fp32,
-    fp16, bf16) whose value, plus OFFSET, is then subtracted — exact, one logic op and one add per weight."""
-    if dt == tl.float16:
-        f = (c | 0x6400).to(tl.int16).to(tl.float16, bitcast=True) - (1024.0 + OFFSET)
-    elif dt == tl.bfloat16:
-        f = (c | 0x4300).to(tl.int16).to(tl.bfloat16, bitcast=True) - (128.0 + OFFSET)
-    else:
-        f = (c | 0x4B000000).to(tl.float32, bitcast=True) - (8388608.0 + OFFSET)
-    return f
 
 
 @triton.jit
@@ -131,7 +102,7 @@ def _q_tile(
     """Integer-valued codes in DT before scaling: ternary c − 1, binary 2b − 1, N:M {-1, 0, +1}, int formats
     the raw code (the caller subtracts zeros). Exact in fp16/bf16, so they can feed ``tl.dot`` directly."""
     if FMT == FMT_TERNARY:
-        q = _exact_float(_unpack(w0, offs_k, offs_n, mask2, N, 2), DT, 1.0)
+        q = exact_float(_unpack(w0, offs_k, offs_n, mask2, N, 2), DT, 1.0)
     elif FMT == FMT_BINARY:
         q = _plus_minus_one(_unpack(w0, offs_k, offs_n, mask2, N, 1) != 0, DT)
     elif FMT == FMT_NM:
@@ -140,9 +111,9 @@ def _q_tile(
         if BITS == 3:
             lo = _unpack(w0, offs_k, offs_n, mask2, N, 2)
             hi = _unpack(w1, offs_k, offs_n, mask2, N, 1)
-            q = _exact_float(lo | (hi << 2), DT, 0.0)
+            q = exact_float(lo | (hi << 2), DT, 0.0)
         else:
-            q = _exact_float(_unpack(w0, offs_k, offs_n, mask2, N, BITS), DT, 0.0)
+            q = exact_float(_unpack(w0, offs_k, offs_n, mask2, N, BITS), DT, 0.0)
     return q
 
 
@@ -261,7 +232,7 @@ def gemv_kernel(
             w = _lut_tile(
                 w0, s_ptr, c_ptr, offs_k, offs_n, mask_k, mask2, N, PLANE_STRIDE, LUT_BLOCK, NB, LUT_C
             )
-            acc += _sum(w * x[:, None], axis=0)
+            acc += reduce_sum(w * x[:, None], axis=0)
         elif ALIGNED:
             kg = tl.minimum(
                 k0, K - 1
@@ -269,15 +240,15 @@ def gemv_kernel(
             q = _q_tile(w0, w1, offs_k, offs_n, mask2, N, FMT, BITS, NM_N, NM_M, tl.float32)
             if FMT == FMT_INT:
                 q = q - _group_row(z_ptr, kg, G, offs_n, mask_n, N)[None, :]
-            part = _sum(q * x[:, None], axis=0) * _group_row(s_ptr, kg, G, offs_n, mask_n, N)
+            part = reduce_sum(q * x[:, None], axis=0) * _group_row(s_ptr, kg, G, offs_n, mask_n, N)
             if HAS_MEAN:
-                part += _sum(x, axis=0) * _group_row(z_ptr, kg, G, offs_n, mask_n, N)
+                part += reduce_sum(x, axis=0) * _group_row(z_ptr, kg, G, offs_n, mask_n, N)
             acc += part
         else:
             w = _dequant_tile(
                 w0, w1, s_ptr, z_ptr, offs_k, offs_n, mask2, N, G, FMT, BITS, HAS_MEAN, NM_N, NM_M
             )
-            acc += _sum(w * x[:, None], axis=0)
+            acc += reduce_sum(w * x[:, None], axis=0)
     tl.atomic_add(y_ptr + m * N + offs_n, acc.to(y_ptr.dtype.element_ty), mask=mask_n, sem="relaxed")
 
 
@@ -358,7 +329,7 @@ def gemm_kernel(
                 part = tl.dot(x, q)
             acc += part * _group_row(s_ptr, k0, G, offs_n, mask_n, N)[None, :]
             if HAS_MEAN:
-                xsum = _sum(x.to(tl.float32), axis=1)
+                xsum = reduce_sum(x.to(tl.float32), axis=1)
                 acc += xsum[:, None] * _group_row(z_ptr, k0, G, offs_n, mask_n, N)[None, :]
         else:
             w = _dequant_tile(

@@ -48,9 +48,9 @@ GEMV_CANDIDATES: dict[int, list[dict[str, Any]]] = {
     ],
 }
 """Per BM (batch rows padded to a power of two), for 16 codes per unit (2-bit); formats with 32 codes per
-unit (binary, 3-bit) take half the rows (:func:`kernels.plan.candidates`). A thread holds BLOCK_R rows ×
-BLOCK_N / threads columns of words and BM times as many fp32 accumulators, so larger batches take fewer
-rows; registers and spills per candidate: ``python -m kernels.compile_check``."""
+unit (binary, 3-bit) take half the rows (:func:`kernels.affine.plan.candidates`). A thread holds BLOCK_R
+rows × BLOCK_N / threads columns of words and BM times as many fp32 accumulators, so larger batches take fewer
+rows; registers and spills per candidate: ``python -m kernels.tools.compile_check``."""
 
 GEMM_CANDIDATES: dict[int, list[dict[str, Any]]] = {
     16: [
@@ -76,8 +76,8 @@ GEMM_CANDIDATES: dict[int, list[dict[str, Any]]] = {
 }
 """Per M bucket; every candidate pipelines its loads (num_stages ≥ 2)."""
 
-CPU_GEMV = {"BLOCK_R": 32, "BLOCK_N": 128, "num_warps": 4, "num_stages": 1}
-CPU_GEMM = {"BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4, "num_stages": 1}
+INTERP_GEMV = {"BLOCK_R": 32, "BLOCK_N": 128, "num_warps": 4, "num_stages": 1}
+INTERP_GEMM = {"BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4, "num_stages": 1}
 """Interpreter configs: few, large programs (its cost is per program and per op)."""
 
 

@@ -1,6 +1,6 @@
 """Compile the GPU kernels ahead of time for an NVIDIA target, without a GPU (Triton bundles ptxas).
 
-Usage: ``python -m kernels.compile_check [--cc 90] [--kinds ternary int3 ...] [--dtypes fp16 bf16]``
+Usage: ``python -m kernels.tools.compile_check [--cc 90] [--kinds ternary int3 ...] [--dtypes fp16 bf16]``
        ``python benchmarks/kernels.py --instructions``   (SASS instructions per weight, before vs after)
 
 Every (format, GEMV/GEMM config, activation dtype) a GPU run can pick is lowered to PTX and assembled to a
@@ -24,9 +24,11 @@ from typing import Any
 
 import torch
 
-from kernels.launch import GPU_GEMM, GPU_GEMV, KernelWeight, _aligned, kernel_module, prepare
-from kernels.samples import KINDS, random_packed
-from kernels.tuning import GEMM_CANDIDATES, GEMV_CANDIDATES
+from kernels.affine.tuning import GEMM_CANDIDATES, GEMV_CANDIDATES
+from kernels.dispatch import prepare
+from kernels.general.launch import GPU_GEMM, GPU_GEMV, KERNELS, KernelWeight, _aligned
+from kernels.tools.samples import KINDS, random_packed
+from kernels.triton_runtime import kernel_module
 
 TORCH_TO_TRITON = {
     torch.float16: "fp16",
@@ -70,7 +72,7 @@ def compile_kernel(
 
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         raise RuntimeError("compile_check needs TRITON_INTERPRET unset: the interpreter does not compile")
-    mod = kernel_module()
+    mod = kernel_module(KERNELS)
     cfg = {k: v for k, v in config.items() if k != "num_warps"}
     const: dict[str, Any] = {**kw.constexprs(), **cfg}
     const["ALIGNED"] = _aligned({"G": kw.group_size, "K": kw.k, **cfg})
@@ -122,9 +124,10 @@ def compile_jit(fn, args: dict[str, Any], const: dict[str, Any], options: dict[s
 
 def compile_affine(spec, path: str, config: dict[str, Any], x_dtype: torch.dtype, m: int, cc: int = 90):
     """One affine kernel variant as a plan would launch it for ``m`` rows on a 132-SM GPU."""
-    from kernels.plan import LaunchPlan, kernel_for
+    from kernels.affine.plan import KERNELS as AFFINE_KERNELS
+    from kernels.affine.plan import LaunchPlan, kernel_for
 
-    mod = kernel_module("kernels.affine_kernels")
+    mod = kernel_module(AFFINE_KERNELS)
     fn = mod.affine_gemv_kernel if path == "gemv" else mod.affine_gemm_kernel
     plan = LaunchPlan(kernel_for(path), spec, path, m, x_dtype, config, sms=132)
     x_t = TORCH_TO_TRITON[x_dtype]

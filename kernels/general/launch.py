@@ -1,64 +1,39 @@
-"""Launching the Triton kernels: packed weight → kernel arguments, path choice, the general kernels' configs.
+"""The general Triton kernels: every format's decode, zero + kernel + cast per call, autotuned on a GPU.
 
-Ternary, binary and int weights run on the affine kernels through launch plans (:mod:`kernels.plan`: config
-resolved once, one launch per call). The other formats — N:M binary, multi-plane binary, PB-LLM — run on the
-general kernels of :mod:`kernels.triton_kernels`, autotuned on a GPU and zero + kernel + cast per call.
-Under the CPU interpreter (``TRITON_INTERPRET=1``), which cannot autotune, fixed large-block configs are
-used. ``@triton.jit`` decides between interpreter and compiler when a kernel module is imported, so
-:func:`kernel_module` re-imports one whenever the ``TRITON_INTERPRET`` setting has changed since.
+N:M binary, multi-plane binary and PB-LLM weights run here (ternary, binary and int weights run on the
+affine kernels of :mod:`kernels.affine`, unless :func:`kernels.dispatch.prepare` is asked for the general
+baseline). :class:`KernelWeight` is the argument set, built from any format's ``decode_args()`` without
+looking at its class. Under the CPU interpreter (``TRITON_INTERPRET=1``), which cannot autotune,
+fixed large-block configs are used.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
-import os
-import sys
-from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import triton
 
-from kernels import plan as plans
-from kernels import tuning
-from trilm.formats import (
-    BinaryWeight,
-    IntWeight,
-    MultiBinaryWeight,
-    NMBinaryWeight,
-    PackedWeight,
-    PBLLMWeight,
-    TernaryWeight,
-)
+from kernels.triton_runtime import interpreting, kernel_module, on_reload, sm_count
+from trilm.formats import DecodeArgs, KernelId
 
-FMT_IDS = {"ternary": 0, "binary": 1, "nm_binary": 2, "int": 3, "multibinary": 4, "pbllm": 1}
-GEMV_MAX_M = tuning.GEMV_MAX_M
-LEGACY_GEMV_MAX_M = 4
+if TYPE_CHECKING:
+    from kernels.affine.plan import AffineSpec
+
+KERNELS = "kernels.general.jit"
+GENERAL_GEMV_MAX_M = 4
 """The general GEMV runs one program row per input row; above this the general GEMM is used."""
-
-
-def interpreting() -> bool:
-    """True when Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET=1``)."""
-    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "yes", "on")
-
-
-def kernel_module(name: str = "kernels.triton_kernels") -> ModuleType:
-    """A kernel module, (re)imported so its ``@triton.jit`` matches the interpreter setting."""
-    mod = sys.modules.get(name)
-    if mod is None:
-        return importlib.import_module(name)
-    if interpreting() != mod.INTERPRET:
-        mod = importlib.reload(mod)
-        _tuned.cache_clear()
-    return mod
 
 
 # -- prepared arguments --------------------------------------------------------------------------------
 @dataclasses.dataclass
 class KernelWeight:
-    """Everything a launch needs for one packed weight, in kernel layout (built once per layer and device)."""
+    """Everything a launch needs for one packed weight, in kernel layout (built once per layer and device).
+
+    ``affine`` holds the same weight in the affine kernels' form when it has one (:func:`kernels.dispatch.
+    prepare`); the general kernels read the rest."""
 
     n: int
     k: int
@@ -79,7 +54,35 @@ class KernelWeight:
     plane_stride: int = 0
     perm: torch.Tensor | None = None
     sparse: tuple[torch.Tensor, ...] | None = None
-    affine: plans.AffineSpec | None = None
+    affine: AffineSpec | None = None
+
+    @classmethod
+    def from_args(cls, a: DecodeArgs) -> KernelWeight:
+        """The general kernels' roles: ``w0``/``w1`` the code planes, ``s`` the scale (or decode) table,
+        ``z`` the zeros, else the means, else the scales again; ``c`` per-column ids, else the codes."""
+        offsets = a.zeros if a.zeros is not None else (a.means if a.means is not None else a.scales)
+        lut = a.kernel == KernelId.LUT
+        return cls(
+            a.n,
+            a.k,
+            int(a.kernel),
+            a.words,
+            a.words_hi if a.words_hi is not None else a.words,
+            a.scales,
+            offsets,
+            a.column_ids if a.column_ids is not None else a.words,
+            a.group_size,
+            bits=a.bits,
+            has_mean=a.means is not None,
+            nm_n=a.nm_n,
+            nm_m=a.nm_m,
+            nb=a.lut_bits,
+            lut_c=a.lut_classes,
+            lut_block=a.group_size if lut else 1,
+            plane_stride=a.words.shape[1] * a.words.shape[2] if lut else 0,
+            perm=a.perm,
+            sparse=a.sparse,
+        )
 
     def constexprs(self) -> dict[str, Any]:
         return {
@@ -93,98 +96,9 @@ class KernelWeight:
         }
 
 
-def prepare(weight: PackedWeight, *, general: bool = False) -> KernelWeight:
-    """Map a packed weight of any format onto the kernels' argument set (no copies of the big tensors).
-
-    Ternary, binary and int weights also get their affine form (``.affine``), which :func:`triton_matmul`
-    prefers; ``general=True`` leaves it out, so the general kernels serve every format (the baseline the
-    benchmark and the instruction counts compare against). Compact storage formats (``partial_binary``,
-    ``residual_binary``) are converted once to their kernel layout (``PackedWeight.kernel_layout``)."""
-    layout = weight.kernel_layout()
-    if layout is not weight:
-        return prepare(layout, general=general)
-    kw = _prepare_general(weight)
-    if not general:
-        kw.affine = plans.affine_spec(weight)
-    return kw
-
-
-def _prepare_general(weight: PackedWeight) -> KernelWeight:
-    n, k = weight.shape
-    if isinstance(weight, TernaryWeight):
-        w = weight.qweight
-        return KernelWeight(n, k, 0, w, w, weight.scales, weight.scales, w, weight.group_size)
-    if isinstance(weight, PBLLMWeight):
-        w = weight.qweight
-        sparse = (
-            weight.salient_rows(),
-            weight.col,
-            weight.q8,
-            weight.s8,
-            weight.z8,
-        )
-        return KernelWeight(
-            n, k, 1, w, w, weight.scales, weight.means, w, weight.group_size, has_mean=True, sparse=sparse
-        )
-    if isinstance(weight, BinaryWeight):
-        w = weight.qweight
-        z = weight.means if weight.means is not None else weight.scales
-        return KernelWeight(
-            n, k, 1, w, w, weight.scales, z, w, weight.group_size, has_mean=weight.means is not None
-        )
-    if isinstance(weight, NMBinaryWeight):
-        return KernelWeight(
-            n,
-            k,
-            2,
-            weight.mask,
-            weight.signs,
-            weight.scales,
-            weight.scales,
-            weight.mask,
-            weight.group_size,
-            nm_n=weight.nm_n,
-            nm_m=weight.nm_m,
-        )
-    if isinstance(weight, IntWeight):
-        w1 = weight.qweight_hi if weight.qweight_hi is not None else weight.qweight
-        perm = weight.perm
-        return KernelWeight(
-            n,
-            k,
-            3,
-            weight.qweight,
-            w1,
-            weight.scales,
-            weight.zeros,
-            weight.qweight,
-            weight.group_size,
-            bits=weight.bits,
-            perm=None if perm is None else perm.to(weight.qweight.device),
-        )
-    if isinstance(weight, MultiBinaryWeight):
-        planes = weight.planes
-        return KernelWeight(
-            n,
-            k,
-            4,
-            planes,
-            planes,
-            weight.lut,
-            weight.lut,
-            weight.col_class,
-            weight.block_size,
-            nb=weight.n_bits,
-            lut_c=weight.n_classes,
-            lut_block=weight.block_size,
-            plane_stride=planes.shape[1] * planes.shape[2],
-        )
-    raise TypeError(f"no Triton kernel for packed format {type(weight).__name__}")
-
-
 # -- configs -------------------------------------------------------------------------------------------------
-CPU_GEMV = {"BLOCK_N": 128, "BLOCK_K": 128, "K_ITERS": 2, "num_warps": 4}
-CPU_GEMM = {"BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_K": 1, "num_warps": 4}
+INTERP_GEMV = {"BLOCK_N": 128, "BLOCK_K": 128, "K_ITERS": 2, "num_warps": 4}
+INTERP_GEMM = {"BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_K": 1, "num_warps": 4}
 """Interpreter configs: large blocks, because the interpreter's cost is per program and loop iteration."""
 
 GPU_GEMV = [
@@ -249,7 +163,7 @@ def triton_next_pow2(v: int) -> int:
 @functools.cache
 def _tuned(kind: str):
     """The autotuned (GPU) kernel of one kind, built over the current kernel module."""
-    mod = kernel_module()
+    mod = kernel_module(KERNELS)
     keys = ["N", "K", "G", "FMT", "BITS", "HAS_MEAN", "NM_N", "NM_M", "NB", "LUT_C"]
     if kind == "gemv":
         base = triton.heuristics({"ALIGNED": _aligned})(mod.gemv_kernel)
@@ -272,14 +186,12 @@ def _tuned(kind: str):
     )(base)
 
 
-@functools.lru_cache(maxsize=8)
-def _sm_count(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
+on_reload(_tuned.cache_clear)
 
 
 def gemm_split_k(m: int, n: int, k: int, device: torch.device) -> int:
     """Split K until the grid has about two programs per SM, keeping ≥ 2 K tiles of 128 per split."""
-    sms = _sm_count(device.index or 0) if device.type == "cuda" else 8
+    sms = sm_count(device)
     tiles = -(-m // m_bucket(m)) * -(-n // 128)
     split = 1
     while split < 16 and tiles * split < 2 * sms and k // (128 * split * 2) >= 2:
@@ -307,7 +219,7 @@ def _common_args(kw: KernelWeight, x: torch.Tensor, y: torch.Tensor, m: int) -> 
     ]
 
 
-def triton_matmul(
+def general_matmul(
     x: torch.Tensor,
     kw: KernelWeight,
     *,
@@ -315,32 +227,16 @@ def triton_matmul(
     config: dict[str, Any] | None = None,
     accumulate: str = "fp32",
 ) -> torch.Tensor:
-    """x (M, K) @ W^T → (M, N) in x's dtype, with the GEMV (M ≤ GEMV_MAX_M) or the GEMM kernel.
-
-    ``config`` pins a launch config (tests sweep them); ``accumulate="native"`` lets fp16 GEMV/split-K
-    partials be added atomically straight into the fp16 output (one kernel instead of zero + kernel + cast),
-    at the cost of fp16 rounding per partial.
-    """
-    if x.dim() != 2 or x.shape[1] != kw.k:
-        raise ValueError(f"expected x of shape (M, {kw.k}), got {tuple(x.shape)}")
-    if x.device != kw.w0.device:
-        raise ValueError(f"x is on {x.device} but the packed weight is on {kw.w0.device}")
+    """x (M, K) @ W^T → (M, N) in x's dtype on the general kernels, GEMV (M ≤ GENERAL_GEMV_MAX_M) or GEMM;
+    checked and routed by :func:`kernels.dispatch.triton_matmul`."""
     interp = interpreting()
-    if x.device.type != "cuda" and not interp:
-        raise RuntimeError(
-            "Triton on CPU needs TRITON_INTERPRET=1 (set before launching); or use backend='torch'"
-        )
     m = x.shape[0]
-    if m == 0:
-        return torch.zeros((0, kw.n), dtype=x.dtype, device=x.device)
-    if kw.affine is not None:
-        return affine_matmul(x, kw.affine, path=path, config=config)
-    mod = kernel_module()
+    mod = kernel_module(KERNELS)
     if kw.perm is not None:
         x = x.index_select(1, kw.perm)
     x = x.contiguous()
     if path is None:
-        path = "gemv" if m <= LEGACY_GEMV_MAX_M else "gemm"
+        path = "gemv" if m <= GENERAL_GEMV_MAX_M else "gemm"
     native = accumulate == "native" and x.dtype == torch.float16 and kw.sparse is None
     const = kw.constexprs()
 
@@ -355,7 +251,7 @@ def triton_matmul(
             )
             _tuned("gemv")[grid](*args, **const, enable_fp_fusion=True)
         else:
-            cfg, warps = _split(config or CPU_GEMV)
+            cfg, warps = _split(config or INTERP_GEMV)
             grid = (
                 triton.cdiv(kw.n, cfg["BLOCK_N"]),
                 triton.cdiv(kw.k, cfg["BLOCK_K"] * cfg["K_ITERS"]),
@@ -366,7 +262,7 @@ def triton_matmul(
     elif path == "gemm":
         cfg, warps = _split(config or {})
         if config is None and interp:
-            cfg, warps = _split(CPU_GEMM)
+            cfg, warps = _split(INTERP_GEMM)
             cfg["BLOCK_M"] = 16 if m <= 16 else 64
         split_k = cfg.pop("SPLIT_K", None) or gemm_split_k(m, kw.n, kw.k, x.device)
         direct = split_k == 1 and kw.sparse is None
@@ -416,37 +312,3 @@ def triton_matmul(
                 enable_fp_fusion=True,
             )
     return y if y.dtype == x.dtype else y.to(x.dtype)
-
-
-def affine_path(m: int) -> str:
-    """'gemv' (≤ GEMV_MAX_M rows), 'gemm', or 'cublas' (≥ the crossover: dequantize once, then cuBLAS)."""
-    if m <= GEMV_MAX_M:
-        return "gemv"
-    return "gemm" if m < tuning.CUBLAS_MIN_M else "cublas"
-
-
-def affine_matmul(
-    x: torch.Tensor,
-    spec: plans.AffineSpec,
-    *,
-    path: str | None = None,
-    config: dict[str, Any] | None = None,
-    bias: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """x (M, K) @ W^T (+ bias) for an affine weight, one launch (cuBLAS path: dequantize + matmul).
-
-    Builds a plan each call: layers keep theirs (:class:`kernels.QuantLinear`); this entry point is for tests
-    and one-off products. ``config`` pins a launch config, e.g. ``{"BLOCK_R": 8, "BLOCK_N": 128,
-    "SPLIT_K": 3, "num_warps": 4}``."""
-    m = x.shape[0]
-    path = path or affine_path(m)
-    if path == "cublas":
-        w_t = plans.dequantize_transposed(spec, x.dtype)
-        y = x @ w_t
-        return y if bias is None else y + bias.to(y.dtype)
-    if path not in ("gemv", "gemm"):
-        raise ValueError(f"path must be 'gemv', 'gemm' or 'cublas', got {path!r}")
-    if path == "gemv" and m > GEMV_MAX_M:
-        raise ValueError(f"the affine GEMV takes at most {GEMV_MAX_M} rows, got {m}")
-    x = x.contiguous()
-    return plans.make_plan(spec, path, m, x.dtype, config)(x, bias)

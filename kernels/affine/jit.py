@@ -22,35 +22,23 @@ with N contiguous (:mod:`trilm.formats.packing`). The design (issue 11):
   ``num_stages`` ≥ 2 pipelines the word and activation loads.
 
 Act-order int weights gather their activations inside the kernel (``x[perm[k]]``), so no extra launch.
-All arithmetic after a load is fp32 except the dot operands. Like :mod:`kernels.triton_kernels`, only core
-builtins are used (see there why) and :mod:`kernels.launch` reloads this module when ``TRITON_INTERPRET``
-changes.
+All arithmetic after a load is fp32 except the dot operands. Only core builtins are used (see
+:mod:`kernels.jit_common` why), and :func:`kernels.triton_runtime.kernel_module` reloads this module when
+``TRITON_INTERPRET`` changes.
 """
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
-from triton import knobs
 
-INTERPRET = bool(knobs.runtime.interpret)
-
-AFFINE_TERNARY = tl.constexpr(0)
-AFFINE_BINARY = tl.constexpr(1)
-AFFINE_INT = tl.constexpr(3)
-
-
-if INTERPRET:
-
-    @triton.jit
-    def _sum(x, axis):
-        return tl.reduce(x, axis, tl.standard._sum_combine)
-
-else:
-
-    @triton.jit
-    def _sum(x, axis):
-        return tl.sum(x, axis=axis)
+from kernels.jit_common import (
+    FMT_BINARY,
+    FMT_TERNARY,
+    INTERPRET,  # noqa: F401 - kernel_module compares it with the setting
+    exact_float,
+    reduce_sum,
+)
 
 
 @triton.jit
@@ -83,9 +71,9 @@ def _affine_terms(
     P: tl.constexpr = 1 << BITS
     ptrs = rows * N + offs_n
     s = tl.load(s_ptr + ptrs, mask=mask, other=0.0).to(tl.float32)
-    if FMT == AFFINE_TERNARY:
+    if FMT == FMT_TERNARY:
         z = 1.0
-    elif FMT == AFFINE_BINARY:
+    elif FMT == FMT_BINARY:
         s = s * 2.0
         z = 0.5
     else:
@@ -202,9 +190,9 @@ def affine_gemv_kernel(
             y_acc += coef_a * a_acc + coef_x * x_acc[:, :, None]
     if SCALE_ONCE:
         coef_a, coef_x = _affine_terms(s_ptr, z_ptr, mu_ptr, 0, offs_n, mask_n, N, FMT, BITS, HAS_MEAN)
-        part = coef_a[None, :] * _sum(a_acc, 1) + coef_x[None, :] * _sum(x_acc, 1)[:, None]
+        part = coef_a[None, :] * reduce_sum(a_acc, 1) + coef_x[None, :] * reduce_sum(x_acc, 1)[:, None]
     else:
-        part = _sum(y_acc, 1)
+        part = reduce_sum(y_acc, 1)
     _finish(
         part,
         y_ptr,
@@ -247,19 +235,6 @@ def _code_tile(
     return codes
 
 
-@triton.jit
-def _exact(c, dt: tl.constexpr, OFFSET: tl.constexpr):
-    """c − OFFSET as exact floats of dt for small non-negative integer codes c: c is OR-ed into the mantissa
-    of a power of two whose value, plus OFFSET, one add then removes (no int→float conversion)."""
-    if dt == tl.float16:
-        f = (c | 0x6400).to(tl.int16).to(tl.float16, bitcast=True) - (1024.0 + OFFSET)
-    elif dt == tl.bfloat16:
-        f = (c | 0x4300).to(tl.int16).to(tl.bfloat16, bitcast=True) - (128.0 + OFFSET)
-    else:
-        f = (c | 0x4B000000).to(tl.float32, bitcast=True) - (8388608.0 + OFFSET)
-    return f
-
-
 @triton.jit(do_not_specialize=["M", "stride_xm", "TILES_PER_SPLIT"])
 def affine_gemm_kernel(
     x_ptr, y_ptr, w_ptr, hi_ptr, s_ptr, z_ptr, mu_ptr, perm_ptr, b_ptr, ws_ptr, cnt_ptr,
@@ -298,13 +273,13 @@ def affine_gemm_kernel(
         )
         codes = _code_tile(w_ptr, hi_ptr, k0, offs_n, mask_n, N, K, WBITS, HS, BLOCK_K, BLOCK_N)
         g = k0 // G
-        if FMT == AFFINE_TERNARY:
-            q = _exact(codes, x.dtype, 1.0)  # c − 1
-        elif FMT == AFFINE_BINARY:
-            q = _exact(codes << 1, x.dtype, 1.0)  # 2b − 1
+        if FMT == FMT_TERNARY:
+            q = exact_float(codes, x.dtype, 1.0)  # c − 1
+        elif FMT == FMT_BINARY:
+            q = exact_float(codes << 1, x.dtype, 1.0)  # 2b − 1
         else:
             zero = tl.load(z_ptr + g * N + offs_n, mask=mask_n, other=0).to(x.dtype)
-            q = _exact(codes, x.dtype, 0.0) - zero[None, :]  # c − z, exact in fp16/bf16 (|c − z| ≤ 16)
+            q = exact_float(codes, x.dtype, 0.0) - zero[None, :]  # c − z, exact in fp16/bf16 (|c − z| ≤ 16)
         if DOT_IEEE:
             part = tl.dot(x, q, input_precision="ieee")
         else:
@@ -313,7 +288,7 @@ def affine_gemm_kernel(
         acc += scale[None, :] * part
         if HAS_MEAN:
             mean = tl.load(mu_ptr + g * N + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-            acc += _sum(x.to(tl.float32), 1)[:, None] * mean[None, :]
+            acc += reduce_sum(x.to(tl.float32), 1)[:, None] * mean[None, :]
     tile = pid_m * tl.num_programs(1) + pid_n
     _finish(
         acc,

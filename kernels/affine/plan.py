@@ -1,25 +1,27 @@
 """Launch plans for the affine kernels: config resolved once, then one cached launch per call.
 
 A :class:`LaunchPlan` is built the first time a layer sees a (batch rows, dtype, device): it resolves the
-config (tuning cache or default, see :mod:`kernels.tuning`), the grid, the split-K depth, and every argument
-that does not depend on the input. On CUDA its first launch compiles through Triton's normal path and keeps
-the compiled kernel; every later call goes straight to the compiled kernel's launcher with the argument list
-already laid out — no binder, no specialization key, no autotuner. The split-K workspace and its counters
-are shared per (device, stream) and left zeroed by every launch (see :mod:`kernels.affine_kernels`), so the
-call is one kernel and can be captured in a CUDA graph.
+config (tuning cache or default, see :mod:`kernels.affine.tuning`), the grid, the split-K depth, and every
+argument that does not depend on the input. On CUDA its first launch compiles through Triton's normal path
+and keeps the compiled kernel; every later call goes straight to the compiled kernel's launcher with the
+argument list already laid out — no binder, no specialization key, no autotuner. The split-K workspace and
+its counters are shared per (device, stream) and left zeroed by every launch (see :mod:`kernels.affine.jit`),
+so the call is one kernel and can be captured in a CUDA graph.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any, ClassVar
 
 import torch
 import triton
 
-from kernels import tuning
-from trilm.formats import BinaryWeight, IntWeight, PackedWeight, PBLLMWeight, TernaryWeight
+from kernels.affine import tuning
+from kernels.triton_runtime import current_stream, kernel_module, sm_count
+from trilm.formats import DecodeArgs, KernelId
+
+KERNELS = "kernels.affine.jit"
 
 
 @dataclasses.dataclass
@@ -28,7 +30,7 @@ class AffineSpec:
 
     n: int
     k: int
-    fmt: int  # 0 ternary, 1 binary, 3 int
+    fmt: int  # a KernelId: ternary, binary or int
     bits: int
     lo: torch.Tensor
     hi: torch.Tensor
@@ -55,7 +57,7 @@ class AffineSpec:
 
     @property
     def key(self) -> str:
-        name = {0: "ternary", 1: "binary", 3: f"int{self.bits}"}[self.fmt]
+        name = KernelId(self.fmt).name.lower() + (str(self.bits) if self.fmt == KernelId.INT else "")
         return f"{name}{'+mean' if self.has_mean else ''}{'+perm' if self.has_perm else ''}"
 
     def constexprs(self) -> dict[str, Any]:
@@ -68,31 +70,32 @@ class AffineSpec:
             "HAS_PERM": self.has_perm,
         }
 
-
-def affine_spec(weight: PackedWeight) -> AffineSpec | None:
-    """The affine form of ``weight``, or None when another kernel must serve it (other formats, or groups
-    that split a GEMV unit of 16/32/8 codes)."""
-    n, k = weight.shape
-    if isinstance(weight, PBLLMWeight) or not isinstance(weight, TernaryWeight | BinaryWeight | IntWeight):
-        return None
-    g = weight.group_size
-    lo = weight.qweight
-    if isinstance(weight, TernaryWeight):
-        spec = AffineSpec(n, k, 0, 2, lo, lo, weight.scales, weight.scales, weight.scales, lo, g)
-    elif isinstance(weight, BinaryWeight):
-        mu = weight.means if weight.means is not None else weight.scales
-        spec = AffineSpec(
-            n, k, 1, 1, lo, lo, weight.scales, weight.scales, mu, lo, g, weight.means is not None
+    @classmethod
+    def from_args(cls, a: DecodeArgs) -> AffineSpec | None:
+        """The affine form of a weight's decode arguments, or None when another kernel must serve it
+        (not an affine decode, salient weights on top, or groups that split a GEMV unit of 16/32/8 codes)."""
+        if not a.affine:
+            return None
+        lo = a.words
+        spec = cls(
+            a.n,
+            a.k,
+            int(a.kernel),
+            a.bits,
+            lo,
+            a.words_hi if a.words_hi is not None else lo,
+            a.scales,
+            a.zeros if a.zeros is not None else a.scales,
+            a.means if a.means is not None else a.scales,
+            lo,
+            a.group_size,
+            has_mean=a.means is not None,
         )
-    else:
-        hi = weight.qweight_hi if weight.qweight_hi is not None else lo
-        perm = weight.perm
-        spec = AffineSpec(n, k, 3, weight.bits, lo, hi, weight.scales, weight.zeros, weight.scales, lo, g)
-        if perm is not None:
-            spec.perm, spec.has_perm = perm.to(device=lo.device, dtype=torch.int32), True
-    if g < k and g % spec.unit_k:
-        return None
-    return spec
+        if a.perm is not None:
+            spec.perm, spec.has_perm = a.perm.to(device=lo.device, dtype=torch.int32), True
+        if a.group_size < a.k and a.group_size % spec.unit_k:
+            return None
+        return spec
 
 
 # -- workspace ------------------------------------------------------------------------------------------
@@ -130,23 +133,6 @@ class Workspace:
             self.counters = torch.zeros(
                 max(counters, 2 * self.counters.numel()), dtype=torch.int32, device=self.device
             )
-
-
-def _stream(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 0
-    return torch._C._cuda_getCurrentRawStream(
-        device.index if device.index is not None else torch.cuda.current_device()
-    )
-
-
-@functools.lru_cache(maxsize=8)
-def sm_count(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
-
-
-def _sms(device: torch.device) -> int:
-    return sm_count(device.index or 0) if device.type == "cuda" else 8
 
 
 # -- configs → launch geometry ------------------------------------------------------------------------------
@@ -204,7 +190,7 @@ class LaunchPlan:
         self.kernel, self.spec, self.path, self.m, self.dtype = kernel, spec, path, m, dtype
         self.config = dict(cfg)
         self.device = spec.lo.device
-        sms = sms or _sms(self.device)
+        sms = sms or sm_count(self.device)
         const = spec.constexprs()
         if path == "gemv":
             geo = gemv_geometry(spec, m, cfg, sms)
@@ -251,7 +237,7 @@ class LaunchPlan:
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         y = torch.empty((self.m, self.spec.n), dtype=x.dtype, device=x.device)
-        stream = _stream(x.device)
+        stream = current_stream(x.device)
         ws = Workspace.get(x.device, stream)
         if self.split_k > 1:
             ws.reserve(self.split_k * self.m * self.spec.n, self.n_counters)
@@ -275,9 +261,7 @@ class LaunchPlan:
 
 
 def kernel_for(path: str):
-    from kernels.launch import kernel_module
-
-    mod = kernel_module("kernels.affine_kernels")
+    mod = kernel_module(KERNELS)
     return mod.affine_gemv_kernel if path == "gemv" else mod.affine_gemm_kernel
 
 
@@ -308,7 +292,9 @@ def make_plan(spec: AffineSpec, path: str, m: int, dtype: torch.dtype, config: d
         return LaunchPlan(kernel, spec, path, m, dtype, config)
     if not spec.lo.is_cuda:
         cfg = (
-            dict(tuning.CPU_GEMV) if path == "gemv" else {**tuning.CPU_GEMM, "BLOCK_M": 16 if m <= 16 else 64}
+            dict(tuning.INTERP_GEMV)
+            if path == "gemv"
+            else {**tuning.INTERP_GEMM, "BLOCK_M": 16 if m <= 16 else 64}
         )
         return LaunchPlan(kernel, spec, path, m, dtype, cfg)
     cache = tuning.shared_cache()
@@ -348,9 +334,7 @@ def _time_candidates(kernel, spec, path, m, dtype, options):
 # -- large batches: dequantize once, then cuBLAS -----------------------------------------------------------
 def dequantize_transposed(spec: AffineSpec, dtype: torch.dtype) -> torch.Tensor:
     """W^T (K, N) in ``dtype`` from one kernel launch (act-order rows back in input-column order)."""
-    from kernels.launch import kernel_module
-
-    mod = kernel_module("kernels.affine_kernels")
+    mod = kernel_module(KERNELS)
     out = torch.empty((spec.k, spec.n), dtype=dtype, device=spec.lo.device)
     block_k = 32 if spec.hs == 2 else max(32, 32 // spec.wbits)
     block_n = 128
@@ -360,3 +344,38 @@ def dequantize_transposed(spec: AffineSpec, dtype: torch.dtype) -> torch.Tensor:
         **spec.constexprs(), BLOCK_K=block_k, BLOCK_N=block_n,
     )  # fmt: skip
     return out
+
+
+# -- entry points ---------------------------------------------------------------------------------------
+def affine_path(m: int) -> str:
+    """'gemv' (≤ GEMV_MAX_M rows), 'gemm', or 'cublas' (≥ the crossover: dequantize once, then cuBLAS)."""
+    if m <= tuning.GEMV_MAX_M:
+        return "gemv"
+    return "gemm" if m < tuning.CUBLAS_MIN_M else "cublas"
+
+
+def affine_matmul(
+    x: torch.Tensor,
+    spec: AffineSpec,
+    *,
+    path: str | None = None,
+    config: dict[str, Any] | None = None,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """x (M, K) @ W^T (+ bias) for an affine weight, one launch (cuBLAS path: dequantize + matmul).
+
+    Builds a plan each call: layers keep theirs (:class:`kernels.QuantLinear`); this entry point is for tests
+    and one-off products. ``config`` pins a launch config, e.g. ``{"BLOCK_R": 8, "BLOCK_N": 128,
+    "SPLIT_K": 3, "num_warps": 4}``."""
+    m = x.shape[0]
+    path = path or affine_path(m)
+    if path == "cublas":
+        w_t = dequantize_transposed(spec, x.dtype)
+        y = x @ w_t
+        return y if bias is None else y + bias.to(y.dtype)
+    if path not in ("gemv", "gemm"):
+        raise ValueError(f"path must be 'gemv', 'gemm' or 'cublas', got {path!r}")
+    if path == "gemv" and m > tuning.GEMV_MAX_M:
+        raise ValueError(f"the affine GEMV takes at most {tuning.GEMV_MAX_M} rows, got {m}")
+    x = x.contiguous()
+    return make_plan(spec, path, m, x.dtype, config)(x, bias)

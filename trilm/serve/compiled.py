@@ -1,0 +1,106 @@
+"""Compiled prefill and decode steps for the CPU: ``torch.compile`` (inductor's C++ backend) instead of eager.
+
+A tiny model's decode step is hundreds of small ops, each paying Python and dispatch overhead; compiled,
+they become a few fused C++ loops and the extern matmuls. The decode step is the bucketed static-buffer
+step of :class:`~trilm.serve.graphs.DecodeGraphs` (one compiled graph per batch bucket, static shapes, its
+padding rows writing to the cache's scratch position); the attention span is the one dynamic size
+(``torch._dynamo.mark_dynamic``), so a bucket compiles once for every context length. The prefill step
+compiles once with the prompt length dynamic (prompts of two tokens or more; a one-token prompt runs
+eagerly) and the cache slot passed as a tensor, so no request triggers a recompile.
+
+Everything compiles on first use, or up front with :meth:`CompiledSteps.warm` (server start-up). Threads:
+inductor bakes ``torch.get_num_threads()`` into the code it generates, so the thread count is set before
+(:func:`trilm.serve.loading.configure_threads`). When compilation fails (no C++ compiler, an unsupported
+op), the steps say why once and run eagerly from then on: the eager path is the fallback and the
+reference the tests compare against.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+import torch._dynamo
+
+from trilm.infer.model import InferenceModel
+from trilm.serve.cache import KVCache, PrefillStep
+from trilm.serve.graphs import DecodeGraphs
+
+log = logging.getLogger(__name__)
+
+
+class CompiledSteps(DecodeGraphs):
+    """Compiled decode (per batch bucket) and prefill steps; the same logits as the eager steps within
+    fp32 reassociation."""
+
+    def __init__(self, model: InferenceModel, cache: KVCache):
+        super().__init__(model, cache, capture=False)
+        self._decode_fn = torch.compile(self._decode_graph, fullgraph=True)
+        self._prefill_fn = torch.compile(self._prefill_graph, fullgraph=True)
+        self._limit = len(self.batch_buckets) + 4
+        self.failure: str | None = None
+        """Why compilation was given up (then every step runs eagerly), or None."""
+
+    # -- the graphs ------------------------------------------------------------------------------------
+    def _decode_graph(self, batch: int, span_ids: torch.Tensor) -> torch.Tensor:
+        step = self.cache.decode(batch, span_ids.shape[0], self.write_positions[:batch])
+        return self.model.forward_cached(self.tokens[:batch], self.rope_positions[:batch], step)[:, 0]
+
+    def _prefill_graph(self, tokens: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
+        length = tokens.shape[1]
+        return self.model.forward_cached(
+            tokens, length, PrefillStep(self.cache, slot, length), last_only=True
+        )
+
+    def _compiled(self, fn, *args):
+        with torch._dynamo.config.patch(automatic_dynamic_shapes=False, recompile_limit=self._limit):
+            return fn(*args)
+
+    # -- steps -------------------------------------------------------------------------------------------
+    def _step(self, batch: int, span: int) -> torch.Tensor:
+        if self.failure is None:
+            span_ids = self.cache._span[:span]
+            torch._dynamo.mark_dynamic(span_ids, 0, min=2, max=self.cache.max_len)
+            try:
+                return self._compiled(self._decode_fn, batch, span_ids)
+            except Exception as exc:  # a compiler failure: say it once, then decode eagerly
+                self._give_up(exc)
+        return super()._step(batch, span)
+
+    def _capture(self, batch: int, span: int):
+        """Compile (or reuse) the bucket's graph on scratch inputs, as DecodeGraphs warms before capture."""
+        self.tokens[:batch].zero_()
+        self.rope_positions[:batch].zero_()
+        self.write_positions[:batch].fill_(self.cache.scratch)
+        self._step(batch, max(span, 2))
+        return None, None
+
+    @torch.no_grad()
+    def prefill(self, prompt_ids: list[int], slot: int) -> torch.Tensor:
+        """Logits [1, 1, padded_vocab] at the last prompt position; keys/values written to ``slot``."""
+        tokens = torch.tensor([prompt_ids], device=self.tokens.device)
+        n = len(prompt_ids)
+        if self.failure is None and n >= 2:
+            torch._dynamo.mark_dynamic(tokens, 1, min=2, max=self.cache.max_len)
+            slot_t = torch.tensor([slot], device=tokens.device)
+            try:
+                return self._compiled(self._prefill_fn, tokens, slot_t)
+            except Exception as exc:
+                self._give_up(exc)
+        return self.model.forward_cached(tokens, n, self.cache.prefill(slot, n), last_only=True)
+
+    def _give_up(self, exc: Exception) -> None:
+        self.failure = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        log.warning("torch.compile failed (%s); the engine decodes eagerly", self.failure)
+
+    @torch.no_grad()
+    def warm(self) -> int:
+        """Compile every batch bucket's decode step and the prefill step now (server start-up, while no
+        request runs: the prefill writes two scratch tokens into the last slot); returns the decode graphs."""
+        for b in self.batch_buckets:
+            key = self.bucket(b, 2)
+            if key not in self._graphs:
+                self._graphs[key] = self._capture(*key)
+        if self.cache.max_len >= 3:  # two scratch tokens into the last slot, before any request runs
+            self.prefill([0, 0], self.cache.slots - 1)
+        return len(self.batch_buckets)

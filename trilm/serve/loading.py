@@ -1,0 +1,122 @@
+"""What the engine needs before it runs: threads, device and dtype defaults, the tokenizer, the model.
+
+Each default is decided in one function here, so ``Engine.load``, the CLI and the benchmarks agree:
+
+* **threads** — torch's own default is the machine's physical cores, which oversubscribes a process limited
+  by CPU affinity or a cgroup quota (a container); :func:`configure_threads` uses the CPUs this process may
+  actually run on. The engine steps in one thread and the HTTP server only awaits sockets, so torch's
+  intra-op pool gets every CPU; inductor bakes the count into compiled code, so it is set before compiling.
+* **device / dtype** — CUDA when available; bf16 on CUDA, fp32 on CPU — except a packed model on CPU
+  (``packed=True``, CPU backend), which runs in bf16 because torch's int4 CPU kernel is vectorized for bf16
+  only (:mod:`kernels.cpu`); in fp32 its layers are dequantized once and run as float layers.
+* **tokenizer** — the snapshot's own (``trilm.data.text_source.tokenizer_for``) unless one is given.
+* **model** — :func:`trilm.infer.load_inference_model`; ``packed=True`` on a model with nothing to pack is
+  refused by name, and packed layers are converted for the CPU backend at load, not on the first request.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import torch
+
+from trilm.config import ConfigError
+from trilm.data.tokenizer import Tokenizer
+from trilm.infer.model import InferenceModel
+
+log = logging.getLogger(__name__)
+
+
+def available_cpus() -> int:
+    """CPUs this process may use: its affinity mask, capped by a cgroup v2 CPU quota when one is set."""
+    try:
+        count = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        count = os.cpu_count() or 1
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            count = min(count, max(1, int(int(quota) // int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, count)
+
+
+def configure_threads(threads: int | None) -> int:
+    """Set torch's intra-op threads to ``threads`` (default: :func:`available_cpus`); returns the count."""
+    if threads is not None and threads < 1:
+        raise ConfigError(f"threads: must be >= 1, got {threads}")
+    count = threads or available_cpus()
+    torch.set_num_threads(count)
+    return count
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    try:
+        resolved = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    except RuntimeError as exc:
+        raise ConfigError(f"device: {exc}") from None
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device: {resolved} requested but CUDA is not available")
+    return resolved
+
+
+def resolve_dtype(
+    device: torch.device, dtype: torch.dtype | None, packed: bool = False, backend: str = "auto"
+) -> torch.dtype:
+    """``dtype``, or the default for ``device`` (module docstring; bf16 for packed layers on CPU only where
+    they run on the CPU backend, not the reference or the interpreter)."""
+    if dtype is not None:
+        return dtype
+    if device.type == "cuda" or (packed and backend in ("auto", "cpu") and not _interpreting()):
+        return torch.bfloat16
+    return torch.float32
+
+
+def _interpreting() -> bool:
+    from kernels import interpreting
+
+    return interpreting()
+
+
+def resolve_tokenizer(path: str | Path, tokenizer: Tokenizer | str | Path | None) -> Tokenizer | None:
+    from trilm.data.text_source import tokenizer_for
+
+    if tokenizer is None:
+        return tokenizer_for(path)
+    return tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.load(tokenizer)
+
+
+def load_model(
+    path: str | Path,
+    *,
+    device: torch.device,
+    dtype: torch.dtype,
+    packed: bool = False,
+    backend: str = "auto",
+) -> tuple[InferenceModel, list[str]]:
+    """The inference model on ``device`` in ``dtype`` and notes for the user (what ``packed`` did)."""
+    from kernels import QuantLinear
+    from trilm.infer import load_inference_model
+
+    model = load_inference_model(path, device=device, dtype=dtype, packed=packed, backend=backend)
+    layers = [m for m in model.modules() if isinstance(m, QuantLinear)]
+    notes: list[str] = []
+    if packed:
+        family = model.cfg.family
+        if not layers:
+            raise ConfigError(
+                f"packed: {path} is a {family} with float block weights only: nothing to pack (packing "
+                "serves TriLM/BiLM latent weights as ternary/binary; quantize a FloatLM with trilm quantize)"
+            )
+        if family == "floatlm":
+            notes.append(f"packed: {path} is a QuantLM, stored packed already; nothing more to pack")
+    if layers and device.type == "cpu":
+        for layer in layers:
+            if layer.backend in ("auto", "cpu"):
+                layer.prepare_cpu()
+        kernel = "torch's int4 CPU kernel" if dtype == torch.bfloat16 else "dequantized once (float layers)"
+        notes.append(f"{len(layers)} packed layers on CPU in {str(dtype).removeprefix('torch.')}: {kernel}")
+    return model, notes
