@@ -1,0 +1,138 @@
+"""Which CPU kernel serves packed layers: torch's weight-only low-bit kernels against dense matmuls, one run.
+
+    python benchmarks/cpu_kernels.py --out benchmarks/results            # 190m layer shapes, 1 and 2 threads
+
+For each block-linear shape of a model (default ``trilm-190m``: 768→768, 768→2048, 2048→768) at batch 1 and
+4, times ``y = x @ W^T`` by:
+
+* ``dense_fp32`` / ``dense_bf16`` — ``F.linear`` on the float weight (what not packing costs);
+* ``int4_bf16`` / ``int4_fp32`` — ``aten._weight_int4pack_mm_for_cpu`` with bf16 / fp32 activations (the
+  layout :mod:`kernels.cpu` converts ternary, binary and int2–4 weights to);
+* ``int8_bf16`` / ``int8_fp32`` — ``aten._weight_int8pack_mm`` (per-channel int8);
+* ``unpack_fp32`` — what ``QuantLinear(backend="torch")`` did per call before: dequantize the ternary codes,
+  then ``F.linear`` (the issue's profile of ``--packed``).
+
+torchao's CPU int4 weight-only layout calls ``_weight_int4pack_mm_for_cpu`` itself, so it is this row.
+Rounds alternate the kernels; the median of ``--rounds`` counts. Prints a table with each kernel's time and
+its speed-up over ``dense_fp32`` and ``dense_bf16``, and writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kernels.cpu import Int4Weight
+from trilm.formats import TernaryWeight
+from trilm.model import preset
+
+
+def kernels_for(n: int, k: int, m: int, seed: int = 0) -> dict[str, callable]:
+    gen = torch.Generator().manual_seed(seed)
+    codes = torch.randint(-1, 2, (n, k), generator=gen, dtype=torch.int8)
+    ternary = TernaryWeight.pack(codes, torch.full((1, n), 0.02))
+    w32 = ternary.dequantize(torch.float32)
+    wb = w32.to(torch.bfloat16)
+    x32 = torch.randn(m, k, generator=gen)
+    xb = x32.to(torch.bfloat16)
+    int4 = Int4Weight.convert(ternary)
+    w8 = codes.contiguous()
+    s8 = torch.full((n,), 0.02)
+    return {
+        "dense_fp32": lambda: F.linear(x32, w32),
+        "dense_bf16": lambda: F.linear(xb, wb),
+        "int4_bf16": lambda: int4(xb),
+        "int4_fp32": lambda: torch.ops.aten._weight_int4pack_mm_for_cpu(
+            x32, int4.packed, int4.group, int4.scale_zeros.float()
+        ),
+        "int8_bf16": lambda: torch.ops.aten._weight_int8pack_mm(xb, w8, s8.to(torch.bfloat16)),
+        "int8_fp32": lambda: torch.ops.aten._weight_int8pack_mm(x32, w8, s8),
+        "unpack_fp32": lambda: F.linear(x32, ternary.dequantize(torch.float32)),
+    }
+
+
+def time_us(fn, reps: int) -> float:
+    fn()
+    t = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    return (time.perf_counter() - t) / reps * 1e6
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="trilm-190m")
+    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--batches", default="1,4")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--out", type=Path, default=None, help="directory for the JSON result")
+    args = parser.parse_args(argv)
+    cfg = preset(args.model)
+    shapes = sorted({(cfg.hidden, cfg.hidden), (cfg.ffn, cfg.hidden), (cfg.hidden, cfg.ffn)})
+    rows = []
+    for threads in (int(t) for t in args.threads.split(",")):
+        torch.set_num_threads(threads)
+        for m in (int(b) for b in args.batches.split(",")):
+            for n, k in shapes:
+                fns = kernels_for(n, k, m)
+                times: dict[str, list[float]] = {name: [] for name in fns}
+                for _ in range(args.rounds):
+                    for name, fn in fns.items():
+                        reps = max(2, args.reps // 10) if name in ("int4_fp32", "int8_fp32") else args.reps
+                        times[name].append(time_us(fn, reps))
+                med = {name: statistics.median(v) for name, v in times.items()}
+                for name, us in med.items():
+                    rows.append(
+                        {
+                            "threads": threads,
+                            "m": m,
+                            "n": n,
+                            "k": k,
+                            "kernel": name,
+                            "us": round(us, 1),
+                            "vs_dense_fp32": round(med["dense_fp32"] / us, 3),
+                            "vs_dense_bf16": round(med["dense_bf16"] / us, 3),
+                        }
+                    )
+                print(
+                    f"threads {threads} M {m} {n}x{k}: "
+                    + "  ".join(
+                        f"{name} {us:.0f}us ({med['dense_fp32'] / us:.2f}x)" for name, us in med.items()
+                    ),
+                    flush=True,
+                )
+    result = {
+        "benchmark": "cpu_kernels",
+        "command": "python benchmarks/cpu_kernels.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "date": datetime.date.today().isoformat(),
+        "machine": {
+            "platform": platform.platform(),
+            "processor": platform.processor(),
+            "torch": torch.__version__,
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        },
+        "model": args.model,
+        "rows": rows,
+    }
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        path = args.out / f"cpu-kernels-{args.model}-{result['date']}.json"
+        path.write_text(json.dumps(result, indent=1) + "\n")
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
