@@ -115,7 +115,7 @@ def write_ggufs(snapshots: dict[str, Path], workdir: Path, model: str) -> dict[s
             path = workdir / f"{model}-{family}-{qtype}.gguf"
             if not path.is_file():
                 report = export_snapshot_gguf(snapshots[family], path, qtype=qtype)
-                print(f"  wrote {path.name}: {report.bytes / 1e6:.1f} MB", flush=True)
+                print(f"  wrote {path.name}: {report.bytes / 1e6:.1f} MB", file=sys.stderr)
             out[qtype] = path
     return out
 
@@ -243,7 +243,9 @@ def measure(args, threads: int) -> list[dict]:
         for c in pool:
             t0 = time.perf_counter()
             c.warm(prompt, args.steps)
-            print(f"  [{model} t{threads}] warmed {c.name} in {time.perf_counter() - t0:.0f} s", flush=True)
+            print(
+                f"  [{model} t{threads}] warmed {c.name} in {time.perf_counter() - t0:.0f} s", file=sys.stderr
+            )
         decode = {c.name: [] for c in pool}
         prefill = {c.name: [] for c in pool}
         for r in range(args.rounds):
@@ -265,7 +267,7 @@ def measure(args, threads: int) -> list[dict]:
             print(
                 f"  [{model} t{threads}] {c.name:40s} decode {rows[-1]['decode_tok_s']:9.1f} tok/s   "
                 f"prefill {rows[-1]['prefill_tok_s']:9.1f} tok/s",
-                flush=True,
+                file=sys.stderr,
             )
         del pool
     return rows
@@ -350,11 +352,8 @@ def main(argv: list[str] | None = None) -> int:
     for threads in (int(t) for t in args.threads.split(",")):
         cmd = [sys.executable, __file__, *base, "--one-thread-count", str(threads), "--out", os.devnull]
         print(f"threads={threads}: {' '.join(cmd[1:])}", flush=True)
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True)
-        lines = proc.stdout.strip().splitlines()
-        for line in lines[:-1]:
-            print(line)
-        rows += json.loads(lines[-1])
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True)  # progress on stderr
+        rows += json.loads(proc.stdout.strip().splitlines()[-1])
     result = {
         "benchmark": "cpu_serve",
         "command": "python benchmarks/cpu_serve.py " + " ".join(argv if argv is not None else sys.argv[1:]),

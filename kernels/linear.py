@@ -120,11 +120,10 @@ class QuantLinear(nn.Module):
         if x.shape[-1] != self.in_features:
             raise ValueError(f"{self}: expected input with last dim {self.in_features}, got {tuple(x.shape)}")
         x2 = x.reshape(-1, self.in_features)
-        plan = self._plans.get((x2.shape[0], x.dtype, x.device))
-        if plan is not None and self.backend in ("auto", "triton") and (x.is_cuda or interpreting()):
-            if not x2.is_contiguous():
-                x2 = x2.contiguous()
-            return plan(x2, self.bias).view(*x.shape[:-1], self.out_features)
+        if self.backend in ("auto", "triton") and (x.is_cuda or interpreting()):
+            plan = self._plans.get((x2.shape[0], x.dtype, x.device))
+            if plan is not None:
+                return plan(x2.contiguous(), self.bias).view(*x.shape[:-1], self.out_features)
         backend = resolve_backend(self.backend, x)
         if backend == "torch":
             y = F.linear(x, self._dequantized(x))

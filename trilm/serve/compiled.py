@@ -37,7 +37,7 @@ class CompiledSteps(DecodeGraphs):
         super().__init__(model, cache, capture=False)
         self._decode_fn = torch.compile(self._decode_graph, fullgraph=True)
         self._prefill_fn = torch.compile(self._prefill_graph, fullgraph=True)
-        self._limit = len(self.batch_buckets) + 4
+        self._limit = 64  # per code object, shared by every engine of the process (one per dtype, model...)
         self.failure: str | None = None
         """Why compilation was given up (then every step runs eagerly), or None."""
 
@@ -53,7 +53,9 @@ class CompiledSteps(DecodeGraphs):
         )
 
     def _compiled(self, fn, *args):
-        with torch._dynamo.config.patch(automatic_dynamic_shapes=False, recompile_limit=self._limit):
+        with torch._dynamo.config.patch(
+            automatic_dynamic_shapes=False, recompile_limit=self._limit, fail_on_recompile_limit_hit=True
+        ):
             return fn(*args)
 
     # -- steps -------------------------------------------------------------------------------------------
