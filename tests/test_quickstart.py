@@ -43,7 +43,10 @@ def test_quickstart_pipeline(tmp_path, capsys):
     assert "L(N) = E + A/N^α per family" in out and "L(N) not identified:" in out and "loss by size:" in out
     assert "L(D) = E + B/D^β along each run" in out
     summary = (tmp_path / "analysis/suite.md").read_text()
-    assert "| size | params | FloatLM | TriLM | BiLM | TriLM−FloatLM | BiLM−FloatLM | TriLM−BiLM |" in summary
+    assert (
+        "| size | params | non-emb | FloatLM | TriLM | BiLM | TriLM−FloatLM | BiLM−FloatLM | TriLM−BiLM |"
+        in summary
+    )
     for name in ("report.md", "training_curves.png", "loss_vs_params.svg", "loss_vs_bits.png"):
         assert (tmp_path / "analysis" / name).stat().st_size > 0
 

@@ -41,7 +41,7 @@ def test_spectra_bilm_is_optional_and_matches_its_run_configs():
         assert run.cfg.to_dict() == shipped.to_dict(), run.name
 
 
-@pytest.mark.parametrize("name", ["quickstart", "minisuite"])
+@pytest.mark.parametrize("name", ["quickstart", "minisuite", "ladder"])
 def test_cpu_suites(name):
     suite = load_suite(name)
     families = {r.family for r in suite.runs}
@@ -82,6 +82,10 @@ FAKE_DATA = {k: Path(f"/nonexistent/{k}") for k in ("train", "validation", "toke
         ({"overrides.micro_batch": 5}, "run trilm-pico: batch_tokens: 16 sequences per step"),
         ({"checkpoint.snapshot_evry": 4}, "unknown key 'checkpoint.snapshot_evry'"),
         ({"tokens": [8192, 8192]}, "tokens: repeated budget"),
+        (
+            {"analysis": {"x": "embedding"}},
+            "analysis.x: 'embedding' is not one of params, nonembedding_params",
+        ),
         (
             {"hardware.device": "TPU9", "hardware.peak_tflops": 0},
             "hardware.peak_tflops: device 'TPU9' is not in the peak table",

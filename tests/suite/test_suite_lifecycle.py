@@ -125,7 +125,7 @@ def test_analyse_two_sizes_two_families(trained, prepared, tmp_path, capsys):
     # two sizes cannot identify E + A/N^α: the analysis says so instead of fitting
     assert any("L(N) not fitted" in n for n in result.report.notes)
     summary = (result.out_dir / "suite.md").read_text()
-    assert "| size | params | FloatLM | TriLM | TriLM−FloatLM |" in summary
+    assert "| size | params | non-emb | FloatLM | TriLM | TriLM−FloatLM |" in summary
     for name in ("report.md", "fit.json", "loss_vs_params.png", "loss_vs_bits.svg", "training_curves.png"):
         assert (result.out_dir / name).stat().st_size > 0
     text = summary_text(result.report)
@@ -135,3 +135,20 @@ def test_analyse_two_sizes_two_families(trained, prepared, tmp_path, capsys):
     assert main(["suite", "analyse", str(suite.path), "--bootstrap", "0", "--no-plots"]) == 0
     out = capsys.readouterr().out
     assert "0 rows added, 20 already there" in out and "final validation loss per size" in out
+    assert (
+        main(
+            [
+                "suite",
+                "analyse",
+                str(suite.path),
+                "--bootstrap",
+                "0",
+                "--no-plots",
+                "--x",
+                "nonembedding_params",
+            ]
+        )
+        == 0
+    )
+    fit = json.loads((result.out_dir / "fit.json").read_text())
+    assert fit["x_axis"] == "nonembedding_params"

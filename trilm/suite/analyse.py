@@ -59,9 +59,11 @@ def analyse_suite(
     bootstrap: int = 1000,
     seed: int = 0,
     plots: bool = True,
+    x: str | None = None,
     echo: Callable[[str], None] = print,
 ) -> SuiteAnalysis:
-    """Results table ``<root>/results.csv`` (rows already there are kept) → ``<root>/analysis``."""
+    """Results table ``<root>/results.csv`` (rows already there are kept) → ``<root>/analysis``; ``x`` is
+    the size axis of L(N) (default: the suite's ``analysis.x``)."""
     from trilm.eval.suite import write_suite_table
     from trilm.scaling import analyze
     from trilm.scaling.fit import FitError
@@ -74,7 +76,8 @@ def analyse_suite(
     added, skipped = write_suite_table(run_dirs, table_path)
     echo(f"results table {table_path}: {added} rows added, {skipped} already there")
     out = Path(out_dir) if out_dir is not None else suite.root / "analysis"
-    report = analyze([table_path], out, bootstrap=bootstrap, seed=seed, plots=plots)
+    axis = x or suite.config.analysis.x
+    report = analyze([table_path], out, bootstrap=bootstrap, seed=seed, plots=plots, x=axis)
     result = SuiteAnalysis(
         suite, table_path, out, [d.name for d in run_dirs], added, skipped, missing, report
     )
@@ -98,7 +101,9 @@ def final_losses(report: Report) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for fam, fa in report.families.items():
         for row in fa.finals:
-            entry = out.setdefault(row.size, {"params": row.params, "bits": {}})
+            entry = out.setdefault(
+                row.size, {"params": row.params, "nonembedding_params": row.nonembedding_params, "bits": {}}
+            )
             if fam not in entry or row.loss < entry[fam]:
                 entry[fam] = row.loss
                 entry["bits"][fam] = row.model_bits
@@ -115,10 +120,11 @@ def _gap_pairs(families: list[str]) -> list[tuple[str, str]]:
 def loss_table(report: Report, markdown: bool = False) -> str:
     families = _families(report)
     pairs = _gap_pairs(families)
-    headers = ["size", "params", *[_name(f) for f in families], *[f"{_name(a)}−{_name(b)}" for a, b in pairs]]
+    gaps = [f"{_name(a)}−{_name(b)}" for a, b in pairs]
+    headers = ["size", "params", "non-emb", *[_name(f) for f in families], *gaps]
     rows = []
     for size, entry in final_losses(report).items():
-        cells = [size, si(entry["params"])]
+        cells = [size, si(entry["params"]), si(entry["nonembedding_params"])]
         cells += [f"{entry[f]:.4f}" if f in entry else "–" for f in families]
         cells += [f"{entry[a] - entry[b]:+.4f}" if a in entry and b in entry else "–" for a, b in pairs]
         rows.append(cells)

@@ -101,6 +101,12 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "suite") -> Non
         ana.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (0: none)")
         ana.add_argument("--seed", type=int, default=0, help="bootstrap seed")
         ana.add_argument("--no-plots", action="store_true", help="skip the plots")
+        ana.add_argument(
+            "--x",
+            choices=["params", "nonembedding_params"],
+            default=None,
+            help="size axis of L(N) (default: the suite's analysis.x, else params)",
+        )
 
 
 def _split(text: str) -> list[str]:
@@ -174,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
     from trilm.suite.analyse import analyse_suite, other_notes, summary_text
 
     result = analyse_suite(
-        suite, out_dir=args.out, bootstrap=args.bootstrap, seed=args.seed, plots=not args.no_plots
+        suite, out_dir=args.out, bootstrap=args.bootstrap, seed=args.seed, plots=not args.no_plots, x=args.x
     )
     print(summary_text(result.report))
     if result.without_loss:

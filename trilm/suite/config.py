@@ -135,6 +135,19 @@ class SuiteDataConfig(Config):
 
 
 @dataclasses.dataclass
+class SuiteAnalysisConfig(Config):
+    """How ``trilm suite analyse`` fits this suite (the command's flags override it)."""
+
+    x: str = "params"
+    """The size axis of L(N): ``params`` (all parameters) or ``nonembedding_params`` (Kaplan's choice; at
+    tiny sizes with a 2,048-token vocabulary the embedding and head are most of the model and barely grow)."""
+
+    def validate(self) -> None:
+        axes = ("params", "nonembedding_params")
+        require(self.x in axes, f"x: {self.x!r} is not one of {', '.join(axes)}")
+
+
+@dataclasses.dataclass
 class SuiteConfig(Config):
     name: str = ""
     description: str = ""
@@ -152,6 +165,7 @@ class SuiteConfig(Config):
     """Nested run-config keys applied to every run before the family's own."""
     data: SuiteDataConfig = dataclasses.field(default_factory=SuiteDataConfig)
     hardware: HardwareConfig = dataclasses.field(default_factory=HardwareConfig)
+    analysis: SuiteAnalysisConfig = dataclasses.field(default_factory=SuiteAnalysisConfig)
 
     def validate(self) -> None:
         require(bool(self.name) and "/" not in self.name, f"name: {self.name!r} must be a plain name")
