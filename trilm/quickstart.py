@@ -16,6 +16,7 @@ resumes), rows already in the results table.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 
@@ -31,6 +32,12 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "quickstart") -
         "--families", default="trilm,floatlm,bilm", help="comma-separated, from trilm,floatlm,bilm"
     )
     parser.add_argument("--bootstrap", type=int, default=200, help="bootstrap resamples of the fits")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="runs trained at once, each on one core (default: one per core, at most 4)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
@@ -74,7 +81,8 @@ def run(args) -> int:
         f"== 2/4 train {len(suite.runs)} runs ({', '.join(families)} × {sizes};"
         f" {suite.runs[0].cfg.steps} steps of {suite.runs[0].cfg.batch_tokens:,} tokens each) → {root}"
     )
-    outcomes = launch_local(suite, cheapest_first(suite.runs), progress=progress)
+    jobs = args.jobs or max(1, min(os.cpu_count() or 1, 4))
+    outcomes = launch_local(suite, cheapest_first(suite.runs), progress=progress, jobs=jobs)
     failed = [o for o in outcomes if o.action == "failed"]
     if failed:
         print(f"quickstart: {len(failed)} run(s) failed: " + "; ".join(str(o) for o in failed))

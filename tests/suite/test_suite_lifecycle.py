@@ -152,3 +152,26 @@ def test_analyse_two_sizes_two_families(trained, prepared, tmp_path, capsys):
     )
     fit = json.loads((result.out_dir / "fit.json").read_text())
     assert fit["x_axis"] == "nonembedding_params"
+
+
+def test_jobs_train_runs_side_by_side_and_record_a_failure(trained, prepared, tmp_path):
+    suite = _half_finished(trained, prepared, tmp_path)
+    broken = suite.run("trilm-pico").run_dir
+    _interrupt(suite.run("trilm-pico"), at_state=4, metrics_until=6)
+    (broken / "resolved_config.yaml").unlink()  # checkpoints without their config: the trainer refuses
+    lines: list[str] = []
+    outcomes = {o.run: o for o in launch_local(suite, suite.runs, progress=False, jobs=2, echo=lines.append)}
+    assert outcomes["floatlm-pico"].action == "skipped"
+    assert outcomes["floatlm-nano"].action == "resumed" and outcomes["trilm-nano"].action == "trained"
+    assert outcomes["trilm-pico"].action == "failed" and "train.log" in outcomes["trilm-pico"].detail
+    assert "refusing to mix" in (broken / "FAILED").read_text()
+    assert any("2 at a time" in line for line in lines)
+    states = {s.run.name: s.state for s in suite_status(suite)}
+    assert states == {"trilm-pico": "failed", "trilm-nano": "finished", "floatlm-pico": "finished",
+                      "floatlm-nano": "finished"}  # fmt: skip
+    log = (suite.run("trilm-nano").run_dir / "train.log").read_text()
+    assert "Traceback" not in log
+    resumed = suite.run("floatlm-nano").run_dir / "snapshots/step-8/config.json"
+    original = trained / "runs/floatlm-nano/snapshots/step-8/config.json"
+    loss = [json.loads(p.read_text())["meta"]["val_loss"] for p in (resumed, original)]
+    assert abs(loss[0] - loss[1]) < 1e-3  # one thread instead of several: the same run up to rounding

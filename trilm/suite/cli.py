@@ -60,6 +60,12 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "suite") -> Non
         help="extra #SBATCH line, e.g. --partition=gpu",
     )
     launch.add_argument("--no-progress", action="store_true", help="no progress bars")
+    launch.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="--local: train this many runs at once, each a single-threaded process (CPU suites)",
+    )
 
     status = sub.add_parser("status", help="per run: state, step, tokens, checkpoints, losses, tokens/s, ETA")
     _common(status)
@@ -87,6 +93,7 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "suite") -> Non
         "--tokens", type=float, default=None, help="training tokens of every sweep run (default: the suite's)"
     )
     sweep.add_argument("--dry-run", action="store_true", help="write the configs; train nothing")
+    sweep.add_argument("--jobs", type=int, default=1, help="train this many runs at once (single-threaded)")
     sweep.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     for name in ("analyse", "analyze"):
@@ -142,7 +149,12 @@ def run(args: argparse.Namespace) -> int:
             )
         else:
             outcomes = launch.launch_local(
-                suite, runs, dry_run=args.dry_run, progress=not args.no_progress, force=args.force
+                suite,
+                runs,
+                dry_run=args.dry_run,
+                progress=not args.no_progress,
+                force=args.force,
+                jobs=args.jobs,
             )
         failed = [o for o in outcomes if o.action == "failed"]
         print(f"suite {suite.name}: {len(outcomes)} runs; " + _count(outcomes))
@@ -165,6 +177,7 @@ def run(args: argparse.Namespace) -> int:
                 tokens=tokens,
                 dry_run=args.dry_run,
                 progress=not args.no_progress,
+                jobs=args.jobs,
             )
             print(result.render())
         return 0

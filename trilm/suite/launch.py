@@ -114,13 +114,18 @@ def launch_local(
     dry_run: bool = False,
     progress: bool = True,
     force: bool = False,
+    jobs: int = 1,
     echo: Callable[[str], None] = print,
 ) -> list[Outcome]:
-    """Train the runs one after another in this machine; a failing run is recorded and the next one starts."""
+    """Train the runs in this machine, one after another, or ``jobs`` at a time as separate single-threaded
+    processes (:mod:`trilm.suite.jobs`); a failing run is recorded and the next one starts."""
+    if jobs < 1:
+        raise ConfigError(f"--jobs: must be >= 1, got {jobs}")
     configs = write_run_configs(suite, runs)
     if not dry_run:
         prepare_data(suite, progress)
     outcomes = []
+    concurrent: list[tuple[SuiteRun, Path, str]] = []
     for i, run in enumerate(runs, start=1):
         skip = _todo(run, force)
         if skip is not None:
@@ -132,9 +137,19 @@ def launch_local(
             outcomes.append(Outcome(run.name, "would train", f"{detail}; {_local_command(run, configs)}"))
             echo(f"[{i}/{len(runs)}] {outcomes[-1]}")
             continue
+        if jobs > 1 and run.devices == 1:
+            concurrent.append((run, configs[run.name], detail))
+            outcomes.append(Outcome(run.name, "pending"))
+            continue
         echo(f"[{i}/{len(runs)}] {run.name}: {detail} → {run.run_dir}")
         outcomes.append(_train_one(run, configs[run.name], detail, progress))
         echo(f"[{i}/{len(runs)}] {outcomes[-1]}")
+    if concurrent:
+        from trilm.suite.jobs import run_concurrently
+
+        echo(f"training {len(concurrent)} run(s), {jobs} at a time (logs: <run dir>/train.log)")
+        done = run_concurrently(concurrent, jobs, echo)
+        outcomes = [Outcome(o.run, *done[o.run]) if o.action == "pending" else o for o in outcomes]
     return outcomes
 
 

@@ -136,6 +136,7 @@ def sweep(
     tokens: int | None = None,
     dry_run: bool = False,
     progress: bool = True,
+    jobs: int = 1,
     echo: Callable[[str], None] = print,
 ) -> SweepResult:
     if not rates or any(lr <= 0 for lr in rates):
@@ -144,7 +145,7 @@ def sweep(
         raise ConfigError(f"--tokens: must be > 0, got {tokens}")
     points = sweep_runs(suite, size, rates, axes=axes, tokens=tokens)
     runs = [p.run for p in points]
-    launch_local(suite, runs, dry_run=dry_run, progress=progress, echo=echo)
+    launch_local(suite, runs, dry_run=dry_run, progress=progress, jobs=jobs, echo=echo)
     losses: dict[str, dict[float, float | None]] = {}
     walls: dict[str, dict[float, float | None]] = {}
     for p in points:
