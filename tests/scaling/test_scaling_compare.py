@@ -85,3 +85,28 @@ def test_bits_axis_favours_the_family_with_fewer_bits():
     inside = [s for s in bits["lower_family_by_range"] if s["from"] < 1e10]
     assert inside[0]["lower"] == "trilm"
     assert all(m["ratio"] > 1 for m in bits["matches"])
+
+
+def test_gap_between_families_and_its_change_with_size(tmp_path):
+    """TriLM's excess over FloatLM is A_t/N^0.4 − A_f/N^0.3: it shrinks with N; the analysis says so."""
+    floatlm = {"E": 2.0, "A": 100.0, "alpha": 0.3}
+    trilm = {"E": 2.0, "A": 2000.0, "alpha": 0.45}
+    bilm = {"E": 2.0, "A": 4000.0, "alpha": 0.45}
+    rows = synthetic_suite(
+        {"floatlm": floatlm, "trilm": trilm, "bilm": bilm}, sizes=SIZES, checkpoints=1, noise=0.002
+    )
+    report = analyze(
+        write_table(tmp_path / "r.csv", rows), tmp_path / "o", form="N", bootstrap=100, loso=False
+    )
+    cmp = {(c["family"], c["reference"], c["axis"]): c for c in report.comparisons}
+    gaps = cmp[("trilm", "floatlm", "params")]["gaps"]
+    x = np.array(gaps["x"])
+    truth = trilm["A"] / x ** trilm["alpha"] - floatlm["A"] / x ** floatlm["alpha"]
+    assert np.allclose(gaps["gap"], truth, atol=0.01)
+    lo, hi = gaps["change_interval"]
+    assert hi < 0 and gaps["fraction_shrinking"] > 0.95
+    assert all(a <= g <= b for g, (a, b) in zip(gaps["gap"], gaps["gap_interval"]))
+    tri_vs_bi = cmp[("trilm", "bilm", "params")]["gaps"]
+    assert all(g < 0 for g in tri_vs_bi["gap"])  # TriLM below BiLM at every size
+    text = (tmp_path / "o" / "report.md").read_text()
+    assert "Fitted gap TriLM − FloatLM" in text and "Fitted gap TriLM − BiLM" in text

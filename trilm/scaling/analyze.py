@@ -391,23 +391,38 @@ def _compare(
                     " (observed losses at shared sizes are compared instead)"
                 )
                 continue
-            points = [{"size": r.size, "x": float(value(r)), "loss": r.loss} for r in fa.finals]
-            x_ref = np.array([value(r) for r in ref.finals], dtype=float)
-            out.append(
-                compare_pair(
-                    reference,
-                    name,
-                    theirs.fit,
-                    mine.fit,
-                    points,
-                    x_ref,
-                    boot_ref=theirs.bootstrap,
-                    boot_fam=mine.bootstrap,
-                    axis=axis,
-                    level=cfg.level,
-                )
-            )
+            out.append(_fitted_pair(fa, ref, attr, axis, value, cfg))
+    # TriLM against BiLM as well (Spectra's second question), when both laws are identified.
+    tri, bi = families.get("trilm"), families.get("bilm")
+    both = tri is not None and bi is not None and tri.law_x is not None and bi.law_x is not None
+    if both and reference not in ("trilm", "bilm") and tri.law_x.identified and bi.law_x.identified:
+        out.append(_fitted_pair(tri, bi, "law_x", "params", lambda r: getattr(r, cfg.x), cfg))
     return out
+
+
+def _fitted_pair(
+    fa: FamilyAnalysis,
+    ref: FamilyAnalysis,
+    attr: str,
+    axis: str,
+    value: Callable[[ResultRow], float],
+    cfg: AnalysisConfig,
+) -> dict[str, Any]:
+    mine, theirs = getattr(fa, attr), getattr(ref, attr)
+    points = [{"size": r.size, "x": float(value(r)), "loss": r.loss} for r in fa.finals]
+    x_ref = np.array([value(r) for r in ref.finals], dtype=float)
+    return compare_pair(
+        ref.family,
+        fa.family,
+        theirs.fit,
+        mine.fit,
+        points,
+        x_ref,
+        boot_ref=theirs.bootstrap,
+        boot_fam=mine.bootstrap,
+        axis=axis,
+        level=cfg.level,
+    )
 
 
 def write_outputs(report: Report, out_dir: Path) -> None:

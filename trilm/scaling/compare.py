@@ -163,6 +163,38 @@ def compare_pair(
             entry["fraction_unreachable"] = float(1 - finite.mean())
         matches.append(entry)
     out["matches"] = matches
+    out["gaps"] = fitted_gaps(fit_ref, fit_fam, points, pairs, level)
+    return out
+
+
+def fitted_gaps(
+    fit_ref: FitResult,
+    fit_fam: FitResult,
+    points: list[dict[str, Any]],
+    pairs: tuple[np.ndarray, np.ndarray] | None,
+    level: float,
+) -> dict[str, Any]:
+    """The family's fitted loss minus the reference's at each of the family's x, and how that gap changes
+    from the smallest to the largest x: Spectra's "does the gap shrink with size". Intervals come from the
+    paired resamples (``pairs`` = the family's and the reference's thetas, resample by resample)."""
+    xs = np.array(sorted({float(p["x"]) for p in points}))
+    log_x = np.log(xs)
+    gap = np.exp(_curve_log(fit_fam.theta[None], log_x)[0]) - np.exp(
+        _curve_log(fit_ref.theta[None], log_x)[0]
+    )
+    out: dict[str, Any] = {
+        "x": xs.tolist(),
+        "gap": gap.tolist(),
+        "change": float(gap[-1] - gap[0]),
+    }
+    if pairs is not None and xs.size >= 2:
+        th_fam, th_ref = pairs
+        boot = np.exp(_curve_log(th_fam, log_x)) - np.exp(_curve_log(th_ref, log_x))
+        change = boot[:, -1] - boot[:, 0]
+        out["gap_interval"] = [_interval(boot[:, k], level) for k in range(xs.size)]
+        out["change_interval"] = _interval(change, level)
+        out["fraction_shrinking"] = float(np.mean(np.abs(boot[:, -1]) < np.abs(boot[:, 0])))
+        out["n_pairs"] = int(change.size)
     return out
 
 

@@ -173,7 +173,31 @@ def _comparison(c: dict[str, Any]) -> list[str]:
             f"| {m['size']} | {fmt(m['x'])} | {fmt(m['loss'])} | {fmt(m['fitted_loss'])} |"
             f" {fmt(m['reference_loss_at_x'])} | {fmt(m['reference_x'])} | {fmt(m['ratio'], 3)} | {cell} |"
         )
+    if c["axis"] == "params" and c.get("gaps"):
+        lines += ["", *_gap_lines(c, fam, ref)]
     return [*lines, ""]
+
+
+def _gap_lines(c: dict[str, Any], fam: str, ref: str) -> list[str]:
+    g = c["gaps"]
+    intervals = g.get("gap_interval")
+    lines = [
+        f"Fitted gap {fam} − {ref} at {fam}'s sizes (paired bootstrap intervals):",
+        "",
+        "| params | fitted gap | interval |",
+        "|---|---|---|",
+    ]
+    for k, (x, gap) in enumerate(zip(g["x"], g["gap"])):
+        cell = f"[{intervals[k][0]:+.4f}, {intervals[k][1]:+.4f}]" if intervals else "–"
+        lines.append(f"| {fmt(x)} | {gap:+.4f} | {cell} |")
+    change = f"- Change from the smallest to the largest size: {g['change']:+.4f}"
+    if "change_interval" in g:
+        lo, hi = g["change_interval"]
+        change += (
+            f" [{lo:+.4f}, {hi:+.4f}]; |gap| is smaller at the largest size in"
+            f" {g['fraction_shrinking'] * 100:.1f}% of {g['n_pairs']} paired resamples."
+        )
+    return [*lines, "", change]
 
 
 def render(report: Report, out_dir: Path) -> str:

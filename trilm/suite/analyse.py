@@ -225,6 +225,16 @@ def comparison_lines(report: Report) -> list[str]:
         at_data = [s for s in lower if s["from"] <= max(m["x"] for m in c["matches"])]
         lower_now = _name(at_data[-1]["lower"]) if at_data else "?"
         lines.append(f"{fam} vs {ref} at equal {unit}: {cross}; {lower_now} is lower at the largest size")
+        g = c.get("gaps")
+        if c["axis"] == "params" and g:
+            change = f"{g['change']:+.4f}"
+            if "change_interval" in g:
+                lo, hi = g["change_interval"]
+                change += f" [{lo:+.4f}, {hi:+.4f}]"
+            lines.append(
+                f"    fitted gap {fam}−{ref}: {g['gap'][0]:+.4f} at {si(g['x'][0])} → {g['gap'][-1]:+.4f}"
+                f" at {si(g['x'][-1])}; change {change}"
+            )
         for m in c["matches"]:
             ratio = m["ratio"]
             verdict = (
