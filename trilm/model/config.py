@@ -83,6 +83,13 @@ class ModelConfig(Config):
     norm_eps: float = 1e-5
     init_std: float = 0.02
     """Normal init std; output projections use init_std / sqrt(2·layers) (GPT-2/Megatron scaled init)."""
+    mup_base_width: int = 0
+    """μP (the maximal-update parametrization of Tensor Programs V, for Adam) relative to this width; 0 = the
+    standard parametrization. With m = hidden / mup_base_width, the block matrices start at init std /
+    sqrt(m) and train at learning rate / m, the LM head starts at init std / m and trains at learning
+    rate / m; the embedding and the norm gains keep both. The forward pass is unchanged (no multipliers), so
+    exports and inference do not know about it; at hidden == mup_base_width it is the standard
+    parametrization exactly. Its point: the best learning rate found at the base width carries over."""
     quant: QuantConfig = dataclasses.field(default_factory=QuantConfig)
     layer_kv_heads: list[int] | None = None
     """Per-layer KV-head counts of a structurally pruned model (None = ``kv_heads`` in every layer). Query
@@ -104,6 +111,9 @@ class ModelConfig(Config):
         require(kv > 0, f"kv_heads: must be > 0, got {kv}")
         require(self.heads % kv == 0, f"kv_heads: heads={self.heads} is not divisible by kv_heads={kv}")
         require(self.rope_theta > 0, f"rope_theta: must be > 0, got {self.rope_theta}")
+        require(
+            self.mup_base_width >= 0, f"mup_base_width: must be >= 0 (0 = off), got {self.mup_base_width}"
+        )
         for key in ("layer_kv_heads", "layer_ffn"):
             values = getattr(self, key)
             if values is None:
@@ -151,6 +161,11 @@ class ModelConfig(Config):
         """The family-free size name (``trilm-1.1b`` → ``1.1b``): rows of one size pair across families."""
         prefix = f"{self.family}-"
         return self.name[len(prefix) :] if self.name.startswith(prefix) else self.name
+
+    @property
+    def width_multiplier(self) -> float:
+        """m = hidden / mup_base_width under μP; 1 in the standard parametrization."""
+        return self.hidden / self.mup_base_width if self.mup_base_width else 1.0
 
     @property
     def head_dim(self) -> int:

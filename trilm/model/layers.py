@@ -250,7 +250,14 @@ class Block(nn.Module):
 
 
 def init_std_for(name: str, cfg: ModelConfig) -> float:
-    """Output projections (wo, w_down) get the scaled init std/sqrt(2·layers)."""
+    """Output projections (wo, w_down) get the scaled init std/sqrt(2·layers). Under μP
+    (``cfg.mup_base_width``) block matrices are further divided by sqrt(m) and the LM head by m."""
+    m = cfg.width_multiplier
+    if name == "embed.weight":
+        return cfg.init_std
+    if name == "head.weight":
+        return cfg.init_std / m
+    std = cfg.init_std / math.sqrt(m)
     if name.endswith(("wo.weight", "w_down.weight")):
-        return cfg.init_std / math.sqrt(2 * cfg.layers)
-    return cfg.init_std
+        return std / math.sqrt(2 * cfg.layers)
+    return std

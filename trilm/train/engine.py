@@ -57,11 +57,29 @@ def prepare_model(model, cfg: TrainConfig) -> None:
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    """Matrices decay, vectors (norm gains) do not; the trainer rewrites lr/weight_decay every step."""
+    """Matrices decay, vectors (norm gains) do not; the trainer rewrites lr/weight_decay every step.
+
+    Under μP (``model.cfg.mup_base_width``) the matrices other than the embedding form a group of their own
+    whose learning rate is scaled by ``lr_scale`` = 1/m; the standard parametrization keeps the two groups
+    (and so the optimizer states) it always had.
+    """
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
+    cfg = getattr(model, "cfg", None)
+    if cfg is None or not cfg.mup_base_width:
+        return [
+            {"params": decay, "weight_decay": weight_decay, "decays": True},
+            {"params": no_decay, "weight_decay": 0.0, "decays": False},
+        ]
+    embedding = {id(p) for p in model.embed.parameters()}
     return [
-        {"params": decay, "weight_decay": weight_decay, "decays": True},
+        {"params": [p for p in decay if id(p) in embedding], "weight_decay": weight_decay, "decays": True},
+        {
+            "params": [p for p in decay if id(p) not in embedding],
+            "weight_decay": weight_decay,
+            "decays": True,
+            "lr_scale": 1.0 / cfg.width_multiplier,
+        },
         {"params": no_decay, "weight_decay": 0.0, "decays": False},
     ]
 
@@ -121,7 +139,7 @@ def build_engine(
 
 def set_optimizer_hparams(engine, lr: float, weight_decay: float) -> None:
     for group in engine.optimizer.param_groups:
-        group["lr"] = lr
+        group["lr"] = lr * group.get("lr_scale", 1.0)
         group["weight_decay"] = weight_decay if group.get("decays", True) else 0.0
 
 
