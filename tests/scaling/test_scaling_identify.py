@@ -164,3 +164,13 @@ def test_a_zero_width_interval_of_exact_data_is_certainty_not_degeneracy(tmp_pat
     )
     summary = law.bootstrap.summary()["alpha"]
     assert summary["hi"] - summary["lo"] < 1e-6 and law.identified
+
+
+def test_the_summary_says_where_loss_does_not_fall_with_size(tmp_path):
+    from trilm.suite.analyse import ordering_lines
+
+    losses = {"floatlm": [4.894, 5.095, 5.085], "trilm": [5.3, 5.2, 5.1]}
+    report = analyze(write_table(tmp_path / "r.csv", _rows(THREE, losses)), None, bootstrap=0)
+    lines = ordering_lines(report)
+    assert lines[0] == " FloatLM  loss does not fall at 99M → 190M (+0.2010)"
+    assert lines[1] == "   TriLM  loss falls at every step up in size"

@@ -11,6 +11,7 @@ the fitted curves, and what the fitted curves say at equal size in bits — the 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -259,11 +260,32 @@ def other_notes(report: Report) -> list[str]:
     return [n for n in report.notes if not _shown(n)]
 
 
+def ordering_lines(report: Report) -> list[str]:
+    """Per family: does the final loss fall at every step up in size, and where not."""
+    lines = []
+    for fam in _families(report):
+        by_size: dict[str, tuple[float, float]] = {}
+        for r in report.families[fam].finals:
+            if r.size not in by_size or r.loss < by_size[r.size][1]:
+                by_size[r.size] = (r.params, r.loss)
+        ordered = sorted(by_size.items(), key=lambda kv: kv[1][0])
+        if len(ordered) < 2:
+            continue
+        rises = [
+            f"{a} → {b} ({lb - la:+.4f})"
+            for (a, (_, la)), (b, (_, lb)) in itertools.pairwise(ordered)
+            if lb >= la
+        ]
+        verdict = "falls at every step up in size" if not rises else f"does not fall at {', '.join(rises)}"
+        lines.append(f"{_name(fam):>8}  loss {verdict}")
+    return lines
+
+
 def summary_text(report: Report) -> str:
-    """Terminal summary: final losses per size and family, the identified laws (or why not), the L(D) fits
-    along each run and the comparisons."""
+    """Terminal summary: final losses per size and family, whether they fall with size, the identified laws
+    (or why not), the L(D) fits along each run and the comparisons."""
     lines = ["final validation loss per size (nats/token; A−B: loss of A minus loss of B)"]
-    lines += [loss_table(report), ""]
+    lines += [loss_table(report), *[f"  {line}" for line in ordering_lines(report)], ""]
     fits = fit_lines(report)
     lines += ["L(N) = E + A/N^α per family (final checkpoints):" if fits else "no L(N) fitted"]
     lines += [f"  {f}" for f in fits] if fits else [f"  {n}" for n in _unfitted(report)]
@@ -303,6 +325,8 @@ def render_markdown(result: SuiteAnalysis) -> str:
         " first family minus the second (negative: the first is better).",
         "",
         loss_table(report, markdown=True),
+        "",
+        *[f"- {line.strip()}" for line in ordering_lines(report)],
         "",
     ]
     by_bits = sorted(
