@@ -43,6 +43,9 @@ def test_extra_axes_and_budget_name_and_shape_the_runs(tmp_path, prepared):
     assert (small.batch_tokens, small.micro_batch, small.steps) == (512, 8, 8)  # 8 sequences of 64
     assert (large.batch_tokens, large.micro_batch, large.steps) == (2048, 16, 2)
     assert {p.row for p in points} == {"floatlm batch_tokens=512", "floatlm batch_tokens=2048"}
+    seeds = sweep_runs(suite, "pico", [1e-3], axes=parse_axes(["seed=7", "data.seed=7"]))
+    assert seeds[0].run.name == "floatlm-pico-seed7-data_seed7-lr0.001"
+    assert (seeds[0].run.cfg.seed, seeds[0].run.cfg.data.seed) == (7, 7)
 
 
 def test_bad_axes_are_refused(tmp_path, prepared):

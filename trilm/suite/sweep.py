@@ -72,8 +72,11 @@ def parse_axes(items: list[str]) -> dict[str, list[Any]]:
     return axes
 
 
-def _label(key: str, value: Any) -> str:
+def _label(key: str, value: Any, keys: list[str]) -> str:
+    """``batch_tokens1024``; a key whose last part another axis shares keeps its path (``data_seed7``)."""
     leaf = key.rsplit(".", 1)[-1]
+    if sum(k.rsplit(".", 1)[-1] == leaf for k in keys) > 1:
+        leaf = key.replace(".", "_")
     return f"{leaf}{value:g}" if isinstance(value, float) else f"{leaf}{value}"
 
 
@@ -112,7 +115,7 @@ def sweep_runs(
     for run in (r for r in base if r.tokens == first_budget):
         for values in itertools.product(*axes.values()):
             setting = dict(zip(axes, values))
-            labels = [_label(k, v) for k, v in setting.items()]
+            labels = [_label(k, v, list(axes)) for k, v in setting.items()]
             row = " ".join([run.family, *(f"{k}={v}" for k, v in setting.items())])
             for lr in rates:
                 name = "-".join([run.name, *([budget_label(tokens)] if tokens else []), *labels, f"lr{lr:g}"])
