@@ -103,8 +103,7 @@ def test_gap_between_families_and_its_change_with_size(tmp_path):
     x = np.array(gaps["x"])
     truth = trilm["A"] / x ** trilm["alpha"] - floatlm["A"] / x ** floatlm["alpha"]
     assert np.allclose(gaps["gap"], truth, atol=0.01)
-    lo, hi = gaps["change_interval"]
-    assert hi < 0 and gaps["fraction_shrinking"] > 0.95
+    assert gaps["change_interval"][1] < 0 and gaps["fraction_shrinking"] > 0.95
     assert all(a <= g <= b for g, (a, b) in zip(gaps["gap"], gaps["gap_interval"]))
     tri_vs_bi = cmp[("trilm", "bilm", "params")]["gaps"]
     assert all(g < 0 for g in tri_vs_bi["gap"])  # TriLM below BiLM at every size
