@@ -129,3 +129,21 @@ def test_size_overrides_come_after_the_family_and_the_suite(tmp_path):
     bad = _definition(tmp_path / "bad", FAKE_DATA, **{"sizes.0.overrides": {"optim": {"lrr": 1e-3}}})
     with pytest.raises(ConfigError, match="lrr"):
         load_suite(bad)
+
+
+def test_family_overrides_of_a_size_come_last(tmp_path):
+    """A learning rate tuned per (family, size): the size's family_overrides win over everything else."""
+    path = _definition(
+        tmp_path,
+        FAKE_DATA,
+        **{
+            "sizes.0.overrides": {"optim": {"lr": 1e-3}},
+            "sizes.0.family_overrides": {"trilm": {"optim": {"lr": 4e-3}}},
+        },
+    )
+    runs = {r.name: r.cfg for r in load_suite(path).runs}
+    assert (runs["trilm-pico"].optim.lr, runs["floatlm-pico"].optim.lr) == (4e-3, 1e-3)
+    (tmp_path / "bad").mkdir()
+    bad = _definition(tmp_path / "bad", FAKE_DATA, **{"sizes.0.family_overrides": {"ternary": {}}})
+    with pytest.raises(ConfigError, match=r"sizes\[0\].family_overrides: \['ternary'\] are not families"):
+        load_suite(bad)

@@ -72,9 +72,14 @@ class SizeSpec(Config):
     overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Nested run-config keys for this size in every family, applied after the family's, e.g. a smaller
     peak learning rate for a wider model ``{optim: {lr: 2e-3}}`` (Spectra tuned it per size)."""
+    family_overrides: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    """Per family, nested run-config keys for this size only, applied last: a learning rate tuned per
+    (family, size), e.g. ``{trilm: {optim: {lr: 4e-3}}, floatlm: {optim: {lr: 2e-3}}}``."""
 
     def validate(self) -> None:
         require(bool(self.name) and "-" not in self.name, f"name: {self.name!r} must be set, without '-'")
+        unknown = sorted(set(self.family_overrides) - set(FAMILIES))
+        require(not unknown, f"family_overrides: {unknown} are not families ({', '.join(FAMILIES)})")
         for key in ("tensor_parallel", "data_parallel", "micro_batch"):
             require(getattr(self, key) >= 0, f"{key}: must be >= 0, got {getattr(self, key)}")
         for key in ("family", "name"):
@@ -309,6 +314,7 @@ def _run_config(
     data = deep_merge(_read_yaml(template), suite.overrides)
     data = deep_merge(data, fam.overrides)
     data = deep_merge(data, size.overrides)
+    data = deep_merge(data, size.family_overrides.get(fam.name, {}))
     model = {k: v for k, v in dict(data.get("model") or {}).items() if k != "preset"}
     model = {**model, **size.model, "preset": f"{fam.name}-{size.preset or size.name}"}
     model["name"] = f"{fam.name}-{size.name}"
