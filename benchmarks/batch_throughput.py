@@ -7,8 +7,8 @@ A small model on a CPU pays a fixed cost per optimizer step (the optimizer over 
 clipping, Python and DeepSpeed bookkeeping) on top of the matmuls, so halving the batch does not halve the
 step time. This measures it through the trainer's own engine (``build_engine``: AdamW, clipping, ZeRO 0):
 every (shape, batch) runs its warm-up and then timed steps, each timed by the **process CPU time** (the
-machine is shared, so wall clock mostly measures the other jobs). The rounds alternate between
-contenders, and the median counts. It prints tokens per CPU-second and the step's fixed overhead, the
+machine is shared, so wall clock mostly measures the other jobs; it is printed too). The rounds alternate
+between contenders, and the median counts. It prints tokens per CPU-second and the step's fixed overhead, the
 intercept of step time against batch size per shape (least squares over the batches measured).
 
 Shapes are ``<hidden>x<layers>`` (FFN ``hidden·8/3`` rounded up to 64, head dim 32 for widths below 128,
@@ -92,19 +92,22 @@ def main() -> int:
             step()  # warm-up
             contenders[(shape, batch)] = step
     times: dict[tuple[str, int], list[float]] = {k: [] for k in contenders}
+    walls: dict[tuple[str, int], list[float]] = {k: [] for k in contenders}
     for r in range(args.rounds):
         for key, step in contenders.items():
-            c = time.process_time()
+            c, w = time.process_time(), time.perf_counter()
             for _ in range(args.steps):
                 step()
             times[key].append((time.process_time() - c) / args.steps)
+            walls[key].append((time.perf_counter() - w) / args.steps)
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
     results = []
-    print(f"{'shape':>7} {'non-emb':>8} {'batch':>5} {'ms/step':>8} {'tok/CPU-s':>10}")
+    print(f"{'shape':>7} {'non-emb':>8} {'batch':>5} {'ms/step':>8} {'tok/CPU-s':>10} {'wall ms':>8}")
     for shape in shapes:
         xs, ys = [], []
         for batch in batches:
             sec = statistics.median(times[(shape, batch)])
+            wall = statistics.median(walls[(shape, batch)])
             xs.append(batch)
             ys.append(sec)
             tok = batch * args.seq / sec
@@ -117,10 +120,14 @@ def main() -> int:
                     "batch_sequences": batch,
                     "batch_tokens": batch * args.seq,
                     "step_cpu_seconds": sec,
+                    "step_wall_seconds": wall,
                     "tokens_per_cpu_second": tok,
                 }
             )
-            print(f"{shape:>7} {counts[shape].nonembedding:>8,} {batch:>5} {sec * 1e3:>8.1f} {tok:>10.0f}")
+            print(
+                f"{shape:>7} {counts[shape].nonembedding:>8,} {batch:>5} {sec * 1e3:>8.1f} {tok:>10.0f}"
+                f" {wall * 1e3:>8.1f}"
+            )
         if len(xs) >= 2:
             mx, my = statistics.fmean(xs), statistics.fmean(ys)
             slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
