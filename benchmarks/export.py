@@ -35,6 +35,7 @@ sys.path.insert(0, str(HERE.parent))
 from trilm.model import preset  # noqa: E402
 from trilm.model.config import SPECTRA_SIZES  # noqa: E402
 from trilm.model.flops import parameter_counts  # noqa: E402
+from trilm.model.spec import LINEARS  # noqa: E402
 
 
 def ladder_sizes(sizes: list[str]) -> list[dict]:
@@ -48,9 +49,12 @@ def ladder_sizes(sizes: list[str]) -> list[dict]:
         parts = SPECTRA_SIZES[size][4]
         cfg = preset(f"trilm-{size}", quant={"partitions": parts})
         counts = parameter_counts(cfg)
-        d, f = cfg.hidden, cfg.ffn
-        shapes = {"wq": (d, d, "out"), "wk": (d, d, "out"), "wv": (d, d, "out"), "wo": (d, d, "in"),
-                  "w_gate": (f, d, "out"), "w_up": (f, d, "out"), "w_down": (d, f, "in")}  # fmt: skip
+        layer = cfg.layer_shape(
+            0
+        )  # partitions split a column-parallel matrix's outputs, a row-parallel's inputs
+        shapes = {
+            lin.leaf: (*lin.shape(cfg, layer), "out" if lin.parallel == "column" else "in") for lin in LINEARS
+        }
         packed_bits, straddle = 0, []
         gen = torch.Generator().manual_seed(0)
         for name, (n, k, axis) in shapes.items():

@@ -9,16 +9,8 @@ import sys
 import pytest
 import torch
 
-from trilm.bits import (
-    TERNARY_BITS,
-    BitsError,
-    bits_per_param,
-    family_linear_bits,
-    gptq_bits,
-    model_bits,
-    snapshot_linear_bits,
-    stored_linear_bits,
-)
+from trilm.bits import TERNARY_BITS, BitsError, bits_per_param, gptq_bits, model_bits, stored_linear_bits
+from trilm.families import FAMILIES, family_linear_bits, get_family, snapshot_linear_bits
 
 
 def test_value_bits_by_family_and_quantlm_meta():
@@ -37,6 +29,19 @@ def test_value_bits_by_family_and_quantlm_meta():
         bits_per_param(0, 0, 2.0)
 
 
+def test_one_family_registry_feeds_config_cli_and_cards():
+    from trilm.model.cli import describe
+    from trilm.model.config import preset
+
+    assert get_family("trilm").linear_bits == TERNARY_BITS
+    with pytest.raises(KeyError, match="quadlm.*trilm, floatlm, bilm"):
+        get_family("quadlm")
+    for family in FAMILIES.values():
+        cfg = preset(f"{family.name}-nano")
+        assert cfg.weight_format == family.weight_format
+        assert f"{family.linear_bits:.3f} bits/linear weight" in describe(cfg)
+
+
 def test_stored_bits_sum_the_codec_storage_over_layers():
     from trilm.formats import TernaryWeight
 
@@ -50,6 +55,9 @@ def test_stored_bits_sum_the_codec_storage_over_layers():
 
 
 def test_bits_and_scaling_import_without_torch():
-    code = "import sys, trilm.bits, trilm.scaling, trilm.scaling.cli; print('torch' in sys.modules)"
+    code = (
+        "import sys, trilm.bits, trilm.families, trilm.scaling, trilm.scaling.cli; "
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

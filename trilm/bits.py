@@ -12,13 +12,13 @@ Two counts are kept apart on purpose:
   re-derives one.
 
 A model's size counts its quantized block linears at their bits and everything else (token embedding, LM
-head, norms) at 16 bits: :func:`model_bits`, :func:`bits_per_param`.
+head, norms) at 16 bits: :func:`model_bits`, :func:`bits_per_param`. Which family carries which bits is the
+family registry's (:mod:`trilm.families`), built on the constants here.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -80,49 +80,6 @@ def stbllm_bits(salient_frac: float, n: int, m: int) -> float:
 def _check_frac(r: float) -> None:
     if not 0.0 <= r <= 1.0:
         raise BitsError(f"salient fraction must be in [0, 1], got {r}")
-
-
-def family_kind(family: str) -> str:
-    """``trilm``, ``floatlm``, ``bilm``, ``quantlm`` or ``other``, from a family name."""
-    name = family.strip().lower()
-    if name in ("trilm", "floatlm", "bilm"):
-        return name
-    return "quantlm" if name.startswith("quantlm") else "other"
-
-
-def family_linear_bits(family: str, group_size: int = 128) -> float | None:
-    """Value bits per linear weight implied by a family name, or None.
-
-    ``trilm`` log2 3, ``bilm`` 1, ``floatlm`` 16, ``quantlm-<method>-<b>`` a GPTQ-style group quantizer
-    (:func:`gptq_bits` with ``group_size``).
-    """
-    kind = family_kind(family)
-    if kind == "trilm":
-        return TERNARY_BITS
-    if kind == "bilm":
-        return BINARY_BITS
-    if kind == "floatlm":
-        return FLOAT_BITS
-    if kind == "quantlm":
-        match = re.search(r"-(\d+(?:\.\d+)?)(?:bit)?$", family.strip().lower())
-        return gptq_bits(float(match.group(1)), group_size) if match else None
-    return None
-
-
-def snapshot_linear_bits(meta: Mapping[str, Any]) -> tuple[float | None, float | None]:
-    """(value bits, stored bits) per linear weight recorded in a snapshot's meta, or (family's, None).
-
-    A QuantLM records both in ``extra["quant"]["bits"]`` (``paper``, ``stored``); a trained TriLM/BiLM/FloatLM
-    is counted by its family.
-    """
-    quant = (meta.get("extra") or {}).get("quant") or {}
-    bits = quant.get("bits") if isinstance(quant, Mapping) else None
-    if isinstance(bits, Mapping):
-        stored = bits.get("stored")
-        paper = bits.get("paper")
-        return (paper if paper is not None else stored), stored
-    family = str(meta.get("family", ""))
-    return family_linear_bits(family), None
 
 
 # -- a model's size ----------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from kernels.dispatch import prepare
 from kernels.general.launch import GPU_GEMM, GPU_GEMV, KERNELS, KernelWeight, _aligned
 from kernels.tools.samples import KINDS, random_packed
 from kernels.triton_runtime import kernel_module
+from trilm.dtypes import ALIASES, parse_dtype
 
 TORCH_TO_TRITON = {
     torch.float16: "fp16",
@@ -38,7 +39,6 @@ TORCH_TO_TRITON = {
     torch.int16: "i16",
     torch.uint8: "u8",
 }
-DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 
 
 def _ptr(t: torch.Tensor) -> str:
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cc", type=int, default=90, help="compute capability (90 = H100/H200)")
     parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
-    parser.add_argument("--dtypes", nargs="+", default=["fp16", "bf16"], choices=sorted(DTYPES))
+    parser.add_argument("--dtypes", nargs="+", default=["fp16", "bf16"], choices=sorted(ALIASES))
     parser.add_argument("--paths", nargs="+", default=["gemv", "gemm"], choices=["gemv", "gemm"])
     args = parser.parse_args(argv)
     failures = 0
@@ -183,9 +183,11 @@ def main(argv: list[str] | None = None) -> int:
                     label = f"{kind:12s} {dtype} {path} M{bucket} {cfg}"
                     try:
                         if kw.affine is not None:
-                            kernel, _ = compile_affine(kw.affine, path, cfg, DTYPES[dtype], bucket, args.cc)
+                            kernel, _ = compile_affine(
+                                kw.affine, path, cfg, parse_dtype(dtype), bucket, args.cc
+                            )
                         else:
-                            kernel = compile_kernel(kw, path, cfg, DTYPES[dtype], args.cc)
+                            kernel = compile_kernel(kw, path, cfg, parse_dtype(dtype), args.cc)
                         regs, spills = ptxas_usage(kernel, args.cc)
                         print(
                             f"ok   {label} regs={regs} spills={spills}B {time.time() - t0:.1f}s", flush=True

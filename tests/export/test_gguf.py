@@ -147,7 +147,8 @@ def test_spectra_1_1b_o_proj_blocks_straddle_shards_and_are_folded_exactly():
     from trilm.export.common import SnapshotSource
     from trilm.export.gguf import single_magnitude_blocks, ternary_tensors
     from trilm.model import preset
-    from trilm.model.hf import canonical_shapes, dequantized_state_dict
+    from trilm.model.hf import dequantized_state_dict
+    from trilm.model.spec import canonical_shapes
 
     cfg = preset(
         "trilm-1.1b", layers=1, ffn=512, vocab_size=512, quant={"partitions": 2}

@@ -8,7 +8,8 @@ from trilm.formats import IntWeight
 from trilm.infer import from_state_dict, load_inference_model, load_with_meta
 from trilm.model import build_model, load_model, parameter_counts, preset, save_model
 from trilm.model.hf import export_hf
-from trilm.model.snapshot import SnapshotMeta, canonical_shapes, read_snapshot, write_packed_snapshot
+from trilm.model.snapshot import SnapshotMeta, read_snapshot, write_packed_snapshot
+from trilm.model.spec import canonical_shapes
 
 TOL = 1e-5
 

@@ -20,7 +20,8 @@ from trilm.data.slimpajama import read_documents
 from trilm.data.tokenizer import Tokenizer, train_tokenizer
 from trilm.model import preset
 from trilm.model.config import ModelConfig
-from trilm.model.snapshot import SnapshotMeta, canonical_shapes, write_snapshot_config
+from trilm.model.snapshot import SnapshotMeta, write_snapshot_config
+from trilm.model.spec import canonical_shapes
 
 VOCAB = 400
 """Tokenizer vocabulary; the nano models pad their embedding to 512, so ids 400–511 are padding."""

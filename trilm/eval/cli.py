@@ -20,6 +20,8 @@ import argparse
 import json
 from pathlib import Path
 
+from trilm.dtypes import DTYPE_NAMES
+
 
 def build_parser(parser: argparse.ArgumentParser, command: str = "eval") -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -63,7 +65,7 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "eval") -> None
     p.add_argument("--num-fewshot", type=int, default=None)
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--dtype", default="float32", choices=DTYPE_NAMES)
     p.add_argument("--packed", action="store_true", help="run TriLM/BiLM linears as packed layers")
     p.add_argument("--include-path", action="append", default=[], help="more task YAML directories")
     p.add_argument("--output", type=Path, default=None, help="write lm-eval's results JSON here")

@@ -28,9 +28,8 @@ from lm_eval.models.utils import Collator
 from tqdm import tqdm
 
 from trilm.config import ConfigError
+from trilm.dtypes import parse_dtype
 from trilm.eval.model import EvalModel, load_eval_model
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def _bool(value) -> bool:
@@ -57,10 +56,12 @@ class TrilmLM(TemplateLM):
         if isinstance(pretrained, EvalModel):
             self.em = pretrained
         elif pretrained:
-            if dtype not in DTYPES:
-                raise ConfigError(f"dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
             self.em = load_eval_model(
-                pretrained, device=device, dtype=DTYPES[dtype], tokenizer=tokenizer, packed=_bool(packed)
+                pretrained,
+                device=device,
+                dtype=parse_dtype(dtype),
+                tokenizer=tokenizer,
+                packed=_bool(packed),
             )
         else:
             raise ConfigError("the trilm lm-eval model needs pretrained=PATH (a snapshot or HF directory)")

@@ -26,9 +26,10 @@ from typing import Any
 
 import torch
 
-from trilm.bits import bits_per_param, snapshot_linear_bits, stored_linear_bits
+from trilm.bits import bits_per_param, stored_linear_bits
 from trilm.config import Config, ConfigError, require
 from trilm.export.checkpoints import Checkpoint, discover
+from trilm.families import snapshot_linear_bits
 from trilm.scaling.table import ResultRow, TableError, append_rows, read_table
 
 TASKS_COLUMN = "lm_eval_tasks"

@@ -7,14 +7,7 @@ from typing import Any
 
 from trilm.export.common import SnapshotSource
 from trilm.export.tokenizer import prefix_token_id
-
-_FAMILY_TEXT = {
-    "trilm": "a ternary LLaMA-style model (weights γ·{−1, 0, +1}, one absmean scale per tensor-parallel "
-    "partition), trained with quantization-aware training and a straight-through estimator",
-    "bilm": "a binary LLaMA-style model (weights γ·{−1, +1} per scale partition), trained with "
-    "quantization-aware training",
-    "floatlm": "a LLaMA-style model with float weights, the FloatLM baseline of the TriLM suite",
-}
+from trilm.families import FAMILIES
 
 
 def _number(value: Any) -> str:
@@ -55,14 +48,12 @@ def model_card(
     lines = [
         "---",
         "library_name: transformers",
-        "tags: [trilm, "
-        + ("ternary" if family == "trilm" else "binary" if family == "bilm" else "float")
-        + "]",
+        f"tags: [trilm, {FAMILIES[family].weight_format}]",
         "---",
         "",
         f"# {meta.get('run') or cfg.name} — step {meta.get('step', '?')}",
         "",
-        f"{cfg.name} is {_FAMILY_TEXT.get(family, family)}. Exported by trilm from `{src.path}`.",
+        f"{cfg.name} is {FAMILIES[family].description}. Exported by trilm from `{src.path}`.",
         "",
         "| | |",
         "|---|---|",

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 
 from trilm.config import ConfigError
+from trilm.dtypes import DTYPE_NAMES
 
 
 def build_parser(parser: argparse.ArgumentParser, command: str) -> None:
@@ -45,7 +46,7 @@ def build_parser(parser: argparse.ArgumentParser, command: str) -> None:
     hf.add_argument("out", help="output directory (new, empty, or an earlier export of this snapshot)")
     hf.add_argument(
         "--dtype",
-        choices=["float16", "bfloat16", "float32"],
+        choices=DTYPE_NAMES,
         default="float16",
         help="weight dtype (default: float16)",
     )
@@ -56,7 +57,7 @@ def build_parser(parser: argparse.ArgumentParser, command: str) -> None:
     packed.add_argument("out", help="output directory (new, empty, or an earlier export of this snapshot)")
     packed.add_argument(
         "--dtype",
-        choices=["float16", "bfloat16", "float32"],
+        choices=DTYPE_NAMES,
         default="float16",
         help="dtype of the float tensors: embedding, norms, head (default: float16)",
     )
@@ -66,7 +67,7 @@ def build_parser(parser: argparse.ArgumentParser, command: str) -> None:
     suite.add_argument("runs", nargs="+", help="run directories (with snapshots/) or snapshots")
     suite.add_argument("--out", required=True, help="suite directory (reruns skip finished checkpoints)")
     suite.add_argument("--steps", default="", help="comma-separated steps to export (default: all)")
-    suite.add_argument("--hf-dtype", choices=["float16", "bfloat16", "float32"], default="float16")
+    suite.add_argument("--hf-dtype", choices=DTYPE_NAMES, default="float16")
     suite.add_argument("--no-packed", action="store_true")
     suite.add_argument("--no-gguf", action="store_true")
     suite.add_argument("--table", default="", help="results table whose rows go into the model cards")

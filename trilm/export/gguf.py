@@ -32,33 +32,11 @@ import torch
 
 from trilm.config import ConfigError
 from trilm.export.common import SnapshotSource, export_file, open_snapshot
+from trilm.model.spec import gguf_name, linears_of, weight_key
 
 QTYPES = ("f16", "q8_0", "tq1_0", "tq2_0")
 TQ_BLOCK = 256
 Q8_BLOCK = 32
-_BLOCK_NAMES = {
-    "attn_norm.weight": "attn_norm.weight",
-    "attn.wq.weight": "attn_q.weight",
-    "attn.wk.weight": "attn_k.weight",
-    "attn.wv.weight": "attn_v.weight",
-    "attn.wo.weight": "attn_output.weight",
-    "mlp_norm.weight": "ffn_norm.weight",
-    "mlp.w_gate.weight": "ffn_gate.weight",
-    "mlp.w_up.weight": "ffn_up.weight",
-    "mlp.w_down.weight": "ffn_down.weight",
-}
-_TOP_NAMES = {
-    "embed.weight": "token_embd.weight",
-    "norm.weight": "output_norm.weight",
-    "head.weight": "output.weight",
-}
-
-
-def gguf_name(name: str) -> str:
-    if name in _TOP_NAMES:
-        return _TOP_NAMES[name]
-    _, index, rest = name.split(".", 2)
-    return f"blk.{index}.{_BLOCK_NAMES[rest]}"
 
 
 def interleave_rope_rows(w: torch.Tensor, heads: int) -> torch.Tensor:
@@ -114,9 +92,9 @@ def ternary_tensors(
     out = dict(state)
     folded: list[str] = []
     group = cfg.heads // cfg.num_kv_heads
-    for i in range(cfg.layers):
-        for name in ("attn.wq", "attn.wk", "attn.wv", "attn.wo", "mlp.w_gate", "mlp.w_up", "mlp.w_down"):
-            key = f"layers.{i}.{name}.weight"
+    for i, layer in enumerate(cfg.layer_shapes()):
+        for lin in linears_of(layer):
+            key = weight_key(i, lin.name)
             w = out[key]
             if w.shape[1] % TQ_BLOCK:
                 raise ConfigError(
@@ -125,21 +103,20 @@ def ternary_tensors(
                 )
             if single_magnitude_blocks(w):
                 continue
-            prev = {"attn.wo": "attn.wv", "mlp.w_down": "mlp.w_up"}.get(name)
-            c = _column_scales(w) if prev else None
-            if c is not None and name == "attn.wo":
-                kv = c.reshape(cfg.num_kv_heads, group, cfg.head_dim)
+            c = _column_scales(w) if lin.fed_by else None
+            if c is not None and lin.in_dim == "q":  # query-head columns: one scale per KV group to fold
+                kv = c.reshape(layer.kv_heads, group, cfg.head_dim)
                 c = kv[:, 0].reshape(-1) if bool((kv == kv[:, :1]).all()) else None
-            if c is None or prev is None:
+            if c is None or lin.fed_by is None:
                 raise ConfigError(
                     f"{src.path}: {gguf_name(key)}: its 256-weight blocks hold more than one scale and the "
                     f"scales cannot be folded into a neighbouring matrix; {qtype} would change the model "
                     "(use --type f16)"
                 )
             ratio = c / c.max()
-            prev_key = f"layers.{i}.{prev}.weight"
-            if name == "attn.wo":
-                columns = ratio.reshape(cfg.num_kv_heads, 1, cfg.head_dim).expand(-1, group, -1).reshape(-1)
+            prev_key = weight_key(i, lin.fed_by)
+            if lin.in_dim == "q":
+                columns = ratio.reshape(layer.kv_heads, 1, cfg.head_dim).expand(-1, group, -1).reshape(-1)
             else:
                 columns = ratio
             out[key] = (w.float() / columns.unsqueeze(0)).to(w.dtype)
@@ -211,13 +188,11 @@ def export_snapshot_gguf(
     folded: list[str] = []
     if qtype.startswith("tq"):
         state, folded = ternary_tensors(src, state, qtype)
-    for i in range(cfg.layers):
-        state[f"layers.{i}.attn.wq.weight"] = interleave_rope_rows(
-            state[f"layers.{i}.attn.wq.weight"], cfg.heads
-        )
-        state[f"layers.{i}.attn.wk.weight"] = interleave_rope_rows(
-            state[f"layers.{i}.attn.wk.weight"], cfg.num_kv_heads
-        )
+    for i, layer in enumerate(cfg.layer_shapes()):
+        for lin in linears_of(layer):
+            if lin.rope:
+                heads = layer.heads if lin.out_dim == "q" else layer.kv_heads
+                state[weight_key(i, lin.name)] = interleave_rope_rows(state[weight_key(i, lin.name)], heads)
     plan: dict[str, tuple[np.ndarray, object]] = {}
     for name, tensor in state.items():
         array = tensor.detach().cpu().numpy().astype(np.float32)

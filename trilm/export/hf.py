@@ -23,6 +23,7 @@ from safetensors.torch import load_file, save_file
 
 from trilm.config import ConfigError
 from trilm.data.tokenizer import Tokenizer
+from trilm.dtypes import parse_dtype
 from trilm.export.card import write_model_card
 from trilm.export.common import SnapshotSource, export_directory, open_snapshot
 from trilm.export.tokenizer import write_tokenizer_files
@@ -30,8 +31,6 @@ from trilm.model.config import ModelConfig
 from trilm.model.flops import parameter_counts
 from trilm.model.hf import DEFAULT_BOS_ID, DEFAULT_EOS_ID, dequantized_state_dict, export_hf, read_hf
 from trilm.model.snapshot import SNAPSHOT_FORMAT, WEIGHTS_FILE, SnapshotMeta, write_snapshot_config
-
-DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
 def float_state(src: SnapshotSource) -> dict[str, torch.Tensor]:
@@ -62,13 +61,12 @@ def export_snapshot_hf(
     src: SnapshotSource | None = None,
 ) -> Path:
     """Write the HF export of a complete snapshot to ``out`` (atomically; see :mod:`trilm.export.common`)."""
-    if dtype not in DTYPES:
-        raise ConfigError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
+    weight_dtype = parse_dtype(dtype, "--dtype")
     src = src or open_snapshot(snapshot, tokenizer=tokenizer, require_tokenizer=True)
     state = float_state(src)
     bos, eos = special_ids(src)
     with export_directory(out, "hf", src, dtype=dtype) as tmp:
-        export_hf(src.cfg, state, tmp, DTYPES[dtype], bos_token_id=bos, eos_token_id=eos, dequantize=False)
+        export_hf(src.cfg, state, tmp, weight_dtype, bos_token_id=bos, eos_token_id=eos, dequantize=False)
         if src.tokenizer is not None:
             write_tokenizer_files(src.tokenizer, tmp, add_bos=src.add_bos, context=src.cfg.context)
         write_model_card(tmp, src, files={"weights": f"{WEIGHTS_FILE} ({dtype})"})

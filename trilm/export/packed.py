@@ -24,6 +24,7 @@ from safetensors.torch import load_file
 
 from trilm.bits import stored_linear_bits
 from trilm.config import ConfigError
+from trilm.dtypes import parse_dtype
 from trilm.export.card import write_model_card
 from trilm.export.common import SnapshotSource, export_directory, open_snapshot
 from trilm.model.flops import parameter_counts
@@ -34,8 +35,6 @@ from trilm.model.snapshot import (
     read_packed_layers,
     write_packed_snapshot,
 )
-
-FLOAT_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
 @dataclasses.dataclass
@@ -105,11 +104,10 @@ def export_snapshot_packed(
     tolerance: float = 1e-4,
 ) -> PackedReport:
     """Write the packed export of a complete snapshot (atomically) and check it against the source."""
-    if dtype not in FLOAT_DTYPES:
-        raise ConfigError(f"--dtype {dtype!r}: choose one of {', '.join(FLOAT_DTYPES)}")
+    float_dtype = parse_dtype(dtype, "--dtype")
     src = src or open_snapshot(snapshot, tokenizer=tokenizer)
     floats, packed = packed_layers_of(src)
-    floats = {k: v.to(FLOAT_DTYPES[dtype]) for k, v in floats.items()}
+    floats = {k: v.to(float_dtype) for k, v in floats.items()}
     meta = SnapshotMeta.from_dict(src.meta)
     meta.extra = {**meta.extra, "packed_from": str(src.path.resolve())}
     if src.add_bos:
@@ -118,7 +116,7 @@ def export_snapshot_packed(
         write_packed_snapshot(
             tmp, src.cfg, floats, packed, meta, tokenizer=src.tokenizer.path if src.tokenizer else None
         )
-        error, size = _max_logit_error(src.path, tmp, src.cfg, FLOAT_DTYPES[dtype])
+        error, size = _max_logit_error(src.path, tmp, src.cfg, float_dtype)
         if not error <= tolerance * max(1.0, size):
             raise ConfigError(f"{src.path}: the packed export's logits differ by {error:.3g}; not written")
         (tmp / "COMPLETE").write_text(json.dumps({"step": src.step, "packed_from": str(src.path)}))

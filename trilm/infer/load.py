@@ -16,24 +16,15 @@ from safetensors.torch import load_file
 from trilm.config import ConfigError
 from trilm.infer.model import InferenceModel
 from trilm.model.config import ModelConfig
-from trilm.model.quant import canonical_layout, packing_scales, quantize_weight
+from trilm.model.quant import canonical_layout, dequantize_latent, packing_scales
 from trilm.model.snapshot import (
     WEIGHTS_FILE,
     SnapshotMeta,
-    canonical_shapes,
     is_snapshot,
     read_packed_layers,
     read_snapshot,
 )
-
-
-def dequantize_latent(cfg: ModelConfig, name: str, tensor: torch.Tensor) -> torch.Tensor:
-    """The quantized image γ·Ŵ of a TriLM/BiLM block matrix; other tensors unchanged."""
-    layout = canonical_layout(cfg, name)
-    if layout is None:
-        return tensor
-    codes, scales = quantize_weight(tensor, layout)
-    return (codes * scales).to(tensor.dtype)
+from trilm.model.spec import canonical_shapes
 
 
 def pack_latent(cfg: ModelConfig, name: str, tensor: torch.Tensor):

@@ -15,6 +15,7 @@ masks) lives in :mod:`trilm.serve.cache`; the no-cache ``forward`` is untouched 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 import torch
@@ -22,6 +23,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from trilm.model.config import LayerShape, ModelConfig
+from trilm.model.ops import apply_rotary, rms_norm, rope_table
+from trilm.model.spec import ATTENTION, MLP, SUB_BLOCKS, SubBlock, weight_key
+
+Weights = dict[str, torch.Tensor]
 
 
 class KVView(Protocol):
@@ -44,50 +49,116 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps).to(x.dtype) * self.weight
+        return rms_norm(x, self.weight, self.eps)
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate-half RoPE (GPT-NeoX / HF LLaMA convention) on the last dim of ``x`` [b, heads, s, head_dim]."""
-    x1, x2 = x.chunk(2, dim=-1)
-    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+class _Linears(nn.Module):
+    """A sub-block's linears as ``nn.Linear`` modules named and shaped by the architecture spec."""
 
-
-class Attention(nn.Module):
-    def __init__(self, cfg: ModelConfig, shape: LayerShape):
+    def __init__(self, cfg: ModelConfig, shape: LayerShape, sub: SubBlock):
         super().__init__()
-        hd = cfg.head_dim
-        self.heads, self.kv_heads, self.head_dim = shape.heads, shape.kv_heads, hd
-        self.wq = nn.Linear(cfg.hidden, shape.heads * hd, bias=False)
-        self.wk = nn.Linear(cfg.hidden, shape.kv_heads * hd, bias=False)
-        self.wv = nn.Linear(cfg.hidden, shape.kv_heads * hd, bias=False)
-        self.wo = nn.Linear(shape.heads * hd, cfg.hidden, bias=False)
+        for lin in sub.linears:
+            out_features, in_features = lin.shape(cfg, shape)
+            self.add_module(lin.leaf, nn.Linear(in_features, out_features, bias=False))
 
-    def forward(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: KVView | None = None
-    ) -> torch.Tensor:
+
+class Attention(_Linears):
+    """``wq``, ``wk``, ``wv``, ``wo`` of one block; the math is :func:`block_forward`'s."""
+
+    def __init__(self, cfg: ModelConfig, shape: LayerShape):
+        super().__init__(cfg, shape, ATTENTION)
+        self.heads, self.kv_heads, self.head_dim = shape.heads, shape.kv_heads, cfg.head_dim
+
+
+class SwiGLU(_Linears):
+    """``w_gate``, ``w_up``, ``w_down`` of one block; the math is :func:`block_forward`'s."""
+
+    def __init__(self, cfg: ModelConfig, shape: LayerShape):
+        super().__init__(cfg, shape, MLP)
+
+
+def _linear(module: nn.Module, x: torch.Tensor, weights: Weights | None, name: str) -> torch.Tensor:
+    return module(x) if weights is None else F.linear(x, weights[name])
+
+
+def block_forward(
+    block: InferenceBlock,
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    kv: KVView | None = None,
+    *,
+    weights: Weights | None = None,
+    act: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """The one forward of a block outside training: pre-norm RMSNorm in fp32, rotate-half RoPE, SDPA with
+    grouped-query attention (or attention through a KV view), SwiGLU; a removed sub-block passes the
+    residual through.
+
+    Serving and evaluation call it through :class:`InferenceBlock` with the block's own modules (float
+    ``nn.Linear`` or packed ``QuantLinear``). Post-hoc methods that train *through* a block (OmniQuant) pass
+    ``weights``: tensors by relative name (``attn_norm``, ``attn.wq``, …, :func:`block_weights`) used in place
+    of the block's, and ``act``: a fake quantizer applied to the input of every linear and to the rotated
+    q, k and v (softmax probabilities stay in float).
+    """
+    attn, mlp = block.attn, block.mlp
+    if attn is not None:
         b, s, _ = x.shape
-        q = self.wq(x).view(b, s, self.heads, self.head_dim).transpose(1, 2)
-        k = self.wk(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = self.wv(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        hd = attn.head_dim
+        norm = block.attn_norm
+        h = rms_norm(x, norm.weight if weights is None else weights[ATTENTION.norm], norm.eps)
+        if act is not None:
+            h = act(h)
+        q = _linear(attn.wq, h, weights, "attn.wq").view(b, s, attn.heads, hd).transpose(1, 2)
+        k = _linear(attn.wk, h, weights, "attn.wk").view(b, s, attn.kv_heads, hd).transpose(1, 2)
+        v = _linear(attn.wv, h, weights, "attn.wv").view(b, s, attn.kv_heads, hd).transpose(1, 2)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        if act is not None:
+            q, k, v = act(q), act(k), act(v)
         if kv is None:
-            gqa = self.kv_heads != self.heads
+            gqa = attn.kv_heads != attn.heads
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
         else:
             out = kv.attend(q, k, v)
-        return self.wo(out.transpose(1, 2).reshape(b, s, self.heads * self.head_dim))
+        out = out.transpose(1, 2).reshape(b, s, attn.heads * hd)
+        if act is not None:
+            out = act(out)
+        x = x + _linear(attn.wo, out, weights, "attn.wo")
+    if mlp is not None:
+        norm = block.mlp_norm
+        h = rms_norm(x, norm.weight if weights is None else weights[MLP.norm], norm.eps)
+        if act is not None:
+            h = act(h)
+        hidden = F.silu(_linear(mlp.w_gate, h, weights, "mlp.w_gate")) * _linear(
+            mlp.w_up, h, weights, "mlp.w_up"
+        )
+        if act is not None:
+            hidden = act(hidden)
+        x = x + _linear(mlp.w_down, hidden, weights, "mlp.w_down")
+    return x
 
 
-class SwiGLU(nn.Module):
-    def __init__(self, cfg: ModelConfig, ffn: int):
-        super().__init__()
-        self.w_gate = nn.Linear(cfg.hidden, ffn, bias=False)
-        self.w_up = nn.Linear(cfg.hidden, ffn, bias=False)
-        self.w_down = nn.Linear(ffn, cfg.hidden, bias=False)
+def block_weights(block: InferenceBlock) -> Weights:
+    """The block's tensors by name relative to the block (``attn_norm``, ``attn.wq``, …), as
+    :func:`block_forward` reads them; absent sub-blocks are left out."""
+    out: Weights = {}
+    for sub in SUB_BLOCKS:
+        module = getattr(block, sub.name)
+        if module is not None:
+            out[sub.norm] = getattr(block, sub.norm).weight
+            out.update({lin.name: getattr(module, lin.leaf).weight for lin in sub.linears})
+    return out
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w_down(F.silu(self.w_gate(x)) * self.w_up(x))
+
+def block_linears(block: InferenceBlock) -> dict[str, nn.Module]:
+    """The block's linears by name relative to the block (``attn.wq`` …) in forward order, absent sub-blocks
+    skipped."""
+    out: dict[str, nn.Module] = {}
+    for sub in SUB_BLOCKS:
+        module = getattr(block, sub.name)
+        if module is not None:
+            out.update({lin.name: getattr(module, lin.leaf) for lin in sub.linears})
+    return out
 
 
 class InferenceBlock(nn.Module):
@@ -96,21 +167,17 @@ class InferenceBlock(nn.Module):
     def __init__(self, cfg: ModelConfig, shape: LayerShape):
         super().__init__()
         self.attn_norm = self.attn = self.mlp_norm = self.mlp = None
-        if shape.kv_heads:
+        if ATTENTION.present(shape):
             self.attn_norm = RMSNorm(cfg.hidden, cfg.norm_eps)
             self.attn = Attention(cfg, shape)
-        if shape.ffn:
+        if MLP.present(shape):
             self.mlp_norm = RMSNorm(cfg.hidden, cfg.norm_eps)
-            self.mlp = SwiGLU(cfg, shape.ffn)
+            self.mlp = SwiGLU(cfg, shape)
 
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: KVView | None = None
     ) -> torch.Tensor:
-        if self.attn is not None:
-            x = x + self.attn(self.attn_norm(x), cos, sin, kv)
-        if self.mlp is not None:
-            x = x + self.mlp(self.mlp_norm(x))
-        return x
+        return block_forward(self, x, cos, sin, kv)
 
 
 class InferenceModel(nn.Module):
@@ -123,13 +190,9 @@ class InferenceModel(nn.Module):
         self.layers = nn.ModuleList(InferenceBlock(cfg, shape) for shape in cfg.layer_shapes())
         self.norm = RMSNorm(cfg.hidden, cfg.norm_eps)
         self.head = nn.Linear(cfg.hidden, cfg.padded_vocab, bias=False)
-        inv_freq = 1.0 / (
-            cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.int64).float() / cfg.head_dim)
-        )
-        freqs = torch.outer(torch.arange(cfg.context, dtype=torch.float32), inv_freq)
-        emb = torch.cat((freqs, freqs), dim=-1)
-        self.register_buffer("rope_cos", emb.cos(), persistent=False)
-        self.register_buffer("rope_sin", emb.sin(), persistent=False)
+        cos, sin = rope_table(cfg.head_dim, cfg.rope_theta, cfg.context)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
 
     def rope(
         self, positions: int | torch.Tensor, dtype: torch.dtype | None = None
@@ -177,13 +240,11 @@ class InferenceModel(nn.Module):
 
     def linear_modules(self) -> dict[str, nn.Module]:
         """Block linears by canonical weight name (``layers.3.mlp.w_up.weight`` → module)."""
-        out: dict[str, nn.Module] = {}
-        for i, layer in enumerate(self.layers):
-            for part, names in (("attn", ("wq", "wk", "wv", "wo")), ("mlp", ("w_gate", "w_up", "w_down"))):
-                sub = getattr(layer, part)
-                if sub is not None:
-                    out.update({f"layers.{i}.{part}.{n}.weight": getattr(sub, n) for n in names})
-        return out
+        return {
+            weight_key(i, name): module
+            for i, layer in enumerate(self.layers)
+            for name, module in block_linears(layer).items()
+        }
 
     def set_linear(self, name: str, module: nn.Module) -> None:
         """Replace the block linear with canonical weight name ``name`` (e.g. by a ``QuantLinear``)."""

@@ -14,7 +14,7 @@ use ``trilm.model.config`` and ``trilm.model.snapshot`` without paying for it.
 
 import importlib
 
-from trilm.model.config import FAMILIES, LayerShape, ModelConfig, QuantConfig, preset, preset_names
+from trilm.model.config import LayerShape, ModelConfig, QuantConfig, preset, preset_names
 from trilm.model.flops import ParamCounts, flops_per_token, parameter_counts
 from trilm.model.snapshot import SnapshotMeta, read_snapshot
 
@@ -33,7 +33,6 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "FAMILIES",
     "Decoder",
     "LayerShape",
     "ModelConfig",

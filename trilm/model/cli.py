@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from trilm.families import FAMILIES
 from trilm.model.config import ModelConfig, preset, preset_names
 from trilm.model.flops import flops_per_token, parameter_counts
 
@@ -24,7 +25,7 @@ def build_parser(parser: argparse.ArgumentParser, command: str) -> None:
 def describe(cfg: ModelConfig, seq_len: int | None = None) -> str:
     c = parameter_counts(cfg)
     fpt = flops_per_token(cfg, seq_len)
-    bits = {"trilm": 1.58, "bilm": 1.0, "floatlm": 16.0}[cfg.family]
+    bits = FAMILIES[cfg.family].linear_bits
     size_gb = (c.linear * bits + 16 * (c.total - c.linear)) / 8 / 1e9
     rows = [
         ("preset", cfg.name),
@@ -40,7 +41,7 @@ def describe(cfg: ModelConfig, seq_len: int | None = None) -> str:
         ("embedding + head", f"{c.embedding + c.head:,}"),
         ("FLOPs/token (train)", f"{fpt:.4g} (seq {seq_len or cfg.context}; 6N-style + attention)"),
         ("FLOPs/token (fwd)", f"{flops_per_token(cfg, seq_len, training=False):.4g}"),
-        ("deployed size", f"{size_gb:.3f} GB ({bits} bits/linear weight, 16 elsewhere)"),
+        ("deployed size", f"{size_gb:.3f} GB ({bits:.3f} bits/linear weight, 16 elsewhere)"),
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

@@ -7,8 +7,9 @@ import re
 from typing import Literal
 
 from trilm.config import Config, ConfigError, require
+from trilm.families import FAMILIES, FAMILY_NAMES
 
-Family = Literal["trilm", "floatlm", "bilm"]
+Family = Literal[FAMILY_NAMES]  # the registry's names (trilm.families), checked when a config is read
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,7 +21,6 @@ class LayerShape:
     ffn: int
 
 
-WEIGHT_FORMAT: dict[str, str] = {"trilm": "ternary", "floatlm": "float", "bilm": "binary"}
 _GROUP_RE = re.compile(r"^(shard|tensor|row|group:(\d+))$")
 
 
@@ -182,7 +182,7 @@ class ModelConfig(Config):
 
     @property
     def weight_format(self) -> str:
-        return WEIGHT_FORMAT[self.family]
+        return FAMILIES[self.family].weight_format
 
     def check_tensor_parallel(self, tp: int) -> None:
         """Raise ConfigError when ``tp`` cannot split this model evenly (checked before building)."""
@@ -264,12 +264,11 @@ TINY_SIZES: dict[str, tuple[int, int, int, int, int]] = {
     "micro": (192, 512, 6, 4, 256),
     "small": (256, 768, 8, 6, 256),
 }
-FAMILIES: tuple[str, ...] = ("trilm", "floatlm", "bilm")
 
 
 def preset_names() -> list[str]:
     sizes = [*SPECTRA_SIZES, *TINY_SIZES]
-    return [f"{family}-{size}" for family in FAMILIES for size in sizes]
+    return [f"{family}-{size}" for family in FAMILY_NAMES for size in sizes]
 
 
 def training_partitions(preset: str) -> int:
@@ -282,7 +281,9 @@ def preset(name: str, **overrides) -> ModelConfig:
     """``preset("trilm-1.1b")``: a named size of a family; keyword overrides replace top-level fields."""
     family, _, size = name.partition("-")
     if family not in FAMILIES or not size:
-        raise ConfigError(f"unknown preset {name!r}: expected <family>-<size>, family in {list(FAMILIES)}")
+        raise ConfigError(
+            f"unknown preset {name!r}: expected <family>-<size>, family in {list(FAMILY_NAMES)}"
+        )
     if size in SPECTRA_SIZES:
         hidden, ffn, heads, layers, _mp = SPECTRA_SIZES[size]
         fields = dict(hidden=hidden, ffn=ffn, heads=heads, layers=layers, context=2048, vocab_size=50304)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from trilm.model.config import ModelConfig
+from trilm.model.spec import SUB_BLOCKS, linears_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,15 +32,13 @@ class ParamCounts:
 
 def parameter_counts(cfg: ModelConfig) -> ParamCounts:
     """Counts per block from its own shape, so structurally pruned models count what they store."""
-    d, hd = cfg.hidden, cfg.head_dim
+    d = cfg.hidden
     linear = norm = 0
     for shape in cfg.layer_shapes():
-        if shape.kv_heads:
-            linear += 2 * d * shape.heads * hd + 2 * d * shape.kv_heads * hd
-            norm += d
-        if shape.ffn:
-            linear += 3 * d * shape.ffn
-            norm += d
+        for lin in linears_of(shape):
+            out_features, in_features = lin.shape(cfg, shape)
+            linear += out_features * in_features
+        norm += d * sum(sub.present(shape) for sub in SUB_BLOCKS)
     return ParamCounts(
         embedding=cfg.padded_vocab * d,
         head=cfg.padded_vocab * d,

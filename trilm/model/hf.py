@@ -29,50 +29,15 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from trilm.config import ConfigError
+from trilm.dtypes import dtype_name
 from trilm.model.config import ModelConfig, QuantConfig
-from trilm.model.quant import ScaleLayout, canonical_layout, quantize_weight, weight_scales
-from trilm.model.snapshot import canonical_shapes
+from trilm.model.quant import ScaleLayout, canonical_layout, dequantize_latent, weight_scales
+from trilm.model.spec import canonical_shapes, hf_name
 
 WEIGHTS_NAME = "model.safetensors"
 INDEX_NAME = "model.safetensors.index.json"
 DEFAULT_BOS_ID, DEFAULT_EOS_ID = 1, 2  # trilm's SentencePiece ids (unk 0, bos 1, eos 2)
 _SILU = ("silu", "swish")
-
-_LAYER_MAP = {
-    "attn_norm.weight": "input_layernorm.weight",
-    "attn.wq.weight": "self_attn.q_proj.weight",
-    "attn.wk.weight": "self_attn.k_proj.weight",
-    "attn.wv.weight": "self_attn.v_proj.weight",
-    "attn.wo.weight": "self_attn.o_proj.weight",
-    "mlp_norm.weight": "post_attention_layernorm.weight",
-    "mlp.w_gate.weight": "mlp.gate_proj.weight",
-    "mlp.w_up.weight": "mlp.up_proj.weight",
-    "mlp.w_down.weight": "mlp.down_proj.weight",
-}
-_TOP_MAP = {
-    "embed.weight": "model.embed_tokens.weight",
-    "norm.weight": "model.norm.weight",
-    "head.weight": "lm_head.weight",
-}
-
-
-def hf_name(name: str) -> str:
-    if name in _TOP_MAP:
-        return _TOP_MAP[name]
-    _, index, rest = name.split(".", 2)
-    return f"model.layers.{index}.{_LAYER_MAP[rest]}"
-
-
-def trilm_name(name: str) -> str:
-    for ours, theirs in _TOP_MAP.items():
-        if name == theirs:
-            return ours
-    if name.startswith("model.layers."):
-        _, _, index, rest = name.split(".", 3)
-        for ours, theirs in _LAYER_MAP.items():
-            if rest == theirs:
-                return f"layers.{index}.{ours}"
-    raise KeyError(name)
 
 
 def check_uniform(cfg: ModelConfig) -> None:
@@ -87,15 +52,7 @@ def check_uniform(cfg: ModelConfig) -> None:
 
 def dequantized_state_dict(cfg: ModelConfig, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Canonical tensors with every quantized block matrix replaced by its quantized image γ·Ŵ."""
-    out = {}
-    for name, tensor in state.items():
-        layout = canonical_layout(cfg, name)
-        if layout is None:
-            out[name] = tensor
-        else:
-            codes, scales = quantize_weight(tensor, layout)
-            out[name] = (codes * scales).to(tensor.dtype)
-    return out
+    return {name: dequantize_latent(cfg, name, tensor) for name, tensor in state.items()}
 
 
 def hf_config_dict(
@@ -107,7 +64,7 @@ def hf_config_dict(
 ) -> dict[str, Any]:
     """``config.json`` of a ``LlamaForCausalLM``, readable by transformers 4.x and 5.x alike."""
     check_uniform(cfg)
-    dtype_name = str(dtype).removeprefix("torch.")
+    name = dtype_name(dtype)
     return {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
@@ -134,8 +91,8 @@ def hf_config_dict(
         "rope_theta": cfg.rope_theta,  # transformers 4.x
         "rope_scaling": None,
         "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_theta},  # transformers 5.x
-        "torch_dtype": dtype_name,  # transformers 4.x
-        "dtype": dtype_name,  # transformers 5.x
+        "torch_dtype": name,  # transformers 4.x
+        "dtype": name,  # transformers 5.x
         "pretraining_model_parallel": cfg.scale_partitions(1) if cfg.family != "floatlm" else 1,
         "trilm": {
             "family": cfg.family,

@@ -20,7 +20,9 @@ from megatron.core.model_parallel_config import ModelParallelConfig
 from torch import nn
 
 from trilm.model.config import LayerShape, ModelConfig
+from trilm.model.ops import apply_rotary, rms_norm, rope_table
 from trilm.model.quant import ScaleLayout, fake_quant_activation, quantized_linear
+from trilm.model.spec import ATTENTION, MLP, BlockLinear, SubBlock, linear_of, weight_key
 from trilm.parallel import reduce_scatter_to_sequence_parallel_region
 
 
@@ -138,8 +140,7 @@ class RMSNorm(nn.Module, _ShardSpec):
         self.parts, self.part_sizes, self.shard_dim = (name,), (dim,), None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        normed = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps).to(x.dtype)
-        return normed * self.weight
+        return rms_norm(x, self.weight, self.eps)
 
 
 class Rotary(nn.Module):
@@ -147,20 +148,11 @@ class Rotary(nn.Module):
 
     def __init__(self, head_dim: int, context: int, theta: float):
         super().__init__()
-        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
-        self.context = context
+        self.head_dim, self.context, self.theta = head_dim, context, theta
 
     def cos_sin(self, seq_len: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        t = torch.arange(seq_len, device=device, dtype=torch.float32)
-        freqs = torch.outer(t, self.inv_freq.to(device))
-        emb = torch.cat((freqs, freqs), dim=-1)
-        return emb.cos().to(dtype), emb.sin().to(dtype)
-
-
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+        cos, sin = rope_table(self.head_dim, self.theta, seq_len, device)
+        return cos.to(dtype), sin.to(dtype)
 
 
 def _layout(cfg: ModelConfig, parallel: str, segments: tuple[int, ...], tp: int, rank: int) -> ScaleLayout:
@@ -176,23 +168,30 @@ def _layout(cfg: ModelConfig, parallel: str, segments: tuple[int, ...], tp: int,
     )
 
 
+def _sub_block_linears(
+    cfg: ModelConfig, shape: LayerShape, index: int, sub: SubBlock
+) -> tuple[dict[str, int], BlockLinear]:
+    """A sub-block's column-parallel linears as the segments of one fused matrix (they read the same input
+    site: q|k|v, gate|up), and its row-parallel output projection."""
+    columns = [lin for lin in sub.linears if lin.parallel == "column"]
+    (row,) = [lin for lin in sub.linears if lin.parallel == "row"]
+    return {weight_key(index, lin.name): lin.shape(cfg, shape)[0] for lin in columns}, row
+
+
 class Attention(nn.Module):
-    def __init__(self, cfg: ModelConfig, shape: LayerShape, prefix: str, mp_config, tp: int, rank: int):
+    def __init__(self, cfg: ModelConfig, shape: LayerShape, index: int, mp_config, tp: int, rank: int):
         super().__init__()
         hd = cfg.head_dim
         self.local_heads, self.local_kv = shape.heads // tp, shape.kv_heads // tp
         self.head_dim = hd
-        segments = {
-            f"{prefix}.wq.weight": shape.heads * hd,
-            f"{prefix}.wk.weight": shape.kv_heads * hd,
-            f"{prefix}.wv.weight": shape.kv_heads * hd,
-        }
+        segments, out = _sub_block_linears(cfg, shape, index, ATTENTION)
         act = cfg.quant.activation_bits if cfg.family != "floatlm" else None
         col = _layout(cfg, "column", tuple(segments.values()), tp, rank)
         self.wqkv = QuantColumnParallelLinear(cfg.hidden, segments, col, act, config=mp_config)
         row = _layout(cfg, "row", (cfg.hidden,), tp, rank)
+        out_features, in_features = out.shape(cfg, shape)
         self.wo = QuantRowParallelLinear(
-            f"{prefix}.wo.weight", shape.heads * hd, cfg.hidden, row, act, config=mp_config
+            weight_key(index, out.name), in_features, out_features, row, act, config=mp_config
         )
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -209,17 +208,18 @@ class Attention(nn.Module):
 
 
 class SwiGLU(nn.Module):
-    def __init__(self, cfg: ModelConfig, ffn: int, prefix: str, mp_config, tp: int, rank: int):
+    def __init__(self, cfg: ModelConfig, shape: LayerShape, index: int, mp_config, tp: int, rank: int):
         super().__init__()
-        segments = {f"{prefix}.w_gate.weight": ffn, f"{prefix}.w_up.weight": ffn}
+        segments, out = _sub_block_linears(cfg, shape, index, MLP)
         act = cfg.quant.activation_bits if cfg.family != "floatlm" else None
-        col = _layout(cfg, "column", (ffn, ffn), tp, rank)
+        col = _layout(cfg, "column", tuple(segments.values()), tp, rank)
         self.w_gate_up = QuantColumnParallelLinear(cfg.hidden, segments, col, act, config=mp_config)
         row = _layout(cfg, "row", (cfg.hidden,), tp, rank)
+        out_features, in_features = out.shape(cfg, shape)
         self.w_down = QuantRowParallelLinear(
-            f"{prefix}.w_down.weight", ffn, cfg.hidden, row, act, config=mp_config
+            weight_key(index, out.name), in_features, out_features, row, act, config=mp_config
         )
-        self.local_ffn = ffn // tp
+        self.local_ffn = shape.ffn // tp
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.w_gate_up(x).split(self.local_ffn, dim=-1)
@@ -231,15 +231,14 @@ class Block(nn.Module):
 
     def __init__(self, cfg: ModelConfig, index: int, mp_config, tp: int, rank: int):
         super().__init__()
-        p = f"layers.{index}"
         shape = cfg.layer_shape(index)
         self.attn_norm = self.attn = self.mlp_norm = self.mlp = None
-        if shape.kv_heads:
-            self.attn_norm = RMSNorm(f"{p}.attn_norm.weight", cfg.hidden, cfg.norm_eps)
-            self.attn = Attention(cfg, shape, f"{p}.attn", mp_config, tp, rank)
-        if shape.ffn:
-            self.mlp_norm = RMSNorm(f"{p}.mlp_norm.weight", cfg.hidden, cfg.norm_eps)
-            self.mlp = SwiGLU(cfg, shape.ffn, f"{p}.mlp", mp_config, tp, rank)
+        if ATTENTION.present(shape):
+            self.attn_norm = RMSNorm(weight_key(index, ATTENTION.norm), cfg.hidden, cfg.norm_eps)
+            self.attn = Attention(cfg, shape, index, mp_config, tp, rank)
+        if MLP.present(shape):
+            self.mlp_norm = RMSNorm(weight_key(index, MLP.norm), cfg.hidden, cfg.norm_eps)
+            self.mlp = SwiGLU(cfg, shape, index, mp_config, tp, rank)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         if self.attn is not None:
@@ -258,6 +257,7 @@ def init_std_for(name: str, cfg: ModelConfig) -> float:
     if name == "head.weight":
         return cfg.init_std / m
     std = cfg.init_std / math.sqrt(m)
-    if name.endswith(("wo.weight", "w_down.weight")):
+    linear = linear_of(name)
+    if linear is not None and linear.is_output_projection:
         return std / math.sqrt(2 * cfg.layers)
     return std

@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from trilm.model.config import ModelConfig
+from trilm.model.spec import linear_of
 from trilm.parallel import gather_sequence, reduce_scatter_sequence
 
 
@@ -173,7 +174,7 @@ def quantize(w: torch.Tensor, layout: ScaleLayout) -> tuple[torch.Tensor, torch.
 def quantized_image(w: torch.Tensor, s: torch.Tensor, layout: ScaleLayout) -> torch.Tensor:
     """W̃ = s·codes(W/s) in ``w``'s dtype from the latent weight and its :func:`compact_scales`.
 
-    The arithmetic is fp32 whatever the weight dtype (the same values as :func:`quantize_weight`); eager
+    The arithmetic is fp32 whatever the weight dtype (the same values as :func:`weight_codes`); eager
     PyTorch materialises one fp32 temporary, the fused version (:func:`set_fused_quantizer`) none.
     """
     if _fused is not None and not torch.compiler.is_compiling():
@@ -181,8 +182,9 @@ def quantized_image(w: torch.Tensor, s: torch.Tensor, layout: ScaleLayout) -> to
     return _quantized_image_eager(w, s, layout)
 
 
-def quantize_weight(w: torch.Tensor, layout: ScaleLayout) -> tuple[torch.Tensor, torch.Tensor]:
-    """(codes, scales): integer codes in {−1,0,1} (ternary) or {−1,1} (binary) and their fp32 scales."""
+def weight_codes(w: torch.Tensor, layout: ScaleLayout) -> tuple[torch.Tensor, torch.Tensor]:
+    """(codes, scales) of a latent TriLM/BiLM weight: integer codes in {−1,0,1} (ternary) or {−1,1}
+    (binary) and their fp32 scales — the QAT quantizer (post-hoc methods are trilm.posthoc.quantize_layer)."""
     s = weight_scales(w.detach(), layout)
     wf = w.detach().float()
     if layout.fmt == "binary":
@@ -197,7 +199,7 @@ class _StraightThrough(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, w: torch.Tensor, layout: ScaleLayout) -> torch.Tensor:
-        codes, s = quantize_weight(w, layout)
+        codes, s = weight_codes(w, layout)
         return (codes * s).to(w.dtype)
 
     @staticmethod
@@ -300,7 +302,7 @@ def packing_scales(w_full: torch.Tensor, layout: ScaleLayout) -> tuple[torch.Ten
     only by output row (column-parallel partitions, rows, tensors) and K/P or the group size otherwise.
     """
     layout = dataclasses.replace(layout, tp_size=1, tp_rank=0)
-    codes, s = quantize_weight(w_full, layout)
+    codes, s = weight_codes(w_full, layout)
     n, k = w_full.shape
     s = s.expand(n, k)
     if layout.kind == "group":
@@ -315,14 +317,22 @@ def packing_scales(w_full: torch.Tensor, layout: ScaleLayout) -> tuple[torch.Ten
 
 def canonical_layout(cfg: ModelConfig, name: str) -> ScaleLayout | None:
     """The TP=1 scale layout of one canonical block matrix (None for embeddings, head and norms)."""
-    if cfg.family == "floatlm" or not name.startswith("layers.") or "norm" in name:
+    linear = linear_of(name)
+    if cfg.family == "floatlm" or linear is None:
         return None
-    parallel = "row" if name.endswith(("wo.weight", "w_down.weight")) else "column"
-    full = ScaleLayout(
+    return ScaleLayout(
         fmt=cfg.weight_format,
         group=cfg.quant.scale_group,
         partitions=cfg.scale_partitions(1),
-        parallel=parallel,
+        parallel=linear.parallel,
         eps=cfg.quant.eps,
     )
-    return full
+
+
+def dequantize_latent(cfg: ModelConfig, name: str, tensor: torch.Tensor) -> torch.Tensor:
+    """The quantized image γ·Ŵ of a TriLM/BiLM block matrix (canonical ``name``); other tensors unchanged."""
+    layout = canonical_layout(cfg, name)
+    if layout is None:
+        return tensor
+    codes, scales = weight_codes(tensor, layout)
+    return (codes * scales).to(tensor.dtype)

@@ -27,6 +27,7 @@ import torch
 
 from trilm.config import ConfigError
 from trilm.model.config import ModelConfig
+from trilm.model.spec import canonical_shapes
 
 SNAPSHOT_FORMAT = "trilm-snapshot"
 SNAPSHOT_VERSION = 1
@@ -201,28 +202,6 @@ def read_packed_layers(directory: str | Path, device: str | torch.device = "cpu"
 
     layers, _ = load_packed(path, device=device)
     return layers
-
-
-def canonical_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """Every canonical tensor of a model with this config and its full shape, in model order."""
-    d, hd = cfg.hidden, cfg.head_dim
-    shapes: dict[str, tuple[int, ...]] = {"embed.weight": (cfg.padded_vocab, d)}
-    for i, shape in enumerate(cfg.layer_shapes()):
-        p = f"layers.{i}"
-        if shape.kv_heads:
-            shapes[f"{p}.attn_norm.weight"] = (d,)
-            shapes[f"{p}.attn.wq.weight"] = (shape.heads * hd, d)
-            shapes[f"{p}.attn.wk.weight"] = (shape.kv_heads * hd, d)
-            shapes[f"{p}.attn.wv.weight"] = (shape.kv_heads * hd, d)
-            shapes[f"{p}.attn.wo.weight"] = (d, shape.heads * hd)
-        if shape.ffn:
-            shapes[f"{p}.mlp_norm.weight"] = (d,)
-            shapes[f"{p}.mlp.w_gate.weight"] = (shape.ffn, d)
-            shapes[f"{p}.mlp.w_up.weight"] = (shape.ffn, d)
-            shapes[f"{p}.mlp.w_down.weight"] = (d, shape.ffn)
-    shapes["norm.weight"] = (d,)
-    shapes["head.weight"] = (cfg.padded_vocab, d)
-    return shapes
 
 
 def tokenizer_path(directory: str | Path, meta: SnapshotMeta | None = None) -> Path | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from trilm.prune.metrics import METRICS
-from trilm.prune.run import METHODS, PruneConfig
+from trilm.prune.run import METHODS, PRUNE_DTYPES, PruneConfig
 from trilm.prune.search import LR_DEFAULTS, PGConfig
 
 
@@ -52,7 +52,7 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "prune") -> Non
     )
     parser.add_argument("--seed", type=int, default=0, help="calibration sampling and mask sampling seed")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 or auto")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--dtype", default="float32", choices=PRUNE_DTYPES)
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 

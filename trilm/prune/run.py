@@ -19,6 +19,7 @@ import torch
 from safetensors.torch import save_file
 
 from trilm.config import Config, ConfigError, require
+from trilm.dtypes import parse_dtype
 from trilm.memory import model_bytes
 from trilm.model.flops import parameter_counts
 from trilm.model.snapshot import (
@@ -35,6 +36,8 @@ from trilm.prune.source import Source, load_source, read_config
 from trilm.prune.units import UnitGroup, check_keep, parse_granularity, unit_group
 
 METHODS = ("pg", "magnitude", "wanda", "block-importance")
+PRUNE_DTYPES = ("float32", "bfloat16")
+"""The dtypes a pruning run computes in (``--dtype``)."""
 
 
 @dataclasses.dataclass
@@ -75,7 +78,7 @@ class PruneConfig(Config):
         )
         require(self.calib_samples > 0, f"--calib-samples: must be > 0, got {self.calib_samples}")
         require(self.calib_seq_len >= 0, f"--calib-seq-len: must be >= 0, got {self.calib_seq_len}")
-        require(self.dtype in ("float32", "bfloat16"), f"--dtype: {self.dtype!r} is not float32 or bfloat16")
+        parse_dtype(self.dtype, "--dtype", PRUNE_DTYPES)
 
     @property
     def granularities(self) -> tuple[str, ...]:
@@ -159,7 +162,7 @@ def prune(cfg: PruneConfig, *, progress: bool = True, log=print) -> PruneReport:
         seq = calib_seq_len(cfg, source.cfg)
         stats_windows = sample_windows(tokens, cfg.calib_samples, seq, cfg.pg.seed, source=cfg.calib)
 
-    dtype = torch.bfloat16 if cfg.dtype == "bfloat16" else torch.float32
+    dtype = parse_dtype(cfg.dtype)
     model = prepare_for_inference(from_state_dict(source.cfg, source.state), device=device, dtype=dtype)
     stats: CalibrationStats | None = None
     if stats_windows is not None:

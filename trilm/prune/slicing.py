@@ -13,7 +13,8 @@ from __future__ import annotations
 import torch
 
 from trilm.config import ConfigError
-from trilm.model.config import ModelConfig
+from trilm.model.config import LayerShape, ModelConfig
+from trilm.model.spec import SUB_BLOCKS, TOP_TENSORS, weight_key
 from trilm.prune.units import UnitGroup, kept_count
 
 
@@ -94,47 +95,33 @@ def slice_model(
     head_masks = _kept_by_layer(*kept["head"]) if "head" in kept else None
     ffn_masks = _kept_by_layer(*kept["channel"]) if "channel" in kept else None
     keep_layers = [bool(m) for m in kept["layer"][1].tolist()] if "layer" in kept else [True] * cfg.layers
-    out: dict[str, torch.Tensor] = {
-        "embed.weight": state["embed.weight"],
-        "norm.weight": state["norm.weight"],
-        "head.weight": state["head.weight"],
-    }
+    out: dict[str, torch.Tensor] = {name: state[name] for name in TOP_TENSORS}
     layer_kv, layer_ffn = [], []
-    new_index = 0
     for i, shape in enumerate(shapes):
         if not keep_layers[i]:
             continue
-        src, dst = f"layers.{i}", f"layers.{new_index}"
-        new_index += 1
-        kv = shape.kv_heads
-        if kv and head_masks is not None:
+        new_index = len(layer_kv)
+        kv, ffn = shape.kv_heads, shape.ffn
+        rows: dict[str, torch.Tensor] = {}  # kept rows of each symbolic size the pruning changed
+        if kv and head_masks is not None and int(head_masks[i].sum()) != kv:
             group_mask = head_masks[i]
-            q_rows = group_mask.repeat_interleave(rep * hd)
-            kv_rows = group_mask.repeat_interleave(hd)
+            rows["q"], rows["kv"] = group_mask.repeat_interleave(rep * hd), group_mask.repeat_interleave(hd)
             kv = int(group_mask.sum())
-        if kv:
-            if head_masks is not None and kv != shape.kv_heads:
-                out[f"{dst}.attn.wq.weight"] = state[f"{src}.attn.wq.weight"][q_rows]
-                out[f"{dst}.attn.wk.weight"] = state[f"{src}.attn.wk.weight"][kv_rows]
-                out[f"{dst}.attn.wv.weight"] = state[f"{src}.attn.wv.weight"][kv_rows]
-                out[f"{dst}.attn.wo.weight"] = state[f"{src}.attn.wo.weight"][:, q_rows]
-            else:
-                for name in ("wq", "wk", "wv", "wo"):
-                    out[f"{dst}.attn.{name}.weight"] = state[f"{src}.attn.{name}.weight"]
-            out[f"{dst}.attn_norm.weight"] = state[f"{src}.attn_norm.weight"]
-        ffn = shape.ffn
-        if ffn and ffn_masks is not None:
-            channel_mask = ffn_masks[i]
-            ffn = int(channel_mask.sum())
-        if ffn:
-            if ffn_masks is not None and ffn != shape.ffn:
-                out[f"{dst}.mlp.w_gate.weight"] = state[f"{src}.mlp.w_gate.weight"][channel_mask]
-                out[f"{dst}.mlp.w_up.weight"] = state[f"{src}.mlp.w_up.weight"][channel_mask]
-                out[f"{dst}.mlp.w_down.weight"] = state[f"{src}.mlp.w_down.weight"][:, channel_mask]
-            else:
-                for name in ("w_gate", "w_up", "w_down"):
-                    out[f"{dst}.mlp.{name}.weight"] = state[f"{src}.mlp.{name}.weight"]
-            out[f"{dst}.mlp_norm.weight"] = state[f"{src}.mlp_norm.weight"]
+        if ffn and ffn_masks is not None and int(ffn_masks[i].sum()) != ffn:
+            rows["ffn"] = ffn_masks[i]
+            ffn = int(ffn_masks[i].sum())
+        kept = LayerShape(kv * rep, kv, ffn)
+        for sub in SUB_BLOCKS:
+            if not sub.present(kept):
+                continue
+            out[weight_key(new_index, sub.norm)] = state[weight_key(i, sub.norm)]
+            for lin in sub.linears:
+                w = state[weight_key(i, lin.name)]
+                if lin.out_dim in rows:
+                    w = w[rows[lin.out_dim]]
+                if lin.in_dim in rows:
+                    w = w[:, rows[lin.in_dim]]
+                out[weight_key(new_index, lin.name)] = w
         layer_kv.append(kv)
         layer_ffn.append(ffn)
     new_cfg = normalised_config(cfg, layer_kv, layer_ffn)

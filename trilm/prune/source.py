@@ -24,8 +24,6 @@ from trilm.model.snapshot import (
     tokenizer_path,
 )
 
-PRUNABLE_FAMILIES = ("floatlm", "trilm", "bilm")
-
 
 @dataclasses.dataclass
 class Source:
@@ -61,8 +59,6 @@ def read_config(path: str | Path) -> tuple[ModelConfig, SnapshotMeta, str]:
         kind = "hf"
     else:
         raise ConfigError(f"{path}: no config.json (expected a trilm snapshot or a Hugging Face model)")
-    if cfg.family not in PRUNABLE_FAMILIES:
-        raise ConfigError(f"{path}: model family {cfg.family!r} cannot be pruned")
     return cfg, meta, kind
 
 

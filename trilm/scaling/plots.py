@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from matplotlib.figure import Figure
 
+from trilm.families import display_name
 from trilm.scaling.table import family_kind
 
 if TYPE_CHECKING:
@@ -20,11 +21,6 @@ if TYPE_CHECKING:
 
 KIND_COLORS = {"floatlm": "tab:blue", "trilm": "tab:red", "bilm": "tab:green"}
 OTHER_COLORS = ["tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan", "tab:gray", "tab:orange"]
-DISPLAY = {"trilm": "TriLM", "floatlm": "FloatLM", "bilm": "BiLM"}
-
-
-def display_name(family: str) -> str:
-    return DISPLAY.get(family.lower(), family)
 
 
 def family_colors(families: list[str]) -> dict[str, str]:

@@ -7,8 +7,8 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trilm.families import display_name
 from trilm.scaling.identify import loss_by_point
-from trilm.scaling.plots import display_name
 
 if TYPE_CHECKING:
     from trilm.scaling.results import LawFit, Report

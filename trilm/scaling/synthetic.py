@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from trilm.bits import family_linear_bits, model_bits
+from trilm.bits import model_bits
+from trilm.families import family_linear_bits
 from trilm.scaling.table import ResultRow
 
 # name: (params, non-embedding linear params, embedding + LM head params)

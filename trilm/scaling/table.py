@@ -44,12 +44,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from trilm.bits import FLOAT_BITS, TERNARY_BITS, family_kind, family_linear_bits, model_bits
+from trilm.bits import FLOAT_BITS, TERNARY_BITS, model_bits
 from trilm.bits import bits_per_param as _bits_per_param
-from trilm.bits import family_linear_bits as default_linear_bits
 from trilm.bits import group_quant_bits as quantized_linear_bits
+from trilm.families import family_kind, family_linear_bits
+from trilm.families import family_linear_bits as default_linear_bits
 
-# the bit helpers are trilm.bits', re-exported under the names the table has always had
+# the bit helpers are trilm.bits' and trilm.families', re-exported under the names the table has always had
 __all__ = [
     "COLUMNS",
     "FLOAT_BITS",

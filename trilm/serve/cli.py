@@ -17,8 +17,9 @@ import sys
 from pathlib import Path
 
 from trilm.config import ConfigError
+from trilm.dtypes import DTYPE_NAMES, parse_dtype
 
-DTYPES = ("auto", "float32", "bfloat16", "float16")
+DTYPES = ("auto", *DTYPE_NAMES)
 BACKENDS = ("auto", "triton", "cpu", "torch")
 
 
@@ -85,7 +86,6 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "generate") -> 
 
 
 def _engine(args, max_batch: int, need_tokenizer: bool):
-    import torch
 
     from trilm.serve import Engine
     from trilm.serve.loading import configure_threads, resolve_device
@@ -99,7 +99,7 @@ def _engine(args, max_batch: int, need_tokenizer: bool):
         raise ConfigError(
             f"--compile on: compiled steps are for CPU; on {device} the decode uses CUDA graphs"
         )
-    dtype = None if args.dtype == "auto" else getattr(torch, args.dtype)
+    dtype = None if args.dtype == "auto" else parse_dtype(args.dtype, "--dtype")
     engine = Engine.load(
         args.model,
         device=device,

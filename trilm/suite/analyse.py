@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trilm.families import display_name
 from trilm.suite.config import Suite, shown_path
 from trilm.suite.text import si, table
 from trilm.train.checkpoint import complete_steps
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
     from trilm.scaling.results import LawFit, Report
 
 ORDER = ("floatlm", "trilm", "bilm")
-NAMES = {"floatlm": "FloatLM", "trilm": "TriLM", "bilm": "BiLM"}
 
 
 @dataclasses.dataclass
@@ -94,7 +94,7 @@ def _families(report: Report) -> list[str]:
 
 
 def _name(family: str) -> str:
-    return NAMES.get(family, family)
+    return display_name(family)
 
 
 def final_losses(report: Report) -> dict[str, dict[str, Any]]:

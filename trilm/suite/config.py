@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from trilm.config import Config, ConfigError, require
-from trilm.model.config import FAMILIES
+from trilm.families import FAMILY_NAMES
 from trilm.train.config import TrainConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -48,7 +48,7 @@ class FamilySpec(Config):
     """Only these of the suite's sizes; empty = all of them."""
 
     def validate(self) -> None:
-        require(self.name in FAMILIES, f"name: {self.name!r} is not one of {list(FAMILIES)}")
+        require(self.name in FAMILY_NAMES, f"name: {self.name!r} is not one of {list(FAMILY_NAMES)}")
         require(bool(self.config), f"config: family {self.name} needs a template run config")
         require(self.batch_tokens >= 0, f"batch_tokens: must be >= 0, got {self.batch_tokens}")
 

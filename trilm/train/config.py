@@ -169,7 +169,8 @@ class TrainConfig(Config):
             self._check_init_from()
 
     def _check_init_from(self) -> None:
-        from trilm.model.snapshot import canonical_shapes, is_packed_snapshot, read_snapshot
+        from trilm.model.snapshot import is_packed_snapshot, read_snapshot
+        from trilm.model.spec import canonical_shapes
 
         snap, _ = read_snapshot(self.init_from)
         require(
