@@ -108,7 +108,9 @@ def transcribed_gptq(W, H, bits, group_size, blocksize=128, percdamp=0.01, act_o
 def model_hessians(snapshot: Path, windows: torch.Tensor) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """(W, H) of every linear of the float model's first block and one deeper block, from calibration."""
     from trilm.infer import load_inference_model
-    from trilm.posthoc.engine import INPUT_SITES, block_linears, collect_inputs, run_block
+    from trilm.infer.model import block_linears
+    from trilm.model.spec import BY_NAME
+    from trilm.posthoc.engine import collect_inputs, run_block, site_modules
     from trilm.posthoc.hessian import HessianAccumulator
 
     model = load_inference_model(snapshot)
@@ -119,9 +121,7 @@ def model_hessians(snapshot: Path, windows: torch.Tensor) -> dict[str, tuple[tor
     for index, block in enumerate(model.layers):
         if index in (0, last):
             linears = block_linears(block)
-            sites = {}
-            for name, module in linears.items():
-                sites.setdefault(INPUT_SITES[name], module)
+            sites = site_modules(linears)
             acc = {s: HessianAccumulator(m.weight.shape[1]) for s, m in sites.items()}
 
             def feed(site, t, _acc=acc):
@@ -129,13 +129,13 @@ def model_hessians(snapshot: Path, windows: torch.Tensor) -> dict[str, tuple[tor
 
             collect_inputs(block, x, cos, sin, 8, sites, feed, stop_early=False)
             for name, module in linears.items():
-                out[f"layers.{index}.{name}"] = (module.weight.detach().clone(), acc[INPUT_SITES[name]].H)
+                out[f"layers.{index}.{name}"] = (module.weight.detach().clone(), acc[BY_NAME[name].site].H)
         run_block(block, x, cos, sin, 8, out=x)
     return out
 
 
 def time_gptq(layers, bits: int, group: int, rounds: int, act_order: bool) -> list[dict]:
-    from trilm.posthoc import quantize_weight
+    from trilm.posthoc import quantize_layer
 
     rows = []
     for name, (W, H) in layers.items():
@@ -143,7 +143,7 @@ def time_gptq(layers, bits: int, group: int, rounds: int, act_order: bool) -> li
         result = transcribed = None
         for _ in range(rounds):
             t = time.perf_counter()
-            result = quantize_weight("gptq", W, H, bits=bits, group_size=group, act_order=act_order)
+            result = quantize_layer("gptq", W, H, bits=bits, group_size=group, act_order=act_order)
             ours.append(time.perf_counter() - t)
             t = time.perf_counter()
             transcribed = transcribed_gptq(W, H, bits, group, act_order=act_order)
@@ -187,8 +187,8 @@ def method_config(method: str, bits: int, group: int, epochs: int | None):
 def quantize_one(model, method, bits, group, args, out_root: Path) -> dict:
     from trilm.posthoc.calibration import CalibrationConfig
     from trilm.posthoc.engine import EngineConfig
-    from trilm.posthoc.methods import MethodOptions
     from trilm.posthoc.quantlm import QuantizeJob, quantize_to_quantlm
+    from trilm.posthoc.registry import MethodOptions
 
     out = out_root / f"{method}-w{bits}g{group}"
     if out.exists():

@@ -99,8 +99,8 @@ def plain_binary(model, out: Path) -> dict:
 def quantize_row(model, name: str, args, out_root: Path) -> dict:
     from trilm.posthoc.calibration import CalibrationConfig
     from trilm.posthoc.engine import EngineConfig
-    from trilm.posthoc.methods import MethodOptions, get_model_method
     from trilm.posthoc.quantlm import QuantizeJob, quantize_to_quantlm
+    from trilm.posthoc.registry import MethodOptions, get_method
 
     method, settings = ROWS[name]
     settings = dict(settings)
@@ -115,7 +115,7 @@ def quantize_row(model, name: str, args, out_root: Path) -> dict:
     job = QuantizeJob(
         source=model.snapshot,
         method=method,
-        config=get_model_method(method).config(settings),
+        config=get_method(method).config(**settings),
         calib=calib,
         out=out,
         engine=EngineConfig(device=args.device, batch_size=8, progress=not args.no_progress),
@@ -192,7 +192,7 @@ def fixture_comparison() -> dict:
     zeros in its statistics."""
     import numpy as np
 
-    from trilm.posthoc import quantize_weight
+    from trilm.posthoc import quantize_layer
     from trilm.posthoc.pbllm import binarized_mask, binary_statistics
 
     arrays = {k: torch.from_numpy(v) for k, v in np.load(FIXTURES).items()}
@@ -207,8 +207,8 @@ def fixture_comparison() -> dict:
         ):
             for low_frac, metric in cases:
                 kw = {"salient_metric": metric} | ({"low_frac": low_frac} if low_frac is not None else {})
-                ref = quantize_weight(method, W, H, reference_mode=True, **kw)
-                cor = quantize_weight(method, W, H, **kw)
+                ref = quantize_layer(method, W, H, reference_mode=True, **kw)
+                cor = quantize_layer(method, W, H, **kw)
                 case = (
                     f"pbllm_xnor_lowfrac{low_frac}_{metric}" if method == "pbllm" else f"billm_braq_{metric}"
                 )

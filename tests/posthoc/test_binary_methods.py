@@ -9,7 +9,7 @@ import torch
 from tests.posthoc.conftest import correlated_hessian
 from trilm.config import ConfigError
 from trilm.formats import PartialBinaryWeight, ResidualBinaryWeight, billm_bits, pbllm_bits, stbllm_bits
-from trilm.posthoc import quantize_weight
+from trilm.posthoc import quantize_layer
 from trilm.posthoc.binarize import residual_fit
 from trilm.posthoc.pbllm import binarized_mask, binary_statistics
 
@@ -40,7 +40,7 @@ def within_reference_tolerance(weight, ref, step, proxy, ref_proxy):
 def test_pbllm_reproduces_reference(low_frac, metric, ref_fixtures, one_thread):
     arrays, cases = ref_fixtures
     case = f"pbllm_xnor_lowfrac{low_frac}_{metric}"
-    r = quantize_weight(
+    r = quantize_layer(
         "pbllm", arrays["W0"], arrays["H"], low_frac=low_frac, salient_metric=metric, reference_mode=True
     )
     p = r.packed
@@ -53,7 +53,7 @@ def test_pbllm_reproduces_reference(low_frac, metric, ref_fixtures, one_thread):
 def test_billm_reproduces_reference(metric, ref_fixtures, one_thread):
     arrays, cases = ref_fixtures
     case = f"billm_braq_{metric}"
-    r = quantize_weight("billm", arrays["W0"], arrays["H"], salient_metric=metric, reference_mode=True)
+    r = quantize_layer("billm", arrays["W0"], arrays["H"], salient_metric=metric, reference_mode=True)
     p = r.packed
     assert isinstance(p, ResidualBinaryWeight) and torch.equal(p.dequantize(), r.weight)
     # one step = flipping a sign: twice the largest α of the row's block
@@ -83,11 +83,11 @@ def test_corrected_defaults_differ_from_reference_as_documented(ref_fixtures, on
         err[ref] = float(((W - q)[mask] ** 2).sum())
     assert err[False] < err[True]
     for metric in ("hessian", "magnitude"):
-        ref = quantize_weight("pbllm", W, H, salient_metric=metric, reference_mode=True).proxy_loss
-        cor = quantize_weight("pbllm", W, H, salient_metric=metric).proxy_loss
+        ref = quantize_layer("pbllm", W, H, salient_metric=metric, reference_mode=True).proxy_loss
+        cor = quantize_layer("pbllm", W, H, salient_metric=metric).proxy_loss
         assert cor < ref
-        ref = quantize_weight("billm", W, H, salient_metric=metric, reference_mode=True).proxy_loss
-        cor = quantize_weight("billm", W, H, salient_metric=metric).proxy_loss
+        ref = quantize_layer("billm", W, H, salient_metric=metric, reference_mode=True).proxy_loss
+        cor = quantize_layer("billm", W, H, salient_metric=metric).proxy_loss
         assert cor < ref
     # the reference's ≤-quantile rule still binarizes the minimum-score entry at low_frac = 0
     assert int(binarized_mask(score, 0.0, reference=True).sum()) == 1
@@ -99,7 +99,7 @@ def test_hessian_saliency_beats_magnitude_on_the_fixture(ref_fixtures, one_threa
     W, H = arrays["W0"], arrays["H"]
     for method in ("pbllm", "billm"):
         loss = {
-            m: quantize_weight(method, W, H, salient_metric=m).proxy_loss for m in ("hessian", "magnitude")
+            m: quantize_layer(method, W, H, salient_metric=m).proxy_loss for m in ("hessian", "magnitude")
         }
         assert loss["hessian"] <= loss["magnitude"], (method, loss)
 
@@ -121,8 +121,8 @@ def test_pbllm_all_salient_is_8bit_gptq():
     gen = torch.Generator().manual_seed(1)
     W = torch.randn(24, 96, generator=gen) * 0.02
     H = correlated_hessian(96, seed=1)
-    gptq = quantize_weight("gptq", W, H, bits=8)
-    pb = quantize_weight("pbllm", W, H, low_frac=0.0)
+    gptq = quantize_layer("gptq", W, H, bits=8)
+    pb = quantize_layer("pbllm", W, H, low_frac=0.0)
     assert torch.equal(pb.weight, gptq.weight)
     assert pb.proxy_loss == gptq.proxy_loss
     assert pb.packed.salient == W.numel()
@@ -133,7 +133,7 @@ def test_nm_zeros_survive_binarization_and_compensation(n, m):
     gen = torch.Generator().manual_seed(2)
     W = torch.randn(32, 128, generator=gen) * 0.02
     H = correlated_hessian(128, seed=2)
-    r = quantize_weight("stbllm", W, H, n=n, m=m, blocksize=64)
+    r = quantize_layer("stbllm", W, H, n=n, m=m, blocksize=64)
     nonzero = (r.weight != 0).reshape(32, 128 // m, m).sum(-1)
     assert bool((nonzero == n).all()), "every group keeps exactly n non-zeros after compensation"
     assert torch.equal(r.packed.dequantize(), r.weight)
@@ -143,8 +143,8 @@ def test_nm_zeros_survive_binarization_and_compensation(n, m):
 def test_stbllm_beats_billm_with_magnitude_nm_on_the_fixture(ref_fixtures, one_thread):
     arrays, _ = ref_fixtures
     W, H = arrays["W0"], arrays["H"]
-    st = quantize_weight("stbllm", W, H, n=4, m=8)
-    base = quantize_weight("stbllm", W, H, n=4, m=8, prune_metric="magnitude", groups=2)
+    st = quantize_layer("stbllm", W, H, n=4, m=8)
+    base = quantize_layer("stbllm", W, H, n=4, m=8, prune_metric="magnitude", groups=2)
     assert st.proxy_loss < base.proxy_loss
     assert abs(st.packed.value_bits() - base.packed.value_bits()) < 0.03
 
@@ -198,12 +198,12 @@ def test_value_bits_of_actual_outputs_match_the_papers_worked_examples():
 def test_bad_settings_name_the_key():
     W, H = torch.randn(8, 36), torch.eye(36)
     with pytest.raises(ConfigError, match="low_frac"):
-        quantize_weight("pbllm", W, H, low_frac=1.5)
+        quantize_layer("pbllm", W, H, low_frac=1.5)
     with pytest.raises(ConfigError, match="high_bit"):
-        quantize_weight("pbllm", W, H, high_bit=9)
+        quantize_layer("pbllm", W, H, high_bit=9)
     with pytest.raises(ConfigError, match="blocksize.*multiple of m"):
-        quantize_weight("stbllm", W, H, blocksize=100)
+        quantize_layer("stbllm", W, H, blocksize=100)
     with pytest.raises(ConfigError, match="in_features=36 is not a multiple of m=8"):
-        quantize_weight("stbllm", W, H, blocksize=64)
+        quantize_layer("stbllm", W, H, blocksize=64)
     with pytest.raises(ConfigError, match="salient_metric"):
-        quantize_weight("billm", W, H, salient_metric="fisher")
+        quantize_layer("billm", W, H, salient_metric="fisher")

@@ -12,8 +12,8 @@ from trilm.posthoc.billm import BiLLMConfig, STBLLMConfig
 from trilm.posthoc.binary_model import PBLLMModelMethod, STBLLMModelMethod
 from trilm.posthoc.engine import EngineConfig, quantize_blockwise
 from trilm.posthoc.layerwise import LayerwiseMethod
-from trilm.posthoc.methods import MethodOptions
 from trilm.posthoc.pbllm import PBLLMConfig
+from trilm.posthoc.registry import MethodOptions
 
 ENGINE = EngineConfig(batch_size=4, progress=False)
 SMALL = dict(hidden=32, ffn=64, heads=2, kv_heads=1)
@@ -107,11 +107,11 @@ def test_stbllm_adaptive_n_keeps_the_mean_share(quantized):
 def test_pbllm_qat_starts_from_ptq():
     """The trainable layer computes exactly the PB-GPTQ weight before the first step."""
     from tests.posthoc.conftest import correlated_hessian
-    from trilm.posthoc import quantize_weight
+    from trilm.posthoc import quantize_layer
     from trilm.posthoc.qat import PartialBinaryLinear
 
     W = torch.randn(16, 64, generator=torch.Generator().manual_seed(4)) * 0.02
-    r = quantize_weight("pbllm", W, correlated_hessian(64, seed=4), low_frac=0.8, qat_steps=1)
+    r = quantize_layer("pbllm", W, correlated_hessian(64, seed=4), low_frac=0.8, qat_steps=1)
     layer = PartialBinaryLinear(r.packed, r.extra["latent"])
     assert torch.equal(layer.weight_now().detach(), r.weight)
     assert torch.equal(layer.pack(torch.float32).dequantize(), r.weight)

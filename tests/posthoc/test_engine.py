@@ -8,14 +8,10 @@ import pytest
 import torch
 
 from tests.posthoc.conftest import tiny_model
+from trilm.config import ConfigError
+from trilm.infer.model import block_linears
 from trilm.posthoc import UniformConfig
-from trilm.posthoc.engine import (
-    EngineConfig,
-    block_linears,
-    collect_inputs,
-    quantize_blockwise,
-    run_block,
-)
+from trilm.posthoc.engine import EngineConfig, collect_inputs, quantize_blockwise, run_block
 from trilm.posthoc.hessian import HessianAccumulator
 from trilm.posthoc.layerwise import LayerwiseMethod
 
@@ -101,3 +97,21 @@ def test_calibration_longer_than_context_is_refused():
     method = LayerwiseMethod("gptq", UniformConfig(bits=4))
     with pytest.raises(ConfigError, match="exceeds the model context"):
         quantize_blockwise(model, torch.zeros(2, 200, dtype=torch.long), method, EngineConfig(progress=False))
+
+
+def test_data_free_methods_run_without_a_calibration_stream():
+    """RTN reads no inputs: the engine compresses each block from its weights alone, to the same layers."""
+    with_data = tiny_model()
+    with_report = quantize(with_data, method="rtn")
+    alone = tiny_model()
+    method = LayerwiseMethod("rtn", UniformConfig(bits=3, group_size=64))
+    assert method.data_free
+    report = quantize_blockwise(alone, None, method, EngineConfig(batch_size=3, progress=False))
+    assert report.memory["activation_bytes"] == 0
+    assert set(report.layers) == set(with_report.layers)
+    for name, record in report.layers.items():
+        assert torch.equal(record.packed.dequantize(), with_report.layers[name].packed.dequantize())
+    gptq = LayerwiseMethod("gptq", UniformConfig(bits=3, group_size=64))
+    assert not gptq.data_free
+    with pytest.raises(ConfigError, match="gptq: needs calibration windows"):
+        quantize_blockwise(tiny_model(), None, gptq, EngineConfig(progress=False))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trilm.posthoc import quantize_weight
+from trilm.posthoc import quantize_layer
 
 GPTQ_CASES = [
     "gptq_w4_pc",
@@ -19,7 +19,7 @@ GPTQ_CASES = [
 
 
 def settings(cfg: dict) -> dict:
-    """The fixture table's case config in quantize_weight's keys."""
+    """The fixture table's case config in quantize_layer's keys."""
     return dict(
         bits=cfg.get("bits", 4),
         group_size=cfg.get("gs", -1),
@@ -44,7 +44,7 @@ def test_reproduces_reference(case, ref_fixtures, one_thread):
     cfg = settings(cases[case].get("cfg", {}))
     if method == "rtn":
         cfg = {k: cfg[k] for k in ("bits", "group_size", "sym")}
-    result = quantize_weight(method, W, H, **cfg)
+    result = quantize_layer(method, W, H, **cfg)
     same = (result.weight - ref).abs() <= 1e-6
     assert float(same.float().mean()) >= 0.999, f"{case}: {int((~same).sum())} rounding decisions differ"
     assert result.proxy_loss == pytest.approx(cases[case]["proxy_loss"], rel=1e-3)
@@ -62,7 +62,7 @@ def test_reproduces_reference(case, ref_fixtures, one_thread):
 
 def test_act_order_follows_stable_descending_diag(ref_fixtures, one_thread):
     arrays, cases = ref_fixtures
-    result = quantize_weight("gptq", arrays["W0"], arrays["H"], **settings(cases["gptq_w4_g32_act"]["cfg"]))
+    result = quantize_layer("gptq", arrays["W0"], arrays["H"], **settings(cases["gptq_w4_g32_act"]["cfg"]))
     expected = torch.sort(torch.diag(arrays["H"]), descending=True, stable=True).indices
     assert torch.equal(result.extra["perm"], expected)
     # g_idx names, for every original column, the permuted group it was quantized in
@@ -73,7 +73,7 @@ def test_act_order_follows_stable_descending_diag(ref_fixtures, one_thread):
 def test_orderings_documented_in_the_fixtures(ref_fixtures, one_thread):
     arrays, cases = ref_fixtures
     W, H = arrays["W0"], arrays["H"]
-    loss = {c: quantize_weight("gptq", W, H, **settings(cases[c]["cfg"])).proxy_loss for c in GPTQ_CASES}
-    rtn = quantize_weight("rtn", W, H, bits=4).proxy_loss
+    loss = {c: quantize_layer("gptq", W, H, **settings(cases[c]["cfg"])).proxy_loss for c in GPTQ_CASES}
+    rtn = quantize_layer("rtn", W, H, bits=4).proxy_loss
     assert loss["gptq_w4_pc"] < rtn
     assert loss["gptq_w4_g32_act"] <= loss["gptq_w4_g32"]

@@ -10,7 +10,7 @@ import torch
 from tests.posthoc.conftest import correlated_hessian
 from trilm.config import ConfigError
 from trilm.formats import IntWeight, fit_uniform_grid, quantize_uniform
-from trilm.posthoc import METHODS, QuantResult, get_method, quantize_weight
+from trilm.posthoc import METHODS, QuantResult, get_method, quantize_layer
 
 
 def weight(n: int = 48, k: int = 128, seed: int = 1) -> torch.Tensor:
@@ -30,15 +30,15 @@ def weight(n: int = 48, k: int = 128, seed: int = 1) -> torch.Tensor:
 def test_gptq_equals_rtn_when_h_is_identity(cfg):
     W = weight()
     H = torch.eye(W.shape[1])
-    gptq = quantize_weight("gptq", W, H, **cfg)
-    rtn = quantize_weight("rtn", W, H, **{k: v for k, v in cfg.items() if k != "static_groups"})
+    gptq = quantize_layer("gptq", W, H, **cfg)
+    rtn = quantize_layer("rtn", W, H, **{k: v for k, v in cfg.items() if k != "static_groups"})
     assert torch.equal(gptq.weight, rtn.weight)
 
 
 def test_rtn_is_the_formats_quantizer():
     W = weight()
     codes, scales, _ = quantize_uniform(W, 3, 32)
-    result = quantize_weight("rtn", W, torch.eye(W.shape[1]), bits=3, group_size=32)
+    result = quantize_layer("rtn", W, torch.eye(W.shape[1]), bits=3, group_size=32)
     assert torch.equal(result.packed.codes(), codes)
     assert torch.equal(result.packed.scales.float(), scales)
 
@@ -46,8 +46,8 @@ def test_rtn_is_the_formats_quantizer():
 @pytest.mark.parametrize("bits,group", [(2, 32), (3, -1), (3, 32), (4, -1), (4, 64)])
 def test_gptq_proxy_loss_below_rtn(bits, group):
     W, H = weight(k=128), correlated_hessian(128)
-    gptq = quantize_weight("gptq", W, H, bits=bits, group_size=group)
-    rtn = quantize_weight("rtn", W, H, bits=bits, group_size=group)
+    gptq = quantize_layer("gptq", W, H, bits=bits, group_size=group)
+    rtn = quantize_layer("rtn", W, H, bits=bits, group_size=group)
     assert gptq.proxy_loss < rtn.proxy_loss
     diff = (gptq.weight - W).double()
     assert gptq.proxy_loss == pytest.approx(float(torch.trace(diff @ H.double() @ diff.t())))
@@ -58,7 +58,7 @@ def test_act_order_is_undone_and_g_idx_matches_the_packed_layer(static):
     from kernels import QuantLinear
 
     W, H = weight(k=128), correlated_hessian(128, seed=3)
-    result = quantize_weight("gptq", W, H, bits=4, group_size=32, act_order=True, static_groups=static)
+    result = quantize_layer("gptq", W, H, bits=4, group_size=32, act_order=True, static_groups=static)
     packed = result.packed
     assert torch.equal(packed.dequantize(), result.weight)
     perm = result.extra["perm"]
@@ -72,7 +72,7 @@ def test_act_order_is_undone_and_g_idx_matches_the_packed_layer(static):
         for j in range(4):
             assert max(len(torch.unique(r)) for r in result.weight[:, j * 32 : (j + 1) * 32]) <= 16
     else:  # act-order = quantize the permuted problem, then put the columns back
-        plain = quantize_weight("gptq", W[:, perm], H[perm][:, perm], bits=4, group_size=32)
+        plain = quantize_layer("gptq", W[:, perm], H[perm][:, perm], bits=4, group_size=32)
         assert torch.equal(result.weight[:, perm], plain.weight)
     x = torch.randn(5, 128)
     layer = QuantLinear(packed, backend="torch")
@@ -85,8 +85,8 @@ def test_static_groups_are_fitted_on_the_original_weight_dynamic_on_the_updated_
     fitted on the original W too, and only groups of later blocks see the error feedback."""
     W, H = weight(k=128), correlated_hessian(128, seed=4)
     g = 32
-    static = quantize_weight("gptq", W, H, bits=4, group_size=g, static_groups=True, blocksize=64).packed
-    dynamic = quantize_weight("gptq", W, H, bits=4, group_size=g, blocksize=64).packed
+    static = quantize_layer("gptq", W, H, bits=4, group_size=g, static_groups=True, blocksize=64).packed
+    dynamic = quantize_layer("gptq", W, H, bits=4, group_size=g, blocksize=64).packed
     for j in range(128 // g):
         scale, zero = fit_uniform_grid(W[:, j * g : (j + 1) * g], 4)
         assert torch.equal(static.scales[j].float(), scale)
@@ -101,7 +101,7 @@ def test_dead_columns_are_zero():
     W, H = weight(k=64), correlated_hessian(64)
     H[:, 5] = 0
     H[5, :] = 0
-    result = quantize_weight("gptq", W, H, bits=4)
+    result = quantize_layer("gptq", W, H, bits=4)
     assert torch.all(result.weight[:, 5] == 0)
     assert result.extra["dead_columns"] == 1
 
@@ -111,7 +111,7 @@ def test_cholesky_failure_retries_with_more_damping_and_says_so():
     x = torch.randn(8, 64)
     H = x.t() @ x  # rank 8: not positive definite without damping
     with pytest.warns(RuntimeWarning, match="not positive definite"):
-        result = quantize_weight("gptq", W, H, bits=4, percdamp=0.0)
+        result = quantize_layer("gptq", W, H, bits=4, percdamp=0.0)
     assert result.damp_retries >= 1 and result.damp > 0
     assert bool(torch.isfinite(result.weight).all())
 
@@ -120,24 +120,24 @@ def test_nan_hessian_is_refused():
     W, H = weight(k=64), correlated_hessian(64)
     H[3, 3] = float("nan")
     with pytest.raises(ConfigError, match="inf or NaN"):
-        quantize_weight("gptq", W, H, bits=4)
+        quantize_layer("gptq", W, H, bits=4)
 
 
 def test_normal_run_does_not_warn():
     W, H = weight(k=64), correlated_hessian(64)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        quantize_weight("gptq", W, H, bits=4)
+        quantize_layer("gptq", W, H, bits=4)
 
 
 def test_eight_bit_is_quantized_but_not_packable():
     W, H = weight(k=64), correlated_hessian(64)
-    result = quantize_weight("gptq", W, H, bits=8)
+    result = quantize_layer("gptq", W, H, bits=8)
     assert isinstance(result, QuantResult)
     assert result.packed is None and "IntWeight" in result.packed_error
     assert max(len(torch.unique(row)) for row in result.weight) <= 256
     for bits in (2, 3, 4):
-        assert isinstance(quantize_weight("gptq", W, H, bits=bits).packed, IntWeight)
+        assert isinstance(quantize_layer("gptq", W, H, bits=bits).packed, IntWeight)
 
 
 @pytest.mark.parametrize(
@@ -154,7 +154,7 @@ def test_eight_bit_is_quantized_but_not_packable():
 def test_bad_settings_are_refused(cfg, match):
     W, H = weight(k=64), correlated_hessian(64)
     with pytest.raises(ConfigError, match=match):
-        quantize_weight("gptq", W, H, **cfg)
+        quantize_layer("gptq", W, H, **cfg)
 
 
 def test_registry_names_the_methods_and_their_exact_keys():
@@ -163,4 +163,4 @@ def test_registry_names_the_methods_and_their_exact_keys():
     keys = {"bits", "group_size", "sym", "act_order", "static_groups", "blocksize", "percdamp"}
     assert set(get_method("gptq").config().to_dict()) == keys
     with pytest.raises(ConfigError, match="unknown post-hoc method 'gptx'"):
-        quantize_weight("gptx", weight(), torch.eye(128))
+        quantize_layer("gptx", weight(), torch.eye(128))

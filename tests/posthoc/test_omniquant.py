@@ -9,7 +9,8 @@ import torch
 
 from tests.posthoc.conftest import tiny_model
 from trilm.config import ConfigError
-from trilm.posthoc.blockfn import block_forward, block_weights, quantize_activation
+from trilm.infer.model import block_forward, block_weights
+from trilm.posthoc.blockfn import quantize_activation
 from trilm.posthoc.engine import EngineConfig, quantize_blockwise
 from trilm.posthoc.let import LETScales
 from trilm.posthoc.omniquant import LWC, OmniQuantMethod, mode_config
@@ -27,7 +28,7 @@ def test_functional_block_equals_the_inference_block():
     block = model.layers[0]
     x, cos, sin = inputs(model)
     assert torch.allclose(
-        block_forward(block, block_weights(block), x, cos, sin), block(x, cos, sin), atol=1e-6
+        block_forward(block, x, cos, sin, weights=block_weights(block)), block(x, cos, sin), atol=1e-6
     )
 
 
@@ -53,7 +54,7 @@ def test_let_is_an_equivalence_with_rope_and_gqa():
     let = random_let(block)
     base = block_weights(block)
     with torch.no_grad():
-        out = block_forward(block, let.transform(base), x, cos, sin)
+        out = block_forward(block, x, cos, sin, weights=let.transform(base))
     assert torch.allclose(out, block(x, cos, sin), atol=1e-4)
     with torch.no_grad():
         for p in let.parameters():
@@ -73,7 +74,8 @@ def test_qk_scales_must_be_shared_by_a_rope_pair():
     weights["attn.wq"] = base["attn.wq"] / s.repeat_interleave(group, 0).reshape(-1, 1)
     weights["attn.wk"] = base["attn.wk"] * s.reshape(-1, 1)
     with torch.no_grad():
-        assert not torch.allclose(block_forward(block, weights, x, cos, sin), block(x, cos, sin), atol=1e-3)
+        out = block_forward(block, x, cos, sin, weights=weights)
+        assert not torch.allclose(out, block(x, cos, sin), atol=1e-3)
 
 
 def test_lwc_starts_at_sigmoid_4_and_packs_its_own_grid():

@@ -169,12 +169,35 @@ def test_calibration_data_shorter_than_requested(float_snapshot, embedded_data, 
         embedded_data,
         tmp_path / "o",
         "--method",
-        "rtn",
+        "gptq",
         "--bits",
         "4",
         match="were requested",
         samples=10**6,
     )
+
+
+def test_data_free_rtn_needs_no_calibration(float_snapshot, embedded_data, tmp_path, capsys):
+    """RTN reads no data: without --calib it writes the very QuantLM it writes with one (which is not read:
+    a calibration set far longer than the data is no error), and records no calibration."""
+    args = ("--method", "rtn", "--bits", "4", "--group-size", "64", "--no-progress")
+    plain = tmp_path / "plain"
+    assert main(["quantize", str(float_snapshot), "--out", str(plain), *args]) == 0
+    given = tmp_path / "given"
+    assert quantize(float_snapshot, embedded_data, given, *args, samples=10**6) == 0
+    assert "uses no calibration data" in capsys.readouterr().out
+    for name in ("packed.safetensors", "model.safetensors"):
+        assert (plain / name).read_bytes() == (given / name).read_bytes()
+    quant = read_snapshot(plain)[1].extra["quant"]
+    assert quant["calibration"] is None and quant["calibration_data"] is None
+    assert read_snapshot(given)[1].extra["quant"]["calibration"] is None
+
+
+def test_methods_that_read_data_name_the_missing_calib(float_snapshot, tmp_path, capsys):
+    out = tmp_path / "o"
+    assert main(["quantize", str(float_snapshot), "--out", str(out), "--method", "gptq", "--bits", "4"]) == 2
+    assert "--calib: --method gptq needs calibration data" in capsys.readouterr().err
+    assert not out.exists()
 
 
 def test_output_directory_with_another_model_is_left_alone(float_snapshot, embedded_data, tmp_path, capsys):

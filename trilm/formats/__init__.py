@@ -31,7 +31,7 @@ from trilm.formats.accounting import (
     stbllm_bits,
     within_budget,
 )
-from trilm.formats.base import FORMATS, FormatError, PackedWeight, from_tensors
+from trilm.formats.base import FORMATS, SCALE_DTYPE, FormatError, PackedWeight, from_tensors
 from trilm.formats.binary import BinaryWeight
 from trilm.formats.decode import AFFINE_KERNELS, DecodeArgs, KernelId
 from trilm.formats.intk import IntWeight, fit_uniform_grid, quantize_to_grid, quantize_uniform
@@ -46,6 +46,7 @@ from trilm.formats.ternary import TernaryWeight, partition_scales
 __all__ = [
     "AFFINE_KERNELS",
     "FORMATS",
+    "SCALE_DTYPE",
     "BinaryWeight",
     "DecodeArgs",
     "FormatError",

@@ -19,6 +19,8 @@ import torch
 from trilm.formats.decode import DecodeArgs
 
 FORMATS: dict[str, type[PackedWeight]] = {}
+SCALE_DTYPE = torch.float16
+"""The precision packed weights store their float scales (and offsets) in unless asked otherwise."""
 
 
 class FormatError(ValueError):

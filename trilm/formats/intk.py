@@ -28,6 +28,7 @@ import dataclasses
 import torch
 
 from trilm.formats.base import (
+    SCALE_DTYPE,
     FormatError,
     PackedWeight,
     check_group_table,
@@ -156,7 +157,7 @@ class IntWeight(PackedWeight):
         zeros: torch.Tensor,
         bits: int,
         g_idx: torch.Tensor | None = None,
-        scale_dtype: torch.dtype = torch.float16,
+        scale_dtype: torch.dtype = SCALE_DTYPE,
     ) -> IntWeight:
         """codes (N, K) in [0, 2^bits); scales/zeros (K / g, N) (integer zeros); g_idx (K,) optional.
 
@@ -201,7 +202,7 @@ class IntWeight(PackedWeight):
         bits: int,
         group_size: int | None = 128,
         sym: bool = False,
-        scale_dtype: torch.dtype = torch.float16,
+        scale_dtype: torch.dtype = SCALE_DTYPE,
     ) -> IntWeight:
         """Round-to-nearest quantization of a float weight (N, K) with :func:`quantize_uniform`."""
         codes, scales, zeros = quantize_uniform(weight, bits, group_size, sym)

@@ -1,6 +1,6 @@
 """Post-hoc compression of float models: calibration, a block-wise engine, and the layer methods.
 
-``quantize_weight(method, W, H, **cfg)`` is the per-layer contract; :data:`METHODS` holds every registered
+``quantize_layer(method, W, H, **cfg)`` is the per-layer contract; :data:`METHODS` holds every registered
 layer method. See docs/posthoc.md.
 """
 
@@ -10,11 +10,12 @@ from trilm.posthoc import billm, binary_model, gptq, omniquant, pbllm, rtn  # no
 from trilm.posthoc.hessian import HessianAccumulator, inverse_cholesky_upper, prepare_hessian, proxy_loss
 from trilm.posthoc.registry import (
     METHODS,
-    LayerMethod,
     LayerOptions,
+    Method,
+    MethodOptions,
     QuantResult,
     get_method,
-    quantize_weight,
+    quantize_layer,
     register_method,
     run_layer_method,
 )
@@ -23,15 +24,16 @@ from trilm.posthoc.uniform import UniformConfig
 __all__ = [
     "METHODS",
     "HessianAccumulator",
-    "LayerMethod",
     "LayerOptions",
+    "Method",
+    "MethodOptions",
     "QuantResult",
     "UniformConfig",
     "get_method",
     "inverse_cholesky_upper",
     "prepare_hessian",
     "proxy_loss",
-    "quantize_weight",
+    "quantize_layer",
     "register_method",
     "run_layer_method",
 ]

@@ -41,6 +41,7 @@ from trilm.posthoc.binarize import (
 )
 from trilm.posthoc.hessian import inverse_cholesky_upper, prepare_hessian, proxy_loss
 from trilm.posthoc.registry import LayerOptions, QuantResult, register_method
+from trilm.posthoc.uniform import stored
 
 
 @dataclasses.dataclass
@@ -101,10 +102,6 @@ class STBLLMConfig(BiLLMConfig):
             raise ConfigError(f"{name}: in_features={k} is not a multiple of m={self.m}")
 
 
-def _round(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    return t.to(dtype).float() if dtype != torch.float32 else t
-
-
 def residual_gptq(
     W: torch.Tensor,
     H: torch.Tensor,
@@ -148,8 +145,8 @@ def residual_gptq(
         gid = search_split(space, salient, groups, ratio)
         sal_mask = kept & salient.unsqueeze(0)
         fit = residual_fit(wb, sal_mask, SALIENT_ORDER)
-        mu_s = _round(fit.mu.sum(0), sd)
-        alpha_s = _round(fit.alpha, sd)
+        mu_s = stored(fit.mu.sum(0), sd)
+        alpha_s = stored(fit.alpha, sd)
         qb = mu_s.unsqueeze(1).expand_as(wb)
         for p in range(SALIENT_ORDER):  # the order ResidualBinaryWeight.dequantize adds them in
             qb = qb + alpha_s[p].unsqueeze(1) * fit.signs[p]
@@ -160,7 +157,7 @@ def residual_gptq(
         for g in range(groups):
             member = gid == g
             gfit = residual_fit(wb, member, 1)
-            mu_g, alpha_g = _round(gfit.mu[0], sd), _round(gfit.alpha[0], sd)
+            mu_g, alpha_g = stored(gfit.mu[0], sd), stored(gfit.alpha[0], sd)
             params[blk, 1 + SALIENT_ORDER + 2 * g] = mu_g
             params[blk, 2 + SALIENT_ORDER + 2 * g] = alpha_g
             value = mu_g.unsqueeze(1) + alpha_g.unsqueeze(1) * gfit.signs[0]

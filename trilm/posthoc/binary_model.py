@@ -23,21 +23,14 @@ from typing import Any
 import torch
 
 from trilm.config import ConfigError
+from trilm.infer.model import block_linears
+from trilm.model.spec import BY_NAME
 from trilm.posthoc.billm import STBLLMConfig
 from trilm.posthoc.binarize import adaptive_keep, outlier_ratio, standardized_importance
-from trilm.posthoc.engine import (
-    INPUT_SITES,
-    LINEAR_ORDER,
-    EngineConfig,
-    LayerRecord,
-    block_linears,
-    collect_inputs,
-    run_block,
-)
+from trilm.posthoc.engine import EngineConfig, LayerRecord, collect_inputs, run_block, site_modules
 from trilm.posthoc.layerwise import LayerwiseMethod
-from trilm.posthoc.methods import MethodOptions, ModelMethod, register_block_method
 from trilm.posthoc.pbllm import PBLLMConfig
-from trilm.posthoc.registry import QuantResult, get_method
+from trilm.posthoc.registry import MethodOptions, QuantResult, set_driver
 
 
 class STBLLMModelMethod(LayerwiseMethod):
@@ -60,10 +53,7 @@ class STBLLMModelMethod(LayerwiseMethod):
         for index, block in enumerate(model.layers):
             block.to(device)
             linears = block_linears(block)
-            sites: dict[str, torch.nn.Module] = {}
-            for name in LINEAR_ORDER:
-                if name in linears:
-                    sites.setdefault(INPUT_SITES[name], linears[name])
+            sites = site_modules(linears)
             squares = {site: torch.zeros(m.weight.shape[1], device=device) for site, m in sites.items()}
 
             def add(site: str, t: torch.Tensor, squares=squares) -> None:
@@ -72,7 +62,7 @@ class STBLLMModelMethod(LayerwiseMethod):
             collect_inputs(block, x, cos, sin, cfg.batch_size, sites, add)
             block_outliers = block_size = 0
             for name, module in linears.items():
-                act = squares[INPUT_SITES[name]].sqrt()
+                act = squares[BY_NAME[name].site].sqrt()
                 si = standardized_importance(module.weight.float(), act)
                 if c.adaptive_unit == "linear":
                     canonical = f"layers.{index}.{name}"
@@ -153,31 +143,5 @@ class PBLLMModelMethod(LayerwiseMethod):
         return out
 
 
-def _check(method: str):
-    def unwritable(cfg) -> str | None:
-        layer = get_method(method)
-        return layer.unwritable(cfg) if layer.unwritable is not None else None
-
-    return unwritable
-
-
-register_block_method(
-    ModelMethod(
-        "stbllm",
-        STBLLMConfig,
-        STBLLMModelMethod,
-        get_method("stbllm").description + "; per-layer N from outlier ratios (adaptive_n)",
-        STBLLMConfig.paper_bits,
-        _check("stbllm"),
-    )
-)
-register_block_method(
-    ModelMethod(
-        "pbllm",
-        PBLLMConfig,
-        PBLLMModelMethod,
-        get_method("pbllm").description + "; --qat-steps N trains the binary part with STE",
-        PBLLMConfig.paper_bits,
-        _check("pbllm"),
-    )
-)
+set_driver("stbllm", STBLLMModelMethod, "per-layer N from outlier ratios (adaptive_n)")
+set_driver("pbllm", PBLLMModelMethod, "--qat-steps N trains the binary part with STE")

@@ -1,20 +1,21 @@
-"""A functional copy of the inference block's forward, with optional activation fake-quantization.
+"""Running a block the way OmniQuant trains and evaluates it: given weights, activations fake-quantized.
 
 OmniQuant trains clipping and equivalent-transformation parameters *through* the block: the weights it feeds
 are functions of those parameters, and in weight-activation modes (W4A4) every linear input and the rotated
-queries/keys/values are fake-quantized per token, inside attention. ``trilm.infer.InferenceBlock`` has no
-place for either, so this module computes the same math from explicit tensors: pre-norm RMSNorm in fp32,
-rotate-half RoPE, SDPA with grouped-query attention, SwiGLU. A test holds it equal to the block's own
-forward when given the block's weights and no activation quantization.
+queries/keys/values are fake-quantized per token, inside attention. Both go through the one block forward,
+:func:`trilm.infer.model.block_forward` (its ``weights`` and ``act`` arguments); this module holds the
+activation quantizer and the whole-model evaluation with it.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from trilm.infer.model import apply_rotary
+from trilm.infer.model import block_forward
 
 
 def round_ste(x: torch.Tensor) -> torch.Tensor:
@@ -39,58 +40,9 @@ def quantize_activation(x: torch.Tensor, bits: int) -> torch.Tensor:
     return (q - zero) * scale
 
 
-def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    return F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype) * weight
-
-
-def block_weights(block: nn.Module) -> dict[str, torch.Tensor]:
-    """The block's tensors by relative name (``attn_norm``, ``attn.wq``, …) as the functional forward reads
-    them; absent sub-blocks are left out."""
-    out: dict[str, torch.Tensor] = {}
-    if block.attn is not None:
-        out["attn_norm"] = block.attn_norm.weight
-        for n in ("wq", "wk", "wv", "wo"):
-            out[f"attn.{n}"] = getattr(block.attn, n).weight
-    if block.mlp is not None:
-        out["mlp_norm"] = block.mlp_norm.weight
-        for n in ("w_gate", "w_up", "w_down"):
-            out[f"mlp.{n}"] = getattr(block.mlp, n).weight
-    return out
-
-
-def block_forward(
-    block: nn.Module,
-    weights: dict[str, torch.Tensor],
-    x: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    act_bits: int = 16,
-) -> torch.Tensor:
-    """``block(x, cos, sin)`` computed with ``weights`` in place of the block's tensors; with
-    ``act_bits`` < 16 the inputs of all seven linears and the rotated q, k and v are fake-quantized per
-    token (softmax probabilities stay in float, as in OmniQuant)."""
-
-    def aq(t: torch.Tensor) -> torch.Tensor:
-        return quantize_activation(t, act_bits)
-
-    if block.attn is not None:
-        attn = block.attn
-        b, s, _ = x.shape
-        hd = attn.head_dim
-        h = aq(_rms(x, weights["attn_norm"], block.attn_norm.eps))
-        q = F.linear(h, weights["attn.wq"]).view(b, s, attn.heads, hd).transpose(1, 2)
-        k = F.linear(h, weights["attn.wk"]).view(b, s, attn.kv_heads, hd).transpose(1, 2)
-        v = F.linear(h, weights["attn.wv"]).view(b, s, attn.kv_heads, hd).transpose(1, 2)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        q, k, v = aq(q), aq(k), aq(v)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=attn.kv_heads != attn.heads)
-        out = out.transpose(1, 2).reshape(b, s, attn.heads * hd)
-        x = x + F.linear(aq(out), weights["attn.wo"])
-    if block.mlp is not None:
-        h = aq(_rms(x, weights["mlp_norm"], block.mlp_norm.eps))
-        hidden = F.silu(F.linear(h, weights["mlp.w_gate"])) * F.linear(h, weights["mlp.w_up"])
-        x = x + F.linear(aq(hidden), weights["mlp.w_down"])
-    return x
+def activation_quantizer(bits: int) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """The ``act`` argument of :func:`~trilm.infer.model.block_forward` for ``bits`` (None: float)."""
+    return None if bits >= 16 else functools.partial(quantize_activation, bits=bits)
 
 
 @torch.no_grad()
@@ -99,6 +51,7 @@ def forward_with_activation_quant(model: nn.Module, input_ids: torch.Tensor, act
     evaluation in process; the packed runtime has no activation quantizer)."""
     x = model.embed(input_ids)
     cos, sin = model.rope(input_ids.shape[1], x.dtype)
+    act = activation_quantizer(act_bits)
     for block in model.layers:
-        x = block_forward(block, block_weights(block), x, cos, sin, act_bits)
+        x = block_forward(block, x, cos, sin, act=act)
     return model.head(model.norm(x))

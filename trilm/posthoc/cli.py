@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any, get_args, get_origin
 
 from trilm.config import ConfigError
+from trilm.dtypes import parse_dtype
 
 ENGINE_DESTS = ("device", "forward_batch")
+SCALE_DTYPES = ("float16", "float32")
 
 
 def _base_type(tp: Any) -> Any:
@@ -51,9 +53,8 @@ def _method_options(parser: argparse.ArgumentParser, methods: dict) -> dict[str,
 
 
 def build_parser(parser: argparse.ArgumentParser, command: str = "quantize") -> None:
-    from trilm.posthoc.methods import model_methods
+    from trilm.posthoc import METHODS as methods
 
-    methods = model_methods()
     parser.add_argument("model", type=Path, help="FloatLM snapshot or Hugging Face Llama directory")
     parser.add_argument(
         "--method",
@@ -66,7 +67,13 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "quantize") -> 
         "--mode", default=None, help="omniquant shorthand for bits/act-bits/group-size: W4A16, W3A16g128, …"
     )
     cal = parser.add_argument_group("calibration")
-    cal.add_argument("--calib", required=True, help="prepared split, SlimPajama folder, .jsonl(.zst) or .txt")
+    cal.add_argument(
+        "--calib",
+        default=None,
+        help="prepared split, SlimPajama folder, .jsonl(.zst) or .txt (not needed by data-free methods: "
+        + ", ".join(sorted(n for n, m in methods.items() if m.data_free))
+        + ")",
+    )
     cal.add_argument("--calib-split", default="train", help="split of a SlimPajama root folder (train)")
     cal.add_argument("--samples", type=int, default=128, help="calibration sequences N (128)")
     cal.add_argument(
@@ -83,7 +90,10 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "quantize") -> 
         help="calibrate [k,v,q] → [o] → [up,gate] → [down] in turn (GPTQ-family methods)",
     )
     eng.add_argument(
-        "--scale-dtype", choices=["float16", "float32"], default="float16", help="stored scales (float16)"
+        "--scale-dtype",
+        choices=SCALE_DTYPES,
+        default=None,
+        help="precision of the stored scales (default: the packed formats', trilm.formats.SCALE_DTYPE)",
     )
     eng.add_argument("--no-progress", action="store_true", help="no progress bar")
     ev = parser.add_argument_group("evaluation")
@@ -96,14 +106,13 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "quantize") -> 
 
 def job_from_args(args) -> Any:
     """The QuantizeJob an argument namespace asks for (all validation errors name the option)."""
-    import torch
 
     from trilm.posthoc.calibration import CalibrationConfig
     from trilm.posthoc.engine import EngineConfig
-    from trilm.posthoc.methods import MethodOptions, get_model_method
     from trilm.posthoc.quantlm import QuantizeJob, read_source
+    from trilm.posthoc.registry import MethodOptions, get_method
 
-    method = get_model_method(args.method)
+    method = get_method(args.method)
     own = {f.name for f in dataclasses.fields(method.config_cls)}
     given = {k: v for k, v in vars(args).items() if k in args._owners}
     foreign = sorted(set(given) - own)
@@ -118,13 +127,21 @@ def job_from_args(args) -> Any:
 
         values = mode_config(args.mode).to_dict()
     values.update(given)
-    config = method.config(values)
+    config = method.config(**values)
     cfg, _ = read_source(args.model)
     seq_len = args.seq_len or min(2048, cfg.context)
-    calib = CalibrationConfig(
-        source=str(args.calib), samples=args.samples, seq_len=seq_len, seed=args.seed, split=args.calib_split
-    )
-    scale_dtype = {"float16": torch.float16, "float32": torch.float32}[args.scale_dtype]
+    calib = None  # a data-free method reads none (quantize_to_quantlm names --calib when one is missing)
+    if args.calib is not None and not method.data_free:
+        calib = CalibrationConfig(
+            source=str(args.calib),
+            samples=args.samples,
+            seq_len=seq_len,
+            seed=args.seed,
+            split=args.calib_split,
+        )
+    options = MethodOptions(true_sequential=args.true_sequential, seed=args.seed)
+    if args.scale_dtype is not None:
+        options = dataclasses.replace(options, scale_dtype=parse_dtype(args.scale_dtype, "--scale-dtype"))
     return QuantizeJob(
         source=args.model,
         method=args.method,
@@ -132,10 +149,11 @@ def job_from_args(args) -> Any:
         calib=calib,
         out=args.out,
         engine=EngineConfig(device=args.device, batch_size=args.forward_batch, progress=not args.no_progress),
-        options=MethodOptions(true_sequential=args.true_sequential, scale_dtype=scale_dtype, seed=args.seed),
+        options=options,
         tokenizer=args.tokenizer,
         eval_split=args.eval,
         eval_sequences=args.eval_sequences,
+        eval_seq_len=seq_len,
     )
 
 
@@ -145,6 +163,8 @@ def run(args) -> int:
     from trilm.posthoc.quantlm import quantize_to_quantlm
 
     job = job_from_args(args)
+    if args.calib is not None and job.calib is None:
+        print(f"note: --method {job.method} uses no calibration data; --calib {args.calib} is not read")
     summary = quantize_to_quantlm(job)
     q = summary.quant
     bits = q["bits"]

@@ -13,8 +13,9 @@ the inputs the *compressed* model will really feed it.
    next to the process's peak RSS) and reported with a progress bar per block.
 
 Nothing here needs a process group: the model is :class:`trilm.infer.InferenceModel`. The pieces other
-methods reuse — :func:`run_block`, :func:`collect_inputs`, :func:`block_linears` and the
-:class:`BlockMethod` interface — are public (pruning hooks the same way).
+methods reuse — :func:`run_block`, :func:`collect_inputs`, :func:`site_modules` and the
+:class:`BlockMethod` interface — are public (pruning hooks the same way). Which linears a block has and
+which input site each reads is the architecture spec's (:mod:`trilm.model.spec`).
 """
 
 from __future__ import annotations
@@ -32,27 +33,7 @@ from torch import nn
 
 from trilm.config import Config, ConfigError, require
 from trilm.formats import PackedWeight
-
-LINEAR_ORDER = ("attn.wq", "attn.wk", "attn.wv", "attn.wo", "mlp.w_gate", "mlp.w_up", "mlp.w_down")
-"""The block linears in forward order (names relative to the block)."""
-INPUT_SITES = {
-    "attn.wq": "attn_in",
-    "attn.wk": "attn_in",
-    "attn.wv": "attn_in",
-    "attn.wo": "attn_out",
-    "mlp.w_gate": "mlp_in",
-    "mlp.w_up": "mlp_in",
-    "mlp.w_down": "mlp_act",
-}
-"""Linears that read the same tensor share one input site (and one set of input statistics)."""
-SITE_ORDER = ("attn_in", "attn_out", "mlp_in", "mlp_act")
-TRUE_SEQUENTIAL = (
-    ("attn.wk", "attn.wv", "attn.wq"),
-    ("attn.wo",),
-    ("mlp.w_up", "mlp.w_gate"),
-    ("mlp.w_down",),
-)
-"""GPTQ's ``--true-sequential`` order: each group is calibrated after the previous ones are quantized."""
+from trilm.model.spec import BY_NAME, LINEAR_NAMES
 
 
 @dataclasses.dataclass
@@ -89,12 +70,13 @@ class BlockContext:
     index: int
     block: nn.Module
     """On the device, float weights; the method replaces its linears' weights in place."""
-    inputs: torch.Tensor
-    """[N, L, d] the block's inputs in the compressed model (outputs of the compressed blocks before)."""
+    inputs: torch.Tensor | None
+    """[N, L, d] the block's inputs in the compressed model (outputs of the compressed blocks before);
+    None for a data-free method."""
     targets: torch.Tensor | None
     """[N, L, d] the float block's outputs on the float model's inputs (methods with needs_targets)."""
-    cos: torch.Tensor
-    sin: torch.Tensor
+    cos: torch.Tensor | None
+    sin: torch.Tensor | None
     batch_size: int
     report: Callable[[str], None]
     """Shows a short status (layer and proxy loss, epoch and loss) next to the progress bar."""
@@ -110,6 +92,12 @@ class BlockMethod(abc.ABC):
     name: str = ""
     needs_targets: bool = False
     """The driver keeps a float stream and passes the float block's outputs as ``ctx.targets``."""
+
+    @property
+    def data_free(self) -> bool:
+        """Compresses a block from its weights alone: the driver then embeds and recomputes no calibration
+        stream (``ctx.inputs`` is None)."""
+        return False
 
     @abc.abstractmethod
     def quantize_block(self, ctx: BlockContext) -> dict[str, LayerRecord]:
@@ -172,15 +160,17 @@ def module_bytes(module: nn.Module) -> int:
     return tensor_bytes(module.parameters()) + tensor_bytes(module.buffers())
 
 
-def block_linears(block: nn.Module) -> dict[str, nn.Module]:
-    """The block's linears by name relative to the block (``attn.wq`` …), absent sub-blocks skipped."""
-    out = {}
-    for name in LINEAR_ORDER:
-        part, leaf = name.split(".")
-        sub = getattr(block, part, None)
-        if sub is not None:
-            out[name] = getattr(sub, leaf)
-    return out
+def site_modules(
+    linears: Mapping[str, nn.Module], names: Iterable[str] | None = None
+) -> dict[str, nn.Module]:
+    """One module per input site of the linears ``names`` (default: all of ``linears``), the first in
+    forward order that reads it: a hook on its input sees the site's tensor (q, k and v share one)."""
+    wanted = set(linears if names is None else names)
+    sites: dict[str, nn.Module] = {}
+    for name in LINEAR_NAMES:
+        if name in wanted and name in linears:
+            sites.setdefault(BY_NAME[name].site, linears[name])
+    return sites
 
 
 @torch.no_grad()
@@ -256,29 +246,36 @@ def _peak_rss_bytes() -> int:
 
 
 def quantize_blockwise(
-    model: nn.Module, windows: torch.Tensor, method: BlockMethod, cfg: EngineConfig | None = None
+    model: nn.Module, windows: torch.Tensor | None, method: BlockMethod, cfg: EngineConfig | None = None
 ) -> EngineReport:
     """Compress every block of ``model`` (an InferenceModel, float, on the CPU) in place with ``method``.
 
     Returns the packed layers and timing/memory figures; the model's linears hold the dequantized
-    weights afterwards, so it computes what the packed QuantLM computes.
+    weights afterwards, so it computes what the packed QuantLM computes. ``windows`` None runs a
+    data-free method (one that reads no inputs, ``BlockMethod.data_free``): no calibration stream is
+    embedded or recomputed, each block only visits the device to be compressed.
     """
     cfg = cfg or EngineConfig()
     device = torch.device(cfg.device)
-    if windows.dim() != 2:
-        raise ConfigError(f"calibration windows must be [samples, seq_len], got {tuple(windows.shape)}")
-    seq = windows.shape[1]
-    if seq > model.cfg.context:
-        raise ConfigError(f"calibration seq_len {seq} exceeds the model context {model.cfg.context}")
     dtype = model.embed.weight.dtype
     start = time.perf_counter()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    x = capture_inputs(model, windows, device, dtype)
-    fp = x.clone() if method.needs_targets else None
-    cos, sin = model.rope(seq, dtype)
-    cos, sin = cos.to(device), sin.to(device)
-    method.prepare(model, x, cos, sin, cfg)
+    if windows is None:
+        if not method.data_free:
+            raise ConfigError(f"{method.name}: needs calibration windows (it reads the blocks' inputs)")
+        x = fp = cos = sin = None
+    else:
+        if windows.dim() != 2:
+            raise ConfigError(f"calibration windows must be [samples, seq_len], got {tuple(windows.shape)}")
+        seq = windows.shape[1]
+        if seq > model.cfg.context:
+            raise ConfigError(f"calibration seq_len {seq} exceeds the model context {model.cfg.context}")
+        x = capture_inputs(model, windows, device, dtype)
+        fp = x.clone() if method.needs_targets else None
+        cos, sin = model.rope(seq, dtype)
+        cos, sin = cos.to(device), sin.to(device)
+        method.prepare(model, x, cos, sin, cfg)
     layers: dict[str, LayerRecord] = {}
     block_seconds: list[float] = []
     worst = {"block": 0, "activations": 0, "statistics": 0, "total": 0}
@@ -299,9 +296,10 @@ def quantize_blockwise(
             ctx = BlockContext(index, block, x, targets, cos, sin, cfg.batch_size, report)
             records = method.quantize_block(ctx)
             layers.update(records)
-            method.recompute(ctx)
-            if not bool(torch.isfinite(x).all()):
-                raise ConfigError(f"block {index}: the quantized block produced inf/NaN activations")
+            if x is not None:
+                method.recompute(ctx)
+                if not bool(torch.isfinite(x).all()):
+                    raise ConfigError(f"block {index}: the quantized block produced inf/NaN activations")
             sizes = {
                 "block": module_bytes(block),
                 "activations": tensor_bytes((x, fp)),

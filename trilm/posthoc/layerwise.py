@@ -3,8 +3,9 @@
 For each block: collect the Hessian of every input site (q/k/v share one, gate/up share one) with forward
 hooks, quantize each linear with the registered layer method, and write the dequantized weight back, so the
 block's recomputed outputs — the next block's inputs — are those of the quantized model. With
-``true_sequential`` the linears are calibrated in four rounds, [k, v, q] → [o] → [up, gate] → [down], each
-on inputs that already pass through the quantized linears before it (GPTQ's ``--true-sequential``).
+``true_sequential`` the linears are calibrated in four rounds, one per input site — [q, k, v] → [o] →
+[gate, up] → [down] — each on inputs that already pass through the quantized linears before it (GPTQ's
+``--true-sequential``; the order inside a round does not matter, its linears share one Hessian).
 """
 
 from __future__ import annotations
@@ -15,18 +16,20 @@ from typing import Any
 import torch
 
 from trilm.config import Config
-from trilm.posthoc.engine import (
-    INPUT_SITES,
-    LINEAR_ORDER,
-    TRUE_SEQUENTIAL,
-    BlockContext,
-    BlockMethod,
-    LayerRecord,
-    block_linears,
-    collect_inputs,
-)
+from trilm.dtypes import dtype_name
+from trilm.formats import SCALE_DTYPE
+from trilm.infer.model import block_linears
+from trilm.model.spec import BY_NAME, LINEAR_NAMES, SITES, site_groups
+from trilm.posthoc.engine import BlockContext, BlockMethod, LayerRecord, collect_inputs, site_modules
 from trilm.posthoc.hessian import HessianAccumulator
-from trilm.posthoc.registry import LayerOptions, QuantResult, get_method, run_layer_method
+from trilm.posthoc.registry import (
+    LayerOptions,
+    Method,
+    MethodOptions,
+    QuantResult,
+    get_method,
+    run_layer_method,
+)
 
 
 class LayerwiseMethod(BlockMethod):
@@ -38,7 +41,7 @@ class LayerwiseMethod(BlockMethod):
         cfg: Config,
         *,
         true_sequential: bool = False,
-        scale_dtype: torch.dtype = torch.float16,
+        scale_dtype: torch.dtype = SCALE_DTYPE,
     ):
         self.method = get_method(method)
         if not isinstance(cfg, self.method.config_cls):
@@ -53,15 +56,19 @@ class LayerwiseMethod(BlockMethod):
         return {
             **self.cfg.to_dict(),
             "true_sequential": self.true_sequential,
-            "scale_dtype": str(self.scale_dtype).removeprefix("torch."),
+            "scale_dtype": dtype_name(self.scale_dtype),
         }
 
     def statistics_bytes(self) -> int:
         return self._stat_bytes
 
+    @property
+    def data_free(self) -> bool:
+        return self.method.data_free
+
     def quantize_block(self, ctx: BlockContext) -> dict[str, LayerRecord]:
         linears = block_linears(ctx.block)
-        rounds = TRUE_SEQUENTIAL if self.true_sequential else (LINEAR_ORDER,)
+        rounds = site_groups() if self.true_sequential else (LINEAR_NAMES,)
         records: dict[str, LayerRecord] = {}
         self._stat_bytes = 0
         for names in rounds:
@@ -71,15 +78,15 @@ class LayerwiseMethod(BlockMethod):
             if self.method.needs_hessian:
                 hessians = self._hessians(ctx, present, linears)
             else:
-                hessians = dict.fromkeys(INPUT_SITES.values())
-            for name in sorted(present, key=LINEAR_ORDER.index):
+                hessians = dict.fromkeys(SITES)
+            for name in sorted(present, key=LINEAR_NAMES.index):
                 module = linears[name]
                 canonical = f"{ctx.prefix}{name}"
                 opts = LayerOptions(scale_dtype=self.scale_dtype, name=canonical, need_packed=True)
                 result = run_layer_method(
                     self.name,
                     module.weight.data,
-                    hessians[INPUT_SITES[name]],
+                    hessians[BY_NAME[name].site],
                     self.layer_config(canonical),
                     opts,
                 )
@@ -105,9 +112,7 @@ class LayerwiseMethod(BlockMethod):
 
     def _hessians(self, ctx: BlockContext, names: list[str], linears: dict) -> dict[str, torch.Tensor]:
         """One Hessian per input site of ``names``, from one pass over the calibration stream."""
-        sites: dict[str, torch.nn.Module] = {}
-        for name in sorted(names, key=LINEAR_ORDER.index):
-            sites.setdefault(INPUT_SITES[name], linears[name])
+        sites = site_modules(linears, names)
         accumulators = {
             site: HessianAccumulator(module.weight.shape[1], ctx.inputs.device)
             for site, module in sites.items()
@@ -123,3 +128,12 @@ class LayerwiseMethod(BlockMethod):
         )
         self._stat_bytes = max(self._stat_bytes, sum(a.H.numel() * 4 for a in accumulators.values()))
         return {site: acc.H for site, acc in accumulators.items()}
+
+
+def block_method(method: Method, cfg: Config, opts: MethodOptions) -> BlockMethod:
+    """The whole-model driver of a registered method: its own, or its layer function on every linear."""
+    if method.driver is not None:
+        return method.driver(cfg, opts)
+    return LayerwiseMethod(
+        method.name, cfg, true_sequential=opts.true_sequential, scale_dtype=opts.scale_dtype
+    )

@@ -35,20 +35,21 @@ import torch.nn.functional as F
 from torch import nn
 
 from trilm.config import Config, ConfigError, require
-from trilm.formats import gptq_bits
-from trilm.posthoc.blockfn import block_forward, block_weights, round_ste
+from trilm.dtypes import dtype_name
+from trilm.formats import SCALE_DTYPE, gptq_bits
+from trilm.infer.model import block_forward, block_linears, block_weights
+from trilm.posthoc.blockfn import activation_quantizer, round_ste
 from trilm.posthoc.engine import (
-    INPUT_SITES,
     BlockContext,
     BlockMethod,
     LayerRecord,
-    block_linears,
     collect_inputs,
     run_block,
+    site_modules,
 )
 from trilm.posthoc.let import LETScales
-from trilm.posthoc.methods import ModelMethod, register_block_method
-from trilm.posthoc.uniform import pack_int
+from trilm.posthoc.registry import register_block_method
+from trilm.posthoc.uniform import group_width, pack_int
 
 LWC_INIT = 4.0
 MODES: dict[str, dict[str, Any]] = {
@@ -94,10 +95,8 @@ class OmniQuantConfig(Config):
         require(self.wd >= 0, f"wd: must be >= 0, got {self.wd}")
         require(self.batch_size > 0, f"batch_size: must be > 0, got {self.batch_size}")
 
-    def check_in_features(self, k: int, name: str = "layer") -> None:
-        g = k if self.group_size == -1 else self.group_size
-        if k % g:
-            raise ConfigError(f"{name}: group_size={g} does not divide in_features K={k}")
+    def check_in_features(self, k: int, name: str = "layer") -> int:
+        return group_width(k, self.group_size, name)
 
     @property
     def use_let(self) -> bool:
@@ -153,9 +152,7 @@ class LWC(nn.Module):
     def __init__(self, weight: torch.Tensor, bits: int, group_size: int, name: str = "layer"):
         super().__init__()
         n, k = weight.shape
-        g = k if group_size == -1 else group_size
-        if k % g:
-            raise ConfigError(f"{name}: group_size={g} does not divide in_features K={k}")
+        g = group_width(k, group_size, name)
         self.bits, self.group = bits, g
         rows = n * (k // g)
         self.upbound = nn.Parameter(torch.full((rows, 1), LWC_INIT, device=weight.device))
@@ -217,7 +214,7 @@ class OmniQuantMethod(BlockMethod):
     name = "omniquant"
     needs_targets = True
 
-    def __init__(self, cfg: OmniQuantConfig, *, scale_dtype: torch.dtype = torch.float16, seed: int = 0):
+    def __init__(self, cfg: OmniQuantConfig, *, scale_dtype: torch.dtype = SCALE_DTYPE, seed: int = 0):
         self.cfg = cfg
         self.scale_dtype = scale_dtype
         self.seed = seed
@@ -228,7 +225,7 @@ class OmniQuantMethod(BlockMethod):
             **self.cfg.to_dict(),
             "mode": self.cfg.mode,
             "let": self.cfg.use_let,
-            "scale_dtype": str(self.scale_dtype).removeprefix("torch."),
+            "scale_dtype": dtype_name(self.scale_dtype),
             "seed": self.seed,
         }
 
@@ -239,19 +236,14 @@ class OmniQuantMethod(BlockMethod):
     def recompute(self, ctx: BlockContext) -> None:
         if self.cfg.act_bits >= 16:
             return super().recompute(ctx)
-        weights = block_weights(ctx.block)
+        act = activation_quantizer(self.cfg.act_bits)
         for start in range(0, ctx.inputs.shape[0], ctx.batch_size):
             part = slice(start, start + ctx.batch_size)
-            ctx.inputs[part] = block_forward(
-                ctx.block, weights, ctx.inputs[part], ctx.cos, ctx.sin, self.cfg.act_bits
-            )
+            ctx.inputs[part] = block_forward(ctx.block, ctx.inputs[part], ctx.cos, ctx.sin, act=act)
 
     def _act_absmax(self, ctx: BlockContext) -> dict[str, torch.Tensor]:
         """Per-channel max |x| at every input site (LET's initialization)."""
-        linears = block_linears(ctx.block)
-        sites = {}
-        for name, module in linears.items():
-            sites.setdefault(INPUT_SITES[name], module)
+        sites = site_modules(block_linears(ctx.block))
         found: dict[str, torch.Tensor] = {}
 
         def update(site: str, x: torch.Tensor) -> None:
@@ -281,8 +273,11 @@ class OmniQuantMethod(BlockMethod):
                 w[n] = lwc[n.replace(".", "_")](w[n])
             return w
 
+        act = activation_quantizer(cfg.act_bits)
+
         def block_loss(index: slice) -> torch.Tensor:
-            out = block_forward(block, quantized(base), ctx.inputs[index], ctx.cos, ctx.sin, cfg.act_bits)
+            x = ctx.inputs[index]
+            out = block_forward(block, x, ctx.cos, ctx.sin, weights=quantized(base), act=act)
             loss = F.mse_loss(out, ctx.targets[index])
             if aug is not None:
                 loss = loss + F.mse_loss(out, aug[index])
@@ -361,12 +356,10 @@ def _unwritable(cfg: OmniQuantConfig) -> str | None:
 
 
 register_block_method(
-    ModelMethod(
-        name="omniquant",
-        config_cls=OmniQuantConfig,
-        build=lambda cfg, opts: OmniQuantMethod(cfg, scale_dtype=opts.scale_dtype, seed=opts.seed),
-        description="OmniQuant: learnable weight clipping (+ LET for weight-activation modes), block-wise",
-        paper_bits=lambda cfg: gptq_bits(cfg.bits, cfg.group_size if cfg.group_size > 0 else None),
-        unwritable=_unwritable,
-    )
+    "omniquant",
+    OmniQuantConfig,
+    lambda cfg, opts: OmniQuantMethod(cfg, scale_dtype=opts.scale_dtype, seed=opts.seed),
+    "OmniQuant: learnable weight clipping (+ LET for weight-activation modes), block-wise",
+    paper_bits=lambda cfg: gptq_bits(cfg.bits, cfg.group_size if cfg.group_size > 0 else None),
+    unwritable=_unwritable,
 )

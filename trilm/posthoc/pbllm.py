@@ -31,7 +31,7 @@ from trilm.config import Config, require
 from trilm.formats import PartialBinaryWeight, layer_bits, pbllm_bits
 from trilm.posthoc.hessian import inverse_cholesky_upper, prepare_hessian, proxy_loss
 from trilm.posthoc.registry import LayerOptions, QuantResult, register_method
-from trilm.posthoc.uniform import fit_grid, quantize_column
+from trilm.posthoc.uniform import fit_grid, quantize_column, stored
 
 
 @dataclasses.dataclass
@@ -99,10 +99,6 @@ def binary_statistics(
     return alpha, mu
 
 
-def _store(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    return t.to(dtype).float() if dtype != torch.float32 else t
-
-
 @register_method(
     "pbllm",
     PBLLMConfig,
@@ -124,7 +120,7 @@ def pbllm(W: torch.Tensor, H: torch.Tensor, cfg: PBLLMConfig, opts: LayerOptions
         score = work.abs()
     binarized = binarized_mask(score, cfg.low_frac, cfg.reference_mode)
     alpha, mu = binary_statistics(work, binarized, cfg.reference_mode)
-    alpha, mu = _store(alpha, sd), _store(mu, sd)
+    alpha, mu = stored(alpha, sd), stored(mu, sd)
 
     codes = torch.zeros((n, k), dtype=torch.uint8, device=work.device)
     signs = torch.ones((n, k), dtype=torch.int8, device=work.device)

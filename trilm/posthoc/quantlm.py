@@ -20,20 +20,22 @@ from pathlib import Path
 from typing import Any
 
 from trilm.config import Config, ConfigError
+from trilm.dtypes import dtype_name
 from trilm.formats import layer_bits, model_bits_summary
 from trilm.model.config import ModelConfig
 from trilm.model.snapshot import (
     SnapshotMeta,
-    canonical_shapes,
     is_packed_snapshot,
     is_snapshot,
     read_snapshot,
     write_packed_snapshot,
     write_snapshot_config,
 )
+from trilm.model.spec import canonical_shapes
 from trilm.posthoc.calibration import CalibrationConfig, check_vocabulary, load_calibration
 from trilm.posthoc.engine import EngineConfig, EngineReport, quantize_blockwise
-from trilm.posthoc.methods import MethodOptions, get_model_method
+from trilm.posthoc.layerwise import block_method
+from trilm.posthoc.registry import MethodOptions, get_method
 
 
 @dataclasses.dataclass
@@ -43,7 +45,8 @@ class QuantizeJob:
     source: Path
     method: str
     config: Config
-    calib: CalibrationConfig
+    calib: CalibrationConfig | None
+    """Where the calibration windows come from; None for a data-free method (RTN), which reads none."""
     out: Path
     engine: EngineConfig = dataclasses.field(default_factory=EngineConfig)
     options: MethodOptions = dataclasses.field(default_factory=MethodOptions)
@@ -51,6 +54,8 @@ class QuantizeJob:
     eval_split: Path | None = None
     """A prepared split: evaluate the written QuantLM's validation loss before it is moved into place."""
     eval_sequences: int = 0
+    eval_seq_len: int | None = None
+    """Tokens per validation sequence (None: the calibration length, else min(2048, context))."""
 
 
 @dataclasses.dataclass
@@ -103,7 +108,7 @@ def job_identity(job: QuantizeJob) -> dict[str, Any]:
         "source": str(job.source.resolve()),
         "method": job.method,
         "options": _options(job),
-        "calibration": job.calib.to_dict(),
+        "calibration": job.calib.to_dict() if job.calib is not None else None,
     }
 
 
@@ -111,7 +116,7 @@ def _options(job: QuantizeJob) -> dict[str, Any]:
     return {
         **job.config.to_dict(),
         "true_sequential": job.options.true_sequential,
-        "scale_dtype": str(job.options.scale_dtype).removeprefix("torch."),
+        "scale_dtype": dtype_name(job.options.scale_dtype),
     }
 
 
@@ -142,7 +147,9 @@ def quantize_to_quantlm(job: QuantizeJob) -> QuantizeSummary:
     from trilm.infer import load_with_meta
 
     start = time.perf_counter()
-    method = get_model_method(job.method)
+    method = get_method(job.method)
+    if method.data_free and job.calib is not None:  # it reads no data: the same QuantLM with or without
+        job = dataclasses.replace(job, calib=None, eval_seq_len=job.eval_seq_len or job.calib.seq_len)
     if method.unwritable is not None and (why := method.unwritable(job.config)):
         raise ConfigError(f"--method {job.method}: {why}")
     cfg, src_meta = read_source(job.source)
@@ -150,24 +157,30 @@ def quantize_to_quantlm(job: QuantizeJob) -> QuantizeSummary:
     check_shapes(cfg, job.config)
     identity = job_identity(job)
     check_output(job.out, identity)
-    if job.calib.seq_len > cfg.context:
+    if job.calib is None and not method.data_free:
+        raise ConfigError(
+            f"--calib: --method {job.method} needs calibration data (a prepared split, folder or text file)"
+        )
+    if job.calib is not None and job.calib.seq_len > cfg.context:
         raise ConfigError(f"calibration seq_len {job.calib.seq_len} exceeds the model context {cfg.context}")
 
     tokenizer = Tokenizer.load(job.tokenizer) if job.tokenizer else tokenizer_for(job.source)
-    calib = load_calibration(job.calib, tokenizer)
-    check_vocabulary(calib.windows, cfg.padded_vocab, job.calib.source)
+    calib = None
+    if job.calib is not None:
+        calib = load_calibration(job.calib, tokenizer)
+        check_vocabulary(calib.windows, cfg.padded_vocab, job.calib.source)
     model, _ = load_with_meta(job.source)
     model.requires_grad_(False).eval()
     t_quant = time.perf_counter()
     options = dataclasses.replace(job.options, calibration=job.calib, tokenizer=tokenizer)
-    block_method = method.build(job.config, options)
-    report = quantize_blockwise(model, calib.windows, block_method, job.engine)
+    driver = block_method(method, job.config, options)
+    report = quantize_blockwise(model, calib.windows if calib else None, driver, job.engine)
     packed = {name: rec.packed for name, rec in report.layers.items()}
 
     bits = model_bits_summary(packed)
     quant = {
         **identity,
-        "method_settings": block_method.describe(),
+        "method_settings": driver.describe(),
         "bits": {
             "paper": bits["value"]
             if bits["value"] is not None
@@ -177,7 +190,7 @@ def quantize_to_quantlm(job: QuantizeJob) -> QuantizeSummary:
             "stored_note": "bytes of packed.safetensors tensors (codes, scales, zeros, g_idx) / weights",
             "minimum_note": "information-theoretic minimum of the layers' output (formats that define it)",
         },
-        "calibration_data": calib.record,
+        "calibration_data": calib.record if calib else None,
         "source_meta": {"val_loss": src_meta.val_loss, "step": src_meta.step, "run": src_meta.run},
         "layers": {
             name: {"bits_per_weight": round(rec.packed.bits_per_weight(), 6), "proxy_loss": rec.proxy_loss}
@@ -216,7 +229,7 @@ def _write(job, cfg, float_state, packed, meta: SnapshotMeta, tokenizer: Path | 
             from trilm.posthoc.evaluate import validation_loss
 
             written = load_inference_model(tmp, device=job.engine.device)
-            seq = min(cfg.context, job.calib.seq_len)
+            seq = min(cfg.context, job.eval_seq_len or (job.calib.seq_len if job.calib else 2048))
             val_loss = validation_loss(
                 written, job.eval_split, seq, max_sequences=job.eval_sequences, device=job.engine.device
             )

@@ -61,21 +61,32 @@ class UniformConfig(Config):
         return self.check_in_features(W.shape[1], name)
 
     def check_in_features(self, k: int, name: str = "layer") -> int:
-        g = k if self.group_size == -1 else self.group_size
-        if k % g:
-            raise ConfigError(
-                f"{name}: group_size={g} does not divide in_features K={k} (choose a divisor of K or -1)"
-            )
-        return g
+        return group_width(k, self.group_size, name)
 
     def unpackable(self) -> str | None:
         """Why a QuantLM cannot store this setting (None: it can)."""
         if self.bits not in INT_BITS:
             return (
                 f"bits={self.bits}: trilm.formats.IntWeight stores {list(INT_BITS)}-bit grids, so an "
-                f"{self.bits}-bit QuantLM cannot be written (quantize_weight still computes it)"
+                f"{self.bits}-bit QuantLM cannot be written (quantize_layer still computes it)"
             )
         return None
+
+
+def group_width(k: int, group_size: int, name: str = "layer") -> int:
+    """Input columns per scale group of a K-column weight (``group_size``, or K for -1 = per row); a group
+    that does not divide K is refused, naming the layer."""
+    g = k if group_size == -1 else group_size
+    if k % g:
+        raise ConfigError(
+            f"{name}: group_size={g} does not divide in_features K={k} (choose a divisor of K or -1)"
+        )
+    return g
+
+
+def stored(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``t`` (float32) rounded to its stored precision: the method computes with what the file keeps."""
+    return t.to(dtype).float() if dtype != torch.float32 else t
 
 
 def fit_grid(
