@@ -29,13 +29,22 @@ def _tensors(path):
 
 
 def _llama_cpp_logits(path, ids: torch.Tensor) -> torch.Tensor:
-    """A forward pass with llama.cpp's conventions for the llama architecture (interleaved RoPE pairs)."""
+    """A forward pass with llama.cpp's conventions (interleaved RoPE pairs), sized by the file's metadata:
+    scalars (llama) or one entry per block (deci: 0 heads = no attention in that block)."""
     _, w, kv = _tensors(path)
-    heads, kv_heads = kv["llama.attention.head_count"], kv["llama.attention.head_count_kv"]
-    eps, base = kv["llama.attention.layer_norm_rms_epsilon"], kv["llama.rope.freq_base"]
+    arch = kv["general.architecture"]
+    blocks = kv[f"{arch}.block_count"]
+
+    def per_block(key):
+        value = kv[f"{arch}.{key}"]
+        return value if isinstance(value, list) else [value] * blocks
+
+    heads, kv_heads = per_block("attention.head_count"), per_block("attention.head_count_kv")
+    ffn = per_block("feed_forward_length")
+    eps, base = kv[f"{arch}.attention.layer_norm_rms_epsilon"], kv[f"{arch}.rope.freq_base"]
     x = w["token_embd.weight"][ids]
     s, d = x.shape[-2], x.shape[-1]
-    hd = d // heads
+    hd = kv.get(f"{arch}.attention.key_length") or d // heads[0]
     freqs = base ** (-torch.arange(0, hd, 2).float() / hd)
     angle = torch.arange(s).float()[:, None] * freqs[None, :]
     cos, sin = angle.cos(), angle.sin()
@@ -48,17 +57,19 @@ def _llama_cpp_logits(path, ids: torch.Tensor) -> torch.Tensor:
     def norm(t, g):
         return F.rms_norm(t, (d,), eps=eps) * g
 
-    for i in range(kv["llama.block_count"]):
+    for i in range(blocks):
         p = f"blk.{i}."
-        h = norm(x, w[p + "attn_norm.weight"])
-        q = rope((h @ w[p + "attn_q.weight"].T).view(*h.shape[:2], heads, hd)).transpose(1, 2)
-        k = rope((h @ w[p + "attn_k.weight"].T).view(*h.shape[:2], kv_heads, hd)).transpose(1, 2)
-        v = (h @ w[p + "attn_v.weight"].T).view(*h.shape[:2], kv_heads, hd).transpose(1, 2)
-        att = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-        x = x + att.transpose(1, 2).reshape(*h.shape) @ w[p + "attn_output.weight"].T
-        h = norm(x, w[p + "ffn_norm.weight"])
-        gate, up = h @ w[p + "ffn_gate.weight"].T, h @ w[p + "ffn_up.weight"].T
-        x = x + (F.silu(gate) * up) @ w[p + "ffn_down.weight"].T
+        if heads[i]:
+            h = norm(x, w[p + "attn_norm.weight"])
+            q = rope((h @ w[p + "attn_q.weight"].T).view(*h.shape[:2], heads[i], hd)).transpose(1, 2)
+            k = rope((h @ w[p + "attn_k.weight"].T).view(*h.shape[:2], kv_heads[i], hd)).transpose(1, 2)
+            v = (h @ w[p + "attn_v.weight"].T).view(*h.shape[:2], kv_heads[i], hd).transpose(1, 2)
+            att = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            x = x + att.transpose(1, 2).reshape(*h.shape[:2], -1) @ w[p + "attn_output.weight"].T
+        if ffn[i]:
+            h = norm(x, w[p + "ffn_norm.weight"])
+            gate, up = h @ w[p + "ffn_gate.weight"].T, h @ w[p + "ffn_up.weight"].T
+            x = x + (F.silu(gate) * up) @ w[p + "ffn_down.weight"].T
     return norm(x, w["output_norm.weight"]) @ w["output.weight"].T
 
 
@@ -169,3 +180,85 @@ def test_spectra_1_1b_o_proj_blocks_straddle_shards_and_are_folded_exactly():
     ref = (mix @ (x @ wv.double().T)) @ wo.double().T
     new = (mix @ (x @ wv2.double().T)) @ wo2.double().T
     assert (ref - new).abs().max() <= 1e-5 * ref.abs().max(), float((ref - new).abs().max() / ref.abs().max())
+
+
+# -- per-layer shapes (structurally pruned models) -----------------------------------------------------
+@pytest.mark.parametrize(
+    "shapes",
+    [
+        dict(
+            layer_kv_heads=[2, 1], layer_ffn=[180, 89]
+        ),  # the issue's channel-pruned FloatLM-nano, and heads
+        dict(layer_kv_heads=[0, 2], layer_ffn=[192, 64]),  # block 0 lost its attention
+    ],
+)
+def test_pruned_floatlm_declares_its_per_layer_shapes_and_computes_its_logits(
+    make_snapshot, tmp_path, shapes
+):
+    from trilm.export.gguf_read import check_declared_shapes
+
+    snap = make_snapshot("floatlm", seed=5, kv_heads=2, **shapes)
+    model = load_model(snap, tp=1).eval()
+    out = tmp_path / "pruned.gguf"
+    report = export_snapshot_gguf(snap, out, qtype="f16")
+    assert report.blocks == 2
+    _, _, kv = _tensors(out)
+    assert kv["general.architecture"] == "deci"
+    assert kv["deci.feed_forward_length"] == shapes["layer_ffn"]
+    assert kv["deci.attention.head_count_kv"] == shapes["layer_kv_heads"]
+    assert kv["deci.attention.head_count"] == [2 * k for k in shapes["layer_kv_heads"]]
+    assert kv["deci.attention.key_length"] == model.cfg.head_dim
+    declared = check_declared_shapes(out)  # gguf's reader: every tensor has the shape the metadata says
+    assert declared.layer_shapes() == model.cfg.layer_shapes()
+    with torch.no_grad():
+        ours = model(_ids())
+    assert (ours - _llama_cpp_logits(out, _ids())).abs().max() < 1e-2
+
+
+def test_empty_blocks_are_left_out_and_ffn_free_attention_is_refused(make_snapshot, tmp_path):
+    snap = make_snapshot(
+        "floatlm", seed=6, run="empty", layers=3, layer_kv_heads=[4, 0, 4], layer_ffn=[192, 0, 96]
+    )
+    out = tmp_path / "e.gguf"
+    report = export_snapshot_gguf(snap, out, qtype="f16")
+    _, _, kv = _tensors(out)
+    assert report.blocks == kv["deci.block_count"] == 2 and kv["trilm.blocks"] == [0, 2]
+    with torch.no_grad():
+        ours = load_model(snap, tp=1).eval()(_ids())
+    assert (ours - _llama_cpp_logits(out, _ids())).abs().max() < 1e-2
+    attention_only = make_snapshot("floatlm", run="attn-only", layer_kv_heads=[4, 4], layer_ffn=[192, 0])
+    with pytest.raises(ConfigError, match="block 1 keeps its attention but has no MLP.*drops the attention"):
+        export_snapshot_gguf(attention_only, tmp_path / "a.gguf", qtype="f16")
+    assert not (tmp_path / "a.gguf").exists()
+
+
+def test_a_file_whose_metadata_disagrees_with_its_tensors_is_named(make_snapshot, tmp_path):
+    """What the export wrote before per-layer metadata: llama.feed_forward_length = 192 over FFN tensors of
+    180 and 89 rows, which no reader can load as written. The read-back check names the tensors."""
+    import gguf
+
+    from trilm.export.gguf_read import check_declared_shapes
+
+    path = tmp_path / "wrong.gguf"
+    writer = gguf.GGUFWriter(path, "llama")
+    writer.add_block_count(1)
+    writer.add_embedding_length(64)
+    writer.add_feed_forward_length(192)
+    writer.add_head_count(4)
+    writer.add_head_count_kv(4)
+    writer.add_vocab_size(8)
+    tensors = {"token_embd.weight": (8, 64), "output_norm.weight": (64,), "output.weight": (8, 64)}
+    tensors.update({f"blk.0.{n}.weight": (64,) for n in ("attn_norm", "ffn_norm")})
+    tensors.update({f"blk.0.attn_{n}.weight": (64, 64) for n in ("q", "k", "v", "output")})
+    tensors.update({"blk.0.ffn_gate.weight": (180, 64), "blk.0.ffn_up.weight": (180, 64)})
+    tensors["blk.0.ffn_down.weight"] = (64, 180)
+    for name, shape in tensors.items():
+        writer.add_tensor(name, np.zeros(shape, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(
+        ConfigError, match=r"blk\.0\.ffn_gate\.weight \(180, 64\) where the metadata says \(192, 64\)"
+    ):
+        check_declared_shapes(path)

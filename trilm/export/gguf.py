@@ -3,7 +3,9 @@
 The file is a llama-architecture GGUF as llama.cpp's own converter writes one: tensor names
 ``token_embd``/``blk.N.attn_q``/…/``output``, q and k rows permuted from the rotate-half RoPE layout
 (trilm's and Hugging Face's) to llama.cpp's interleaved pairs, norms in F32, the SentencePiece vocabulary
-(padded with ``[PADi]`` tokens to the embedding rows) with ``add_bos_token`` as trained.
+(padded with ``[PADi]`` tokens to the embedding rows) with ``add_bos_token`` as trained. A structurally pruned
+model (per-layer head counts and FFN widths) is written as llama.cpp's ``deci`` architecture, whose metadata
+holds those as per-block arrays (:func:`file_blocks` says which blocks go in and which cannot).
 
 **TQ1_0 / TQ2_0** hold one fp16 scale per 256 consecutive weights of a row. A ternary matrix is stored
 exactly when every 256-block has one non-zero magnitude. Two cases are not so:
@@ -19,7 +21,8 @@ exactly when every 256-block has one non-zero magnitude. Two cases are not so:
 
 There is never a fallback: a file whose type says TQ1_0 holds TQ1_0 block weights. After writing, the file
 is read back with ``gguf.GGUFReader`` and every tensor is dequantized and compared with what was meant to
-be stored (exact codes and fp16 scales for TQ and F16, the Q8_0 error bound for Q8_0).
+be stored (exact codes and fp16 scales for TQ and F16, the Q8_0 error bound for Q8_0), and the model the
+metadata declares must have exactly the file's tensors, with their shapes (:mod:`trilm.export.gguf_read`).
 """
 
 from __future__ import annotations
@@ -32,9 +35,15 @@ import torch
 
 from trilm.config import ConfigError
 from trilm.export.common import SnapshotSource, export_file, open_snapshot
-from trilm.model.spec import gguf_name, linears_of, weight_key
+from trilm.export.gguf_read import check_declared_shapes
+from trilm.model.config import ModelConfig
+from trilm.model.spec import ATTENTION, MLP, gguf_name, linears_of, parse_key, weight_key
 
 QTYPES = ("f16", "q8_0", "tq1_0", "tq2_0")
+UNIFORM_ARCH = "llama"
+PER_LAYER_ARCH = "deci"
+"""llama.cpp's architecture of LLaMA blocks with per-block head counts and FFN widths (0 heads = no
+attention), used for structurally pruned models: its loader sizes every block from arrays."""
 TQ_BLOCK = 256
 Q8_BLOCK = 32
 
@@ -62,6 +71,26 @@ def _column_scales(w: torch.Tensor) -> torch.Tensor | None:
     return torch.where(c > 0, c, torch.ones_like(c))
 
 
+def file_blocks(cfg: ModelConfig, where: Path) -> list[int]:
+    """The trilm blocks the file holds, in order. A block whose attention and MLP were both pruned away
+    computes the identity and is left out. A block that keeps its attention but lost its MLP is refused:
+    llama.cpp's per-layer graph skips the rest of such a layer, the attention's residual add included, so
+    the file would run as another model."""
+    blocks = []
+    for i, layer in enumerate(cfg.layer_shapes()):
+        if ATTENTION.present(layer) and not MLP.present(layer):
+            raise ConfigError(
+                f"{where}: block {i} keeps its attention but has no MLP (pruned to FFN width 0); llama.cpp's "
+                f"{PER_LAYER_ARCH} graph drops the attention output of an FFN-free block, so a GGUF of it "
+                "would not be this model (export hf is refused too; use the trilm snapshot or export packed)"
+            )
+        if ATTENTION.present(layer) or MLP.present(layer):
+            blocks.append(i)
+    if not blocks:
+        raise ConfigError(f"{where}: every block was pruned away; there is no model to write")
+    return blocks
+
+
 @dataclasses.dataclass
 class GGUFReport:
     path: Path
@@ -70,13 +99,15 @@ class GGUFReport:
     folded: list[str]
     max_error: dict[str, float]
     bytes: int
+    blocks: int
 
     def summary(self) -> str:
         folded = f"; scales folded into {', '.join(self.folded)}" if self.folded else ""
         worst = max(self.max_error.values(), default=0.0)
         return (
-            f"wrote {self.path} ({self.qtype}, {self.tensors} tensors, {self.bytes / 2**20:.2f} MiB)"
-            f"{folded}; read back with gguf: max |dequantized − intended| = {worst:.3g}"
+            f"wrote {self.path} ({self.qtype}, {self.blocks} blocks, {self.tensors} tensors, "
+            f"{self.bytes / 2**20:.2f} MiB){folded}; read back with gguf: the declared shapes hold, "
+            f"max |dequantized − intended| = {worst:.3g}"
         )
 
 
@@ -193,15 +224,19 @@ def export_snapshot_gguf(
             if lin.rope:
                 heads = layer.heads if lin.out_dim == "q" else layer.kv_heads
                 state[weight_key(i, lin.name)] = interleave_rope_rows(state[weight_key(i, lin.name)], heads)
+    blocks = file_blocks(cfg, src.path)
+    number = {index: position for position, index in enumerate(blocks)}
     plan: dict[str, tuple[np.ndarray, object]] = {}
     for name, tensor in state.items():
         array = tensor.detach().cpu().numpy().astype(np.float32)
+        parsed = parse_key(name)
+        gname = gguf_name(name if parsed is None else weight_key(number[parsed[0]], parsed[1]))
         if array.ndim == 1:
-            plan[gguf_name(name)] = (array, T.F32)
-        elif name.startswith("layers."):
-            plan[gguf_name(name)] = (array, block_type)
+            plan[gname] = (array, T.F32)
+        elif parsed is not None:
+            plan[gname] = (array, block_type)
         else:  # embedding and head: F16, or Q8_0 when asked for Q8_0
-            plan[gguf_name(name)] = (array, T.Q8_0 if qtype == "q8_0" else T.F16)
+            plan[gname] = (array, T.Q8_0 if qtype == "q8_0" else T.F16)
     for gname, (array, kind) in plan.items():
         if kind == T.Q8_0 and array.shape[1] % Q8_BLOCK:
             raise ConfigError(
@@ -210,16 +245,26 @@ def export_snapshot_gguf(
             )
     tokens, scores, types = _vocab(src, cfg.padded_vocab)
     with export_file(out, "gguf", src, qtype=qtype) as tmp:
-        writer = gguf.GGUFWriter(tmp, "llama")
+        writer = gguf.GGUFWriter(tmp, UNIFORM_ARCH if cfg.is_uniform else PER_LAYER_ARCH)
         writer.add_name(f"{src.meta.get('run') or cfg.name} step {src.step}")
         writer.add_file_type(int(file_type))
         writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
         writer.add_context_length(cfg.context)
         writer.add_embedding_length(cfg.hidden)
-        writer.add_block_count(cfg.layers)
-        writer.add_feed_forward_length(cfg.ffn)
-        writer.add_head_count(cfg.heads)
-        writer.add_head_count_kv(cfg.num_kv_heads)
+        writer.add_block_count(len(blocks))
+        if cfg.is_uniform:
+            writer.add_feed_forward_length(cfg.ffn)
+            writer.add_head_count(cfg.heads)
+            writer.add_head_count_kv(cfg.num_kv_heads)
+        else:  # one entry per block, and the head size said outright (block 0 may have no heads)
+            shapes = [cfg.layer_shape(i) for i in blocks]
+            writer.add_feed_forward_length([s.ffn for s in shapes])
+            writer.add_head_count([s.heads for s in shapes])
+            writer.add_head_count_kv([s.kv_heads for s in shapes])
+            writer.add_key_length(cfg.head_dim)
+            writer.add_value_length(cfg.head_dim)
+            if len(blocks) < cfg.layers:
+                writer.add_array("trilm.blocks", blocks)
         writer.add_rope_freq_base(cfg.rope_theta)
         writer.add_rope_dimension_count(cfg.head_dim)
         writer.add_layer_norm_rms_eps(cfg.norm_eps)
@@ -248,7 +293,8 @@ def export_snapshot_gguf(
         writer.write_tensors_to_file()
         writer.close()
         errors = verify_gguf(tmp, plan)
-    return GGUFReport(Path(out), qtype, len(plan), folded, errors, Path(out).stat().st_size)
+        check_declared_shapes(tmp)
+    return GGUFReport(Path(out), qtype, len(plan), folded, errors, Path(out).stat().st_size, len(blocks))
 
 
 def verify_gguf(path: Path, plan: dict[str, tuple[np.ndarray, object]]) -> dict[str, float]:
