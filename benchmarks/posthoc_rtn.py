@@ -3,7 +3,7 @@
 RTN reads no data, yet until it was marked data-free ``trilm quantize --method rtn`` required ``--calib``: it
 tokenized and sampled the calibration windows and ran the block engine's passes (embed the windows, run
 every block over them) only to throw them away. This script times both paths on the post-hoc benchmark
-model's architecture (``configs/train/posthoc-floatlm.yaml``: 6.3M parameters, context 256) with random
+model's architecture (``configs/train/posthoc-floatlm.yaml``: hidden 256, 6 blocks, context 256) with random
 weights — RTN's cost does not depend on the weight values — and checks that they write the same layers::
 
     python benchmarks/posthoc_rtn.py --calib runs/quickstart/data/train [--samples 128] [--repeats 3]

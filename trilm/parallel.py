@@ -179,8 +179,8 @@ def shutdown_parallel() -> None:
     tests between cases); a no-op when nothing is initialised."""
     global _SEQUENCE_PARALLEL
     _SEQUENCE_PARALLEL = False
-    mpu = _mpu()
-    if mpu.model_parallel_is_initialized():
+    mpu = sys.modules.get("megatron.core.parallel_state")  # not imported: no megatron groups to tear down
+    if mpu is not None and mpu.model_parallel_is_initialized():
         mpu.destroy_model_parallel()
     if dist.is_initialized():
         dist.destroy_process_group()
