@@ -90,7 +90,7 @@ def stored(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def fit_grid(
-    w: torch.Tensor, bits: int, sym: bool, scale_dtype: torch.dtype = torch.float32
+    w: torch.Tensor, bits: int, sym: bool, scale_dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row (scale, zero) of ``w`` (rows, cols), the scale rounded to ``scale_dtype`` (fp32 = exact)."""
     scale, zero = fit_uniform_grid(w, bits, sym)
