@@ -22,7 +22,7 @@ from torch import nn
 from trilm.model.config import LayerShape, ModelConfig
 from trilm.model.ops import apply_rotary, rms_norm, rope_table
 from trilm.model.quant import ScaleLayout, fake_quant_activation, quantized_linear
-from trilm.model.spec import ATTENTION, MLP, BlockLinear, SubBlock, linear_of, weight_key
+from trilm.model.spec import ATTENTION, MLP, SubBlock, linear_of, weight_key
 from trilm.parallel import reduce_scatter_to_sequence_parallel_region
 
 
@@ -168,31 +168,29 @@ def _layout(cfg: ModelConfig, parallel: str, segments: tuple[int, ...], tp: int,
     )
 
 
-def _sub_block_linears(
-    cfg: ModelConfig, shape: LayerShape, index: int, sub: SubBlock
-) -> tuple[dict[str, int], BlockLinear]:
-    """A sub-block's column-parallel linears as the segments of one fused matrix (they read the same input
-    site: q|k|v, gate|up), and its row-parallel output projection."""
+def _sub_block_layers(
+    cfg: ModelConfig, shape: LayerShape, index: int, sub: SubBlock, mp_config, tp: int, rank: int
+) -> tuple[QuantColumnParallelLinear, QuantRowParallelLinear]:
+    """A sub-block's column-parallel linears fused into one matrix (they read the same input site: q|k|v,
+    gate|up; each keeps its own scales) and its row-parallel output projection."""
     columns = [lin for lin in sub.linears if lin.parallel == "column"]
-    (row,) = [lin for lin in sub.linears if lin.parallel == "row"]
-    return {weight_key(index, lin.name): lin.shape(cfg, shape)[0] for lin in columns}, row
+    (out,) = [lin for lin in sub.linears if lin.parallel == "row"]
+    segments = {weight_key(index, lin.name): lin.shape(cfg, shape)[0] for lin in columns}
+    act = cfg.quant.activation_bits if cfg.family != "floatlm" else None
+    col = _layout(cfg, "column", tuple(segments.values()), tp, rank)
+    fused = QuantColumnParallelLinear(cfg.hidden, segments, col, act, config=mp_config)
+    out_features, in_features = out.shape(cfg, shape)
+    row = _layout(cfg, "row", (cfg.hidden,), tp, rank)
+    name = weight_key(index, out.name)
+    return fused, QuantRowParallelLinear(name, in_features, out_features, row, act, config=mp_config)
 
 
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig, shape: LayerShape, index: int, mp_config, tp: int, rank: int):
         super().__init__()
-        hd = cfg.head_dim
         self.local_heads, self.local_kv = shape.heads // tp, shape.kv_heads // tp
-        self.head_dim = hd
-        segments, out = _sub_block_linears(cfg, shape, index, ATTENTION)
-        act = cfg.quant.activation_bits if cfg.family != "floatlm" else None
-        col = _layout(cfg, "column", tuple(segments.values()), tp, rank)
-        self.wqkv = QuantColumnParallelLinear(cfg.hidden, segments, col, act, config=mp_config)
-        row = _layout(cfg, "row", (cfg.hidden,), tp, rank)
-        out_features, in_features = out.shape(cfg, shape)
-        self.wo = QuantRowParallelLinear(
-            weight_key(index, out.name), in_features, out_features, row, act, config=mp_config
-        )
+        self.head_dim = cfg.head_dim
+        self.wqkv, self.wo = _sub_block_layers(cfg, shape, index, ATTENTION, mp_config, tp, rank)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         hd, heads, kv = self.head_dim, self.local_heads, self.local_kv
@@ -210,15 +208,7 @@ class Attention(nn.Module):
 class SwiGLU(nn.Module):
     def __init__(self, cfg: ModelConfig, shape: LayerShape, index: int, mp_config, tp: int, rank: int):
         super().__init__()
-        segments, out = _sub_block_linears(cfg, shape, index, MLP)
-        act = cfg.quant.activation_bits if cfg.family != "floatlm" else None
-        col = _layout(cfg, "column", tuple(segments.values()), tp, rank)
-        self.w_gate_up = QuantColumnParallelLinear(cfg.hidden, segments, col, act, config=mp_config)
-        row = _layout(cfg, "row", (cfg.hidden,), tp, rank)
-        out_features, in_features = out.shape(cfg, shape)
-        self.w_down = QuantRowParallelLinear(
-            weight_key(index, out.name), in_features, out_features, row, act, config=mp_config
-        )
+        self.w_gate_up, self.w_down = _sub_block_layers(cfg, shape, index, MLP, mp_config, tp, rank)
         self.local_ffn = shape.ffn // tp
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
