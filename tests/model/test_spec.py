@@ -70,18 +70,10 @@ def test_spec_matches_megatron_tensor_parallel_styles():
 def test_hf_names_and_shapes_are_transformers_llama():
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    from trilm.model.hf import hf_config_dict
+
     cfg = preset("floatlm-nano", vocab_size=256, kv_heads=2)
-    hf = LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=cfg.padded_vocab,
-            hidden_size=cfg.hidden,
-            intermediate_size=cfg.ffn,
-            num_hidden_layers=cfg.layers,
-            num_attention_heads=cfg.heads,
-            num_key_value_heads=cfg.num_kv_heads,
-            tie_word_embeddings=False,
-        )
-    )
+    hf = LlamaForCausalLM(LlamaConfig(**hf_config_dict(cfg)))
     theirs = {k: tuple(v.shape) for k, v in hf.state_dict().items() if "rotary" not in k}
     ours = {hf_name(k): s for k, s in canonical_shapes(cfg).items()}
     assert ours == theirs
