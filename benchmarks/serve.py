@@ -42,6 +42,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from trilm.dtypes import DTYPE_NAMES, parse_dtype
 from trilm.infer import InferenceModel, prepare_for_inference
 from trilm.model import preset
 from trilm.serve import Engine, SamplingParams
@@ -306,9 +307,7 @@ def memory_probe_subprocess(args, kind: str) -> tuple[float | None, str]:
 def run(args) -> dict:
     device = torch.device(args.device)
     cuda = device.type == "cuda"
-    dtype = (
-        getattr(torch, args.dtype) if args.dtype != "auto" else (torch.bfloat16 if cuda else torch.float32)
-    )
+    dtype = parse_dtype(args.dtype) if args.dtype != "auto" else (torch.bfloat16 if cuda else torch.float32)
     ttft_lengths = tuple(args.ttft)
     depths, batches, steps = tuple(args.depths), tuple(args.batches), args.steps
     context = max(max(ttft_lengths), max(depths)) + EXTRA_CONTEXT
@@ -498,7 +497,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--size", default=None, help="preset size (CPU default tiny, CUDA default 3.9b)")
     p.add_argument("--vocab", type=int, default=None, help="vocabulary (default 2048 CPU, 50304 CUDA)")
-    p.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
+    p.add_argument("--dtype", default="auto", choices=("auto", *DTYPE_NAMES))
     p.add_argument(
         "--contenders",
         nargs="+",
