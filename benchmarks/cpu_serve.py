@@ -206,7 +206,7 @@ class LlamaContender:
         self.decode(prompt[:DECODE_PROMPT], 2)
 
 
-def contenders(model: str, snapshots, ggufs, threads: int, max_len: int) -> list:
+def contenders(model: str, snapshots, ggufs, threads: int, max_len: int, only: str | None = None) -> list:
     bf16, fp32 = torch.bfloat16, torch.float32
     f, t = snapshots["floatlm"], snapshots["trilm"]
     specs = [  # (name, snapshot, dtype, packed, compile)
@@ -221,9 +221,13 @@ def contenders(model: str, snapshots, ggufs, threads: int, max_len: int) -> list
     out: list = [
         TrilmContender(name, path, dtype=dtype, packed=packed, compile=comp, max_len=max_len)
         for name, path, dtype, packed, comp in specs
+        if only is None or only in name
     ]
-    if ggufs:
-        out += [LlamaContender(f"llama.cpp {q.upper()}", p, threads, max_len) for q, p in ggufs.items()]
+    out += [
+        LlamaContender(f"llama.cpp {q.upper()}", p, threads, max_len)
+        for q, p in ggufs.items()
+        if only is None or only in f"llama.cpp {q.upper()}"
+    ]
     return out
 
 
@@ -234,12 +238,12 @@ def measure(args, threads: int) -> list[dict]:
     for model in args.models.split(","):
         workdir = args.workdir
         snapshots = write_snapshots(workdir, model)
-        ggufs = write_ggufs(snapshots, workdir, model) if llama_available() else {}
+        ggufs = write_ggufs(snapshots, workdir, model) if llama_available() and not args.no_llama else {}
         cfg = model_config(model, "floatlm")
         max_len = min(cfg.context, max(args.prompt, DECODE_PROMPT + args.steps * 2) + 16)
         gen = torch.Generator().manual_seed(1)
         prompt = torch.randint(3, 500, (args.prompt,), generator=gen).tolist()
-        pool = contenders(model, snapshots, ggufs, threads, max_len)
+        pool = contenders(model, snapshots, ggufs, threads, max_len, args.only)
         for c in pool:
             t0 = time.perf_counter()
             c.warm(prompt, args.steps)
@@ -338,6 +342,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=32, help="decode steps per round")
     parser.add_argument("--prompt", type=int, default=128, help="prefill prompt tokens")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--only", default=None, help="run only contenders whose name contains this")
+    parser.add_argument("--no-llama", action="store_true", help="skip llama.cpp (and the GGUF exports)")
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "trilm-cpu-serve")
     parser.add_argument("--out", type=Path, default=None, help="directory for the JSON result")
     parser.add_argument("--one-thread-count", type=int, default=None, help=argparse.SUPPRESS)
@@ -348,9 +354,17 @@ def main(argv: list[str] | None = None) -> int:
     if not llama_available():
         print("llama-cpp-python is not installed (pip install '.[bench]'): llama.cpp rows are skipped")
     rows: list[dict] = []
-    base = [a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("--out")]
+    base, skip = [], False
+    for a in argv if argv is not None else sys.argv[1:]:  # the child writes no file: drop --out and its value
+        if skip or a.startswith("--out="):
+            skip = False
+            continue
+        if a == "--out":
+            skip = True
+            continue
+        base.append(a)
     for threads in (int(t) for t in args.threads.split(",")):
-        cmd = [sys.executable, __file__, *base, "--one-thread-count", str(threads), "--out", os.devnull]
+        cmd = [sys.executable, __file__, *base, "--one-thread-count", str(threads)]
         print(f"threads={threads}: {' '.join(cmd[1:])}", flush=True)
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True)  # progress on stderr
         rows += json.loads(proc.stdout.strip().splitlines()[-1])

@@ -23,3 +23,47 @@ def test_serve_benchmark_smoke(tmp_path, capsys):
     assert "not measured" in report["targets"]["trilm_over_floatlm_decode"]
     assert "engine/hf-generate decode tokens/s" in report["ratios"]
     assert "wrote" in capsys.readouterr().out
+
+
+def test_cpu_serve_benchmark_smoke(tmp_path):
+    """benchmarks/cpu_serve.py end to end with its eager trilm contenders (no compile, no llama.cpp): one
+    process per thread count, rows and targets in the JSON."""
+    import os
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, str(REPO / "benchmarks" / "cpu_serve.py"), "--models", "tiny", "--threads", "1"]
+    cmd += ["--rounds", "1", "--steps", "2", "--prompt", "8", "--only", "eager", "--no-llama"]
+    cmd += ["--workdir", str(tmp_path / "work"), "--out", str(tmp_path)]
+    out = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)}
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    (path,) = tmp_path.glob("cpu-serve-*.json")
+    report = json.loads(path.read_text())
+    names = {r["contender"] for r in report["rows"]}
+    assert names == {
+        "trilm floatlm fp32 eager",
+        "trilm trilm dequantized fp32 eager",
+        "trilm trilm packed bf16 eager",
+    }
+    assert all(r["decode_tok_s"] > 0 and r["prefill_tok_s"] > 0 and r["threads"] == 1 for r in report["rows"])
+    assert all(t["ratio"] is None for t in report["targets"])  # llama.cpp and compiled rows not run
+
+
+def test_cpu_kernels_benchmark_smoke(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("bench_cpu_kernels", REPO / "benchmarks" / "cpu_kernels.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    args = ["--model", "trilm-nano", "--threads", "1", "--batches", "1", "--rounds", "1", "--reps", "1"]
+    assert bench.main([*args, "--out", str(tmp_path)]) == 0
+    (path,) = tmp_path.glob("cpu-kernels-trilm-nano-*.json")
+    rows = json.loads(path.read_text())["rows"]
+    assert {r["kernel"] for r in rows} >= {
+        "dense_fp32",
+        "dense_bf16",
+        "int4_bf16",
+        "int8_bf16",
+        "unpack_fp32",
+    }
+    assert all(r["us"] > 0 for r in rows)
