@@ -354,6 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     if not llama_available():
         print("llama-cpp-python is not installed (pip install '.[bench]'): llama.cpp rows are skipped")
     rows: list[dict] = []
+    load_before = list(os.getloadavg())
     base, skip = [], False
     for a in argv if argv is not None else sys.argv[1:]:  # the child writes no file: drop --out and its value
         if skip or a.startswith("--out="):
@@ -372,7 +373,13 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "cpu_serve",
         "command": "python benchmarks/cpu_serve.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "date": datetime.date.today().isoformat(),
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__},
+        "machine": {
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "torch": torch.__version__,
+            "load_average_before": load_before,
+            "load_average_after": list(os.getloadavg()),
+        },
         "llama_cpp": _llama_version(),
         "models": {m: _describe(m) for m in args.models.split(",")},
         "rows": rows,
