@@ -89,12 +89,8 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "quantize") -> 
         action="store_true",
         help="calibrate [k,v,q] → [o] → [up,gate] → [down] in turn (GPTQ-family methods)",
     )
-    eng.add_argument(
-        "--scale-dtype",
-        choices=SCALE_DTYPES,
-        default=None,
-        help="precision of the stored scales (default: the packed formats', trilm.formats.SCALE_DTYPE)",
-    )
+    scale_help = "precision of the stored scales (default: the formats', trilm.formats.SCALE_DTYPE)"
+    eng.add_argument("--scale-dtype", choices=SCALE_DTYPES, help=scale_help)
     eng.add_argument("--no-progress", action="store_true", help="no progress bar")
     ev = parser.add_argument_group("evaluation")
     ev.add_argument(
