@@ -262,3 +262,24 @@ def test_a_file_whose_metadata_disagrees_with_its_tensors_is_named(make_snapshot
         ConfigError, match=r"blk\.0\.ffn_gate\.weight \(180, 64\) where the metadata says \(192, 64\)"
     ):
         check_declared_shapes(path)
+
+
+def test_llama_cpp_loads_a_pruned_export_and_computes_trilms_logits(make_snapshot, tmp_path):
+    """The real reader: llama.cpp (llama-cpp-python, the benchmark extra) loads the deci file of a model with
+    per-block head counts, FFN widths and an attention-free block, and gives trilm's logits within F16."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    snap = make_snapshot("floatlm", seed=7, run="llama-cpp", kv_heads=2, layers=3)
+    pruned = make_snapshot(
+        "floatlm", seed=7, run="llama-cpp-pruned", kv_heads=2, layers=3, layer_kv_heads=[2, 0, 1],
+        layer_ffn=[180, 89, 192],
+    )  # fmt: skip
+    ids = _ids()[0].tolist()
+    for source in (snap, pruned):
+        out = tmp_path / f"{source.parent.parent.name}.gguf"
+        export_snapshot_gguf(source, out, qtype="f16")
+        llm = llama_cpp.Llama(model_path=str(out), n_ctx=64, logits_all=True, verbose=False, n_threads=1)
+        llm.eval(ids)
+        theirs = torch.tensor(np.array(llm.scores[: len(ids)]))
+        with torch.no_grad():
+            ours = load_model(source, tp=1).eval()(torch.tensor([ids]))[0]
+        assert (ours - theirs).abs().max() < 1e-2 * max(1.0, float(ours.abs().max())), source
