@@ -78,8 +78,8 @@ class SizeSpec(Config):
 
     def validate(self) -> None:
         require(bool(self.name) and "-" not in self.name, f"name: {self.name!r} must be set, without '-'")
-        unknown = sorted(set(self.family_overrides) - set(FAMILIES))
-        require(not unknown, f"family_overrides: {unknown} are not families ({', '.join(FAMILIES)})")
+        unknown = sorted(set(self.family_overrides) - set(FAMILY_NAMES))
+        require(not unknown, f"family_overrides: {unknown} are not families ({', '.join(FAMILY_NAMES)})")
         for key in ("tensor_parallel", "data_parallel", "micro_batch"):
             require(getattr(self, key) >= 0, f"{key}: must be >= 0, got {getattr(self, key)}")
         for key in ("family", "name"):
