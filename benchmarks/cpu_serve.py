@@ -335,6 +335,36 @@ def targets(rows: list[dict]) -> list[dict]:
     return out
 
 
+def markdown(result: dict) -> str:
+    """The result as markdown tables: tokens/s per contender (1 and 2 threads) and the targets."""
+    lines = []
+    for model in result["models"]:
+        rows = [r for r in result["rows"] if r["model"] == model]
+        threads = sorted({r["threads"] for r in rows})
+        names = list(dict.fromkeys(r["contender"] for r in rows))
+        head = " | ".join(f"decode t{t} | prefill t{t}" for t in threads)
+        lines += [
+            f"**{model}** (tokens/s)",
+            "",
+            f"| contender | {head} |",
+            "|---|" + "---|" * 2 * len(threads),
+        ]
+        for name in names:
+            cells = []
+            for t in threads:
+                cells += [
+                    f"{rate(rows, model, t, name):,.0f}",
+                    f"{rate(rows, model, t, name, 'prefill_tok_s'):,.0f}",
+                ]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += ["| target (1 thread, decode) | ratio | met |", "|---|---|---|"]
+    for t in result["targets"]:
+        met = "not measured" if t["ratio"] is None else ("yes" if t["met"] else "no")
+        lines.append(f"| {t['target']} | {t['ratio']} | {met} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="tiny,190m", help=f"comma list of {', '.join(MODELS)}")
@@ -347,7 +377,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "trilm-cpu-serve")
     parser.add_argument("--out", type=Path, default=None, help="directory for the JSON result")
     parser.add_argument("--one-thread-count", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--markdown", type=Path, default=None, help="print a result JSON as markdown tables")
     args = parser.parse_args(argv)
+    if args.markdown is not None:
+        print(markdown(json.loads(args.markdown.read_text())))
+        return 0
     if args.one_thread_count is not None:
         print(json.dumps(measure(args, args.one_thread_count)))
         return 0
