@@ -5,7 +5,10 @@
 For each block-linear shape of a model (default ``trilm-190m``: 768→768, 768→2048, 2048→768) at batch 1 and
 4, times ``y = x @ W^T`` by:
 
-* ``dense_fp32`` / ``dense_bf16`` — ``F.linear`` on the float weight (what not packing costs);
+* ``dense_fp32`` / ``dense_bf16`` — ``F.linear`` on the float weight (what not packing costs, and what the
+  engine's float layers run);
+* ``prepacked_fp32`` / ``prepacked_bf16`` — the same product with the weight reordered once for MKL / oneDNN
+  (``mkl._mkl_linear``, ``mkldnn._linear_pointwise``): what weight prepacking would give the float layers;
 * ``int4_bf16`` / ``int4_fp32`` — ``aten._weight_int4pack_mm_for_cpu`` with bf16 / fp32 activations (the
   layout :mod:`kernels.cpu` converts ternary, binary and int2–4 weights to);
 * ``int8_bf16`` / ``int8_fp32`` — ``aten._weight_int8pack_mm`` (per-channel int8);
@@ -47,11 +50,15 @@ def kernels_for(n: int, k: int, m: int, seed: int = 0) -> dict[str, callable]:
     x32 = torch.randn(m, k, generator=gen)
     xb = x32.to(torch.bfloat16)
     int4 = Int4Weight.convert(ternary)
+    mkl = torch.ops.mkl._mkl_reorder_linear_weight(w32, m)
+    onednn = torch.ops.mkldnn._reorder_linear_weight(wb, m)
     w8 = codes.contiguous()
     s8 = torch.full((n,), 0.02)
     return {
         "dense_fp32": lambda: F.linear(x32, w32),
         "dense_bf16": lambda: F.linear(xb, wb),
+        "prepacked_fp32": lambda: torch.ops.mkl._mkl_linear(x32, mkl, w32, None, m),
+        "prepacked_bf16": lambda: torch.ops.mkldnn._linear_pointwise(xb, onednn, None, "none", [], ""),
         "int4_bf16": lambda: int4(xb),
         "int4_fp32": lambda: torch.ops.aten._weight_int4pack_mm_for_cpu(
             x32, int4.packed, int4.group, int4.scale_zeros.float()
@@ -77,16 +84,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", default="1,4")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--head", action="store_true", help="also the vocabulary projection (dense only)")
     parser.add_argument("--out", type=Path, default=None, help="directory for the JSON result")
     args = parser.parse_args(argv)
     cfg = preset(args.model)
     shapes = sorted({(cfg.hidden, cfg.hidden), (cfg.ffn, cfg.hidden), (cfg.hidden, cfg.ffn)})
+    if args.head:
+        shapes.append((cfg.padded_vocab, cfg.hidden))
     rows = []
     for threads in (int(t) for t in args.threads.split(",")):
         torch.set_num_threads(threads)
         for m in (int(b) for b in args.batches.split(",")):
             for n, k in shapes:
                 fns = kernels_for(n, k, m)
+                if n == cfg.padded_vocab:  # the head stays a float layer: only the dense products
+                    fns = {name: f for name, f in fns.items() if name.startswith(("dense", "prepacked"))}
                 times: dict[str, list[float]] = {name: [] for name in fns}
                 for _ in range(args.rounds):
                     for name, fn in fns.items():
