@@ -292,9 +292,9 @@ def make_plan(spec: AffineSpec, path: str, m: int, dtype: torch.dtype, config: d
         return LaunchPlan(kernel, spec, path, m, dtype, config)
     if not spec.lo.is_cuda:
         cfg = (
-            dict(tuning.INTERP_GEMV)
+            dict(tuning.AFFINE_INTERP_GEMV)
             if path == "gemv"
-            else {**tuning.INTERP_GEMM, "BLOCK_M": 16 if m <= 16 else 64}
+            else {**tuning.AFFINE_INTERP_GEMM, "BLOCK_M": 16 if m <= 16 else 64}
         )
         return LaunchPlan(kernel, spec, path, m, dtype, cfg)
     cache = tuning.shared_cache()

@@ -76,8 +76,8 @@ GEMM_CANDIDATES: dict[int, list[dict[str, Any]]] = {
 }
 """Per M bucket; every candidate pipelines its loads (num_stages ≥ 2)."""
 
-INTERP_GEMV = {"BLOCK_R": 32, "BLOCK_N": 128, "num_warps": 4, "num_stages": 1}
-INTERP_GEMM = {"BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4, "num_stages": 1}
+AFFINE_INTERP_GEMV = {"BLOCK_R": 32, "BLOCK_N": 128, "num_warps": 4, "num_stages": 1}
+AFFINE_INTERP_GEMM = {"BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4, "num_stages": 1}
 """Interpreter configs: few, large programs (its cost is per program and per op)."""
 
 

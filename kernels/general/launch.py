@@ -97,8 +97,8 @@ class KernelWeight:
 
 
 # -- configs -------------------------------------------------------------------------------------------------
-INTERP_GEMV = {"BLOCK_N": 128, "BLOCK_K": 128, "K_ITERS": 2, "num_warps": 4}
-INTERP_GEMM = {"BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_K": 1, "num_warps": 4}
+GENERAL_INTERP_GEMV = {"BLOCK_N": 128, "BLOCK_K": 128, "K_ITERS": 2, "num_warps": 4}
+GENERAL_INTERP_GEMM = {"BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_K": 1, "num_warps": 4}
 """Interpreter configs: large blocks, because the interpreter's cost is per program and loop iteration."""
 
 GPU_GEMV = [
@@ -251,7 +251,7 @@ def general_matmul(
             )
             _tuned("gemv")[grid](*args, **const, enable_fp_fusion=True)
         else:
-            cfg, warps = _split(config or INTERP_GEMV)
+            cfg, warps = _split(config or GENERAL_INTERP_GEMV)
             grid = (
                 triton.cdiv(kw.n, cfg["BLOCK_N"]),
                 triton.cdiv(kw.k, cfg["BLOCK_K"] * cfg["K_ITERS"]),
@@ -262,7 +262,7 @@ def general_matmul(
     elif path == "gemm":
         cfg, warps = _split(config or {})
         if config is None and interp:
-            cfg, warps = _split(INTERP_GEMM)
+            cfg, warps = _split(GENERAL_INTERP_GEMM)
             cfg["BLOCK_M"] = 16 if m <= 16 else 64
         split_k = cfg.pop("SPLIT_K", None) or gemm_split_k(m, kw.n, kw.k, x.device)
         direct = split_k == 1 and kw.sparse is None

@@ -65,7 +65,7 @@ def test_one_launch_per_call(kind, m, launches):
 
 def test_split_k_call_is_still_one_launch(launches, monkeypatch):
     """With K split across programs the reduction happens in the same kernel (no zeroing, no cast)."""
-    monkeypatch.setattr("kernels.affine.tuning.INTERP_GEMV", {**GEMV_CANDIDATES[1][0], "SPLIT_K": 4})
+    monkeypatch.setattr("kernels.affine.tuning.AFFINE_INTERP_GEMV", {**GEMV_CANDIDATES[1][0], "SPLIT_K": 4})
     layer = QuantLinear(random_packed("ternary", 64, 512, seed=2))
     x = torch.randn(1, 512)
     y = layer(x)

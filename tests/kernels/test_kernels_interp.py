@@ -11,7 +11,7 @@ import torch
 from kernels import prepare, reference_matmul, triton_matmul
 from kernels.affine.plan import affine_matmul
 from kernels.affine.tuning import GEMM_CANDIDATES, GEMV_CANDIDATES
-from kernels.general.launch import GPU_GEMM, GPU_GEMV, INTERP_GEMV
+from kernels.general.launch import GENERAL_INTERP_GEMV, GPU_GEMM, GPU_GEMV
 from kernels.tools.samples import KINDS, random_packed
 
 FP32_TOL = dict.fromkeys(KINDS, 4e-6)
@@ -136,7 +136,7 @@ def test_fp16_activations_with_native_accumulation():
     assert rel_err(triton_matmul(x, prepare(weight)), ref) <= 5e-3  # affine: fp16 in and out, one launch
     for accumulate in ("fp32", "native"):
         general = prepare(weight, general=True)
-        y = triton_matmul(x, general, accumulate=accumulate, config={**INTERP_GEMV, "BLOCK_K": 32})
+        y = triton_matmul(x, general, accumulate=accumulate, config={**GENERAL_INTERP_GEMV, "BLOCK_K": 32})
         assert y.dtype == torch.float16
         assert rel_err(y, ref) <= 5e-3
 
