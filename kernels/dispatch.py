@@ -31,6 +31,8 @@ def resolve_backend(backend: str, x: torch.Tensor) -> str:
     """'auto' → 'triton' on CUDA or under the CPU interpreter, 'cpu' on other CPUs, else the named one."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "cpu" and x.device.type != "cpu":
+        raise ValueError(f"backend 'cpu' runs CPU tensors; this input is on {x.device}")
     if backend != "auto":
         return backend
     if x.is_cuda or interpreting():
