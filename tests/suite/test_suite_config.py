@@ -147,3 +147,22 @@ def test_family_overrides_of_a_size_come_last(tmp_path):
     bad = _definition(tmp_path / "bad", FAKE_DATA, **{"sizes.0.family_overrides": {"ternary": {}}})
     with pytest.raises(ConfigError, match=r"sizes\[0\].family_overrides: \['ternary'\] are not families"):
         load_suite(bad)
+
+
+def test_the_mup_check_trains_the_ladders_recipe():
+    """configs/suites/ladder-mup.yaml trains FloatLM as the ladder does (shapes where they share a size, data,
+    budget, batch, schedule, checkpoints; the rate is what both sweep), so their runs compare."""
+    ladder = {r.size: r.cfg for r in load_suite("ladder", families=["floatlm"]).runs}
+    mup = {r.size: r.cfg for r in load_suite("ladder-mup").runs}
+
+    def recipe(cfg):
+        data = cfg.to_dict()
+        for key in ("train_dir", "valid_dir", "tokenizer"):
+            data["data"].pop(key)
+        data.pop("run_dir")
+        data["optim"].pop("lr")
+        return data
+
+    for size in ("128x4", "192x4"):
+        assert recipe(ladder[size]) == recipe(mup[size]), size
+    assert mup["64x4"].model.layers == 4 and mup["64x4"].model.hidden == 64
