@@ -128,7 +128,7 @@ def test_an_interval_reaching_zero_is_not_a_law(tmp_path):
     report = analyze(write_table(tmp_path / "r.csv", _rows(FIVE, losses)), tmp_path / "o", bootstrap=300)
     law = report.families["floatlm"].law_x
     reasons = " ".join(law.identification.reasons)
-    assert not law.identified and any(k in reasons for k in ("reaches 0", "≤ 0", "a step")), reasons
+    assert not law.identified and any(k in reasons for k in ("reaches 0", "≤ 0", "not pinned down")), reasons
     assert _assert_only_identified_laws_printed(_all_text(report, tmp_path / "o")) == 0
 
 
@@ -174,3 +174,13 @@ def test_the_summary_says_where_loss_does_not_fall_with_size(tmp_path):
     lines = ordering_lines(report)
     assert lines[0] == " FloatLM  loss does not fall at 99M → 190M (+0.2010)"
     assert lines[1] == "   TriLM  loss falls at every step up in size"
+
+
+def test_l_of_d_after_warm_up_and_a_collapsed_e_is_not_a_law(tmp_path):
+    rows = synthetic_suite({"floatlm": LAW}, sizes=FIVE, checkpoints=8, noise=0.0)
+    report = analyze(write_table(tmp_path / "r.csv", rows), None, bootstrap=0, d_from=0.05)
+    law = report.run_fits["floatlm-99M"]
+    assert law.fit.n_points == 6 and law.identified  # log-spaced from 1/64 of the budget: two below 0.05
+    assert any("L(D) from D = " in n and "2 earlier checkpoint(s) left out" in n for n in report.notes)
+    bare = dataclasses.replace(law, fit=dataclasses.replace(law.fit, params={**law.fit.params, "E": 1e-12}))
+    assert "E = 1e-12 ≈ 0 (the irreducible loss is not identified)" in identify(bare, "checkpoints").because

@@ -337,6 +337,15 @@ def _run_specs(
     points = [r for r in items if r.tokens > 0]
     if len(points) < len(items):
         notes.append(f"run {run}: {len(items) - len(points)} checkpoint(s) at D = 0 left out of L(D)")
+    if cfg.d_from > 0 and points:
+        start = cfg.d_from * max(r.tokens for r in points)
+        early = [r for r in points if r.tokens < start]
+        points = [r for r in points if r.tokens >= start]
+        if early:
+            notes.append(
+                f"run {run}: L(D) from D = {start:,.0f} on ({cfg.d_from:g} of the run, the end of warm-up);"
+                f" {len(early)} earlier checkpoint(s) left out"
+            )
     if len({r.tokens for r in points}) < 3:
         _skip(
             strict,

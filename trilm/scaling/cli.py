@@ -59,6 +59,12 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "scaling") -> N
         default="final",
         help="L(N, D) on final checkpoints of runs (default) or all checkpoints",
     )
+    fit.add_argument(
+        "--d-from",
+        type=float,
+        default=0.0,
+        help="L(D) along a run from this fraction of its tokens on (e.g. the end of warm-up; default 0)",
+    )
     fit.add_argument("--no-loso", action="store_true", help="skip leave-one-size-out refits")
     fit.add_argument("--no-plots", action="store_true", help="skip the plots")
     fit.add_argument("--delta", type=float, default=HUBER_DELTA, help="Huber δ on log-loss residuals")
@@ -95,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
         reference=args.reference,
         families=list(args.families),
         nd_points=args.nd_points,
+        d_from=args.d_from,
         loso=not args.no_loso,
         plots=not args.no_plots,
         delta=args.delta,

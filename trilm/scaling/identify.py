@@ -13,6 +13,8 @@ story the data do not. A law counts as identified only when all of these hold:
   trend;
 - there are more distinct values than the law has parameters (three points fix ``E + A/N^α`` exactly,
   so nothing tests it);
+- the irreducible loss E is pinned: a fit whose E collapses towards 0 (below :data:`MIN_E_FRACTION` of the
+  lowest loss) is a bare power law through the points, with E not identified;
 - with a bootstrap: the interval of every exponent is finite, lies above zero and has width — unless the
   law passes exactly through more points than it has parameters (data made from a law), where every
   resample rightly finds the same curve.
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
 
 MIN_EXPONENT = 1e-3
 MAX_EXPONENT = 2.0
+MIN_E_FRACTION = 0.01
 EXACT = 1e-7
 """Largest |log residual| of a fit that passes exactly through its points."""
 MIN_NEW_LOWS = 3
@@ -80,7 +83,12 @@ def identify(law: LawFit, unit: str = "sizes", variable: str | None = None) -> I
         if params[name] <= MIN_EXPONENT:
             reasons.append(f"{symbol} = {params[name]:.3g} ≤ 0 (the loss does not fall with {var})")
         elif params[name] > MAX_EXPONENT:
-            reasons.append(f"{symbol} = {params[name]:.3g} > {MAX_EXPONENT:g} (a step, not a power law)")
+            reasons.append(
+                f"{symbol} = {params[name]:.3g} > {MAX_EXPONENT:g} (nearly all of the decrease is between the"
+                " first two points: the exponent is not pinned down)"
+            )
+    if params["E"] < MIN_E_FRACTION * float(np.min(law.loss)):
+        reasons.append(f"E = {params['E']:.3g} ≈ 0 (the irreducible loss is not identified)")
     x = law.inputs[form.variables[0]]
     distinct = np.unique(x).size
     if len(form.variables) == 1:

@@ -34,6 +34,10 @@ class AnalysisConfig(Config):
     """family the others are compared with; empty: ``floatlm`` if present, else the first family"""
     families: list[str] = dataclasses.field(default_factory=list)
     nd_points: Literal["final", "all"] = "final"
+    d_from: float = 0.0
+    """L(D) along a run uses its checkpoints from this fraction of the run's tokens on. Warm-up is not a
+    power law in D (the rate is still rising), so ``trilm suite analyse`` sets it to the end of its runs'
+    warm-up; 0 = every checkpoint with D > 0."""
     loso: bool = True
     plots: bool = True
     delta: float = HUBER_DELTA
@@ -42,6 +46,7 @@ class AnalysisConfig(Config):
         require(self.bootstrap >= 0, f"bootstrap: must be ≥ 0, got {self.bootstrap}")
         require(0 < self.level < 1, f"level: must be in (0, 1), got {self.level}")
         require(self.delta > 0, f"delta: must be > 0, got {self.delta}")
+        require(0 <= self.d_from < 1, f"d_from: must be a fraction in [0, 1), got {self.d_from}")
 
 
 @dataclasses.dataclass

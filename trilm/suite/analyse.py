@@ -78,13 +78,26 @@ def analyse_suite(
     echo(f"results table {table_path}: {added} rows added, {skipped} already there")
     out = Path(out_dir) if out_dir is not None else suite.root / "analysis"
     axis = x or suite.config.analysis.x
-    report = analyze([table_path], out, bootstrap=bootstrap, seed=seed, plots=plots, x=axis)
+    report = analyze(
+        [table_path], out, bootstrap=bootstrap, seed=seed, plots=plots, x=axis, d_from=warmup_fraction(suite)
+    )
     result = SuiteAnalysis(
         suite, table_path, out, [d.name for d in run_dirs], added, skipped, missing, report
     )
     result.summary_file.write_text(render_markdown(result))
     report.files["suite"] = str(result.summary_file)
     return result
+
+
+def warmup_fraction(suite: Suite) -> float:
+    """The largest fraction of a run that is warm-up, over the suite's runs (L(D) is fitted after it)."""
+    from trilm.train.schedule import Schedule
+
+    fractions = [
+        Schedule(r.cfg.optim, r.cfg.schedule, r.cfg.steps).warmup_steps / max(r.cfg.steps, 1)
+        for r in suite.runs
+    ]
+    return min(max(fractions, default=0.0), 0.9)
 
 
 # ---- what the analysis says -------------------------------------------------------------------------------
