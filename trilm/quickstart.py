@@ -3,11 +3,14 @@
 It is the quickstart suite (``configs/suites/quickstart.yaml``) run end to end through ``trilm suite``:
 
 1. tokenizer + packed shards of the embedded corpus,
-2. TriLM, FloatLM and BiLM at three tiny sizes each, on the same tokens, with the Spectra schedule, every run
-   writing its checkpoint suite (cheapest runs first),
-3. the final validation loss per size and family, and a generated sample from each family's largest model,
-4. the analysis: the results table of every checkpoint, L(N) = E + A/N^α fitted per family, and the families
-   compared at equal parameters and at equal size in bits (report and plots under ``<run-dir>/analysis``).
+2. TriLM, FloatLM and BiLM at four tiny sizes each, on the same tokens, with the Spectra schedule, every run
+   writing its checkpoint suite (cheapest runs first, one single-threaded run per core at a time),
+3. a generated sample from each family's largest model,
+4. the analysis: the results table of every checkpoint; the final loss per size and family and whether it
+   falls with size; L(N) = E + A/N^α per family, printed as a law only where the data identify it; L(D)
+   along each run; the families compared at equal parameters and at equal size in bits (report and plots
+   under ``<run-dir>/analysis``). The CPU ladder (``docs/results/ladder/``) is the same story at five sizes
+   and four times the tokens.
 
 Rerunning it reuses what is finished: prepared shards, completed runs (they are skipped; an interrupted one
 resumes), rows already in the results table.
@@ -21,6 +24,7 @@ import time
 from pathlib import Path
 
 PROMPTS = ("In the beginning", "The Python interpreter")
+LADDER = "docs/results/ladder/README.md (the CPU ladder in the trilm repository)"
 
 
 def build_parser(parser: argparse.ArgumentParser, command: str = "quickstart") -> None:
@@ -77,11 +81,12 @@ def run(args) -> int:
     print(f"== 1/4 data: tokenizer and packed shards of the embedded corpus → {root / 'data'}")
     prepare_data(suite, progress)
     sizes = ", ".join(dict.fromkeys(r.size for r in suite.runs))
+    jobs = args.jobs or max(1, min(os.cpu_count() or 1, 4))
     print(
         f"== 2/4 train {len(suite.runs)} runs ({', '.join(families)} × {sizes};"
-        f" {suite.runs[0].cfg.steps} steps of {suite.runs[0].cfg.batch_tokens:,} tokens each) → {root}"
+        f" {suite.runs[0].cfg.steps} steps of {suite.runs[0].cfg.batch_tokens:,} tokens each,"
+        f" {jobs} at a time) → {root}"
     )
-    jobs = args.jobs or max(1, min(os.cpu_count() or 1, 4))
     outcomes = launch_local(suite, cheapest_first(suite.runs), progress=progress, jobs=jobs)
     failed = [o for o in outcomes if o.action == "failed"]
     if failed:
@@ -93,6 +98,7 @@ def run(args) -> int:
     result = analyse_suite(suite, bootstrap=args.bootstrap, seed=0)
     print(summary_text(result.report))
     print(f"\nreport {result.summary_file}, {result.out_dir / 'report.md'}; plots in {result.out_dir}")
+    print(f"the same story at five sizes and 4x the tokens, with its pilots: {LADDER}")
     runs = " ".join(str(r.run_dir) for r in suite.runs)
     print("next: export every checkpoint (HF with tokenizer, packed, GGUF, model cards) and evaluate them:")
     print(f"  trilm export suite {runs} --out {root / 'suite'}")
