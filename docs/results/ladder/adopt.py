@@ -21,9 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from trilm.suite import load_suite  # noqa: E402
-from trilm.suite.status import run_status  # noqa: E402
-from trilm.suite.sweep import SweepPoint  # noqa: E402
+from trilm.suite import load_suite
+from trilm.suite.status import run_status
+from trilm.suite.sweep import SweepPoint
 
 
 def candidates(suite, run) -> list[SweepPoint]:
