@@ -25,15 +25,10 @@ not drawn, not printed as a law, and not used to match sizes between families.
 
 from __future__ import annotations
 
-import dataclasses
-from typing import TYPE_CHECKING, Any
-
 import numpy as np
 
 from trilm.scaling.fit import get_form
-
-if TYPE_CHECKING:
-    from trilm.scaling.results import LawFit
+from trilm.scaling.results import Identification, LawFit
 
 MIN_EXPONENT = 1e-3
 MAX_EXPONENT = 2.0
@@ -42,19 +37,6 @@ EXACT = 1e-7
 """Largest |log residual| of a fit that passes exactly through its points."""
 MIN_NEW_LOWS = 3
 SYMBOLS = {"alpha": "α", "beta": "β"}
-
-
-@dataclasses.dataclass(frozen=True)
-class Identification:
-    identified: bool
-    reasons: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"identified": self.identified, "reasons": list(self.reasons)}
-
-    @property
-    def because(self) -> str:
-        return "; ".join(self.reasons)
 
 
 def new_lows(x: np.ndarray, loss: np.ndarray) -> int:

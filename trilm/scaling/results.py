@@ -15,7 +15,6 @@ import numpy as np
 from trilm.config import Config, require
 from trilm.scaling.bootstrap import BootstrapResult
 from trilm.scaling.fit import HUBER_DELTA, FitResult
-from trilm.scaling.identify import Identification
 from trilm.scaling.table import ResultRow, family_kind
 
 
@@ -47,6 +46,21 @@ class AnalysisConfig(Config):
         require(0 < self.level < 1, f"level: must be in (0, 1), got {self.level}")
         require(self.delta > 0, f"delta: must be > 0, got {self.delta}")
         require(0 <= self.d_from < 1, f"d_from: must be a fraction in [0, 1), got {self.d_from}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Identification:
+    """Whether the data pin a fitted law down, and if not why (:mod:`trilm.scaling.identify` decides)."""
+
+    identified: bool
+    reasons: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"identified": self.identified, "reasons": list(self.reasons)}
+
+    @property
+    def because(self) -> str:
+        return "; ".join(self.reasons)
 
 
 @dataclasses.dataclass
