@@ -175,3 +175,10 @@ def test_jobs_train_runs_side_by_side_and_record_a_failure(trained, prepared, tm
     original = trained / "runs/floatlm-nano/snapshots/step-8/config.json"
     loss = [json.loads(p.read_text())["meta"]["val_loss"] for p in (resumed, original)]
     assert abs(loss[0] - loss[1]) < 1e-3  # one thread instead of several: the same run up to rounding
+
+
+def test_runs_are_dealt_largest_first_to_the_least_loaded_worker():
+    from trilm.suite.jobs import deal
+
+    assert deal([1.0, 5.0, 2.0, 4.0, 3.0], 2) == [[0, 1, 2], [3, 4]]  # loads 8 and 7
+    assert deal([1.0, 1.0], 4) == [[0], [1]]  # never an idle worker
