@@ -10,12 +10,12 @@ import pytest
 
 from trilm.cli import main as trilm_main
 from trilm.eval.suite import evaluate_snapshot, suite_rows
+from trilm.families import display_name
 from trilm.scaling.table import read_table
-from trilm.suite.analyse import NAMES
 
 
 def family_name(family: str) -> str:
-    return f"{NAMES[family]:>8}"
+    return f"{display_name(family):>8}"
 
 
 SIZES = ["32x2", "64x2", "96x3", "128x4"]
