@@ -5,7 +5,8 @@
 Reads the finished runs under ``runs/ladder/sweep`` (the ladder: every family × size × rate on the full
 budget) and ``runs/ladder-mup/sweep`` (FloatLM at depth 4, widths 64/128/192, standard parametrization and μP
 with base width 64; the ladder's own FloatLM 128x4 and 192x4 runs are its standard-parametrization points).
-Prints two markdown tables (``README.md`` quotes them) and writes ``sweeps.png`` and ``mup.png``.
+Prints two markdown tables (``report.py`` puts them in ``README.md``) and writes ``sweeps.png`` and
+``mup.png``.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def final_loss(run_dir: Path) -> dict | None:
         return None
     model = cfg["model"]
     return {
+        "dir": run_dir.name,
         "family": model["family"],
         "shape": f"{model['hidden']}x{model['layers']}",
         "width": model["hidden"],
@@ -125,6 +127,28 @@ def plot_mup(points: list[dict], out: Path) -> None:
         fig.savefig(out / f"mup.{ext}", dpi=150 if ext == "png" else None, bbox_inches="tight")
 
 
+def ladder_table(ladder: list[dict]) -> str:
+    """Final loss by rate, one row per (family, size) of the ladder."""
+    shapes = sorted({r["shape"] for r in ladder}, key=lambda s: int(s.split("x")[0]))
+    rows = [(f"{NAMES[f]} {s}", (f, s)) for f in NAMES for s in shapes]
+    return grid(ladder, rows, key=lambda r: (r["family"], r["shape"]))
+
+
+def mup_points(ladder: list[dict], mup: list[dict]) -> list[dict]:
+    """The μP check's runs plus the ladder's FloatLM 128x4 and 192x4 (its standard-parametrization points)."""
+    return mup + [r for r in ladder if r["family"] == "floatlm" and r["shape"] in ("128x4", "192x4")]
+
+
+def mup_table(points: list[dict]) -> str:
+    rows = [
+        (f"{'μP' if m else 'SP'} width {w}", (w, m))
+        for m in (0, 64)
+        for w in sorted({r["width"] for r in points})
+        if not (m and w == 64)
+    ]
+    return grid(points, rows, key=lambda r: (r["width"], r["mup"]))
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--ladder", type=Path, default=Path("runs/ladder/sweep"))
@@ -132,21 +156,11 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=None, help="write sweeps.png and mup.png here")
     args = p.parse_args()
     ladder = collect(args.ladder)
-    shapes = sorted({r["shape"] for r in ladder}, key=lambda s: int(s.split("x")[0]))
-    rows = [(f"{NAMES[f]} {s}", (f, s)) for f in NAMES for s in shapes]
     print("## Final loss by rate (ladder)\n")
-    print(grid(ladder, rows, key=lambda r: (r["family"], r["shape"])))
-    mup = collect(args.mup)
-    sp_ladder = [r for r in ladder if r["family"] == "floatlm" and r["shape"] in ("128x4", "192x4")]
-    points = mup + sp_ladder
-    rows = [
-        (f"{'μP' if m else 'SP'} width {w}", (w, m))
-        for m in (0, 64)
-        for w in sorted({r["width"] for r in points})
-        if not (m and w == 64)
-    ]
+    print(ladder_table(ladder))
+    points = mup_points(ladder, collect(args.mup))
     print("\n## FloatLM at depth 4: standard parametrization (SP) and μP (base width 64)\n")
-    print(grid(points, rows, key=lambda r: (r["width"], r["mup"])))
+    print(mup_table(points))
     print("\n(μP at width 64 is the standard parametrization: the same runs.)")
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
