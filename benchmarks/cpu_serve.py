@@ -64,9 +64,9 @@ def model_config(model: str, family: str) -> ModelConfig:
 
 def write_snapshots(workdir: Path, model: str) -> dict[str, Path]:
     """FloatLM and TriLM snapshots with random weights and a tokenizer (written once, then reused)."""
-    from safetensors.torch import save_file
-
-    from trilm.model.snapshot import SnapshotMeta, canonical_shapes, write_snapshot_config
+    from trilm.model.snapshot import SnapshotMeta
+    from trilm.model.spec import canonical_shapes
+    from trilm.store.snapshot import write_snapshot
 
     tokenizer = _tokenizer(workdir)
     out = {}
@@ -74,9 +74,8 @@ def write_snapshots(workdir: Path, model: str) -> dict[str, Path]:
         cfg = model_config(model, family)
         directory = workdir / f"{model}-{family}"
         out[family] = directory
-        if (directory / "model.safetensors").is_file():
+        if (directory / "COMPLETE").is_file():
             continue
-        directory.mkdir(parents=True, exist_ok=True)
         gen = torch.Generator().manual_seed(0)
         state = {}
         for name, shape in canonical_shapes(cfg).items():
@@ -85,10 +84,8 @@ def write_snapshots(workdir: Path, model: str) -> dict[str, Path]:
             else:
                 scale = 1.0 if name == "embed.weight" else shape[1] ** -0.5
                 state[name] = torch.randn(shape, generator=gen) * scale
-        save_file(state, str(directory / "model.safetensors"))
-        (directory / "tokenizer.model").write_bytes(tokenizer.path.read_bytes())
         meta = SnapshotMeta(family=family, size=cfg.size_name, tokenizer_hash=tokenizer.hash)
-        write_snapshot_config(directory, cfg, meta)
+        write_snapshot(directory, cfg, meta, state, tokenizer=tokenizer.path, replace=True)
     return out
 
 

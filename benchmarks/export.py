@@ -36,6 +36,7 @@ from trilm.model import preset  # noqa: E402
 from trilm.model.config import SPECTRA_SIZES  # noqa: E402
 from trilm.model.flops import parameter_counts  # noqa: E402
 from trilm.model.spec import LINEARS  # noqa: E402
+from trilm.store import save_model  # noqa: E402
 
 
 def ladder_sizes(sizes: list[str]) -> list[dict]:
@@ -100,7 +101,6 @@ def _corpus_texts(limit: int) -> list[str]:
 
 def _snapshot(root: Path, model, tok) -> Path:
     """A complete run-shaped snapshot (``root/snapshots/step-1``) with the run's tokenizer."""
-    from trilm.model.io import save_model
 
     snap = root / "snapshots" / "step-1"
     save_model(

@@ -16,10 +16,18 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from transformers import LlamaForCausalLM
 
-from trilm.model import build_model, load_model, preset, save_model
-from trilm.model.hf import export_hf, import_hf
+from trilm.model import build_model, preset
 from trilm.parallel import ParallelConfig, init_parallel, shutdown_parallel
+from trilm.store import load_model, save_model
+from trilm.store.hf import write_hf_files
+from trilm.store.open import open_model
 from trilm.testing import run_distributed
+
+
+def import_hf(path, family=None):
+    """(config, canonical state) of an HF directory, read through the store."""
+    opened = open_model(path, family=family)
+    return opened.config, opened.weights.float_state()
 
 
 def tp2(cfg, state, ids, snap):
@@ -60,7 +68,7 @@ if __name__ == "__main__":
     for fam in ("floatlm", "trilm", "bilm"):
         with tempfile.TemporaryDirectory() as d:
             m = build_model(preset(f"{fam}-tiny", vocab_size=256, quant={"partitions": 2}), tp=1, seed=5)
-            export_hf(m.cfg, m.full_state_dict(), d)
+            write_hf_files(m.cfg, m.full_state_dict(), d)
             hf = LlamaForCausalLM.from_pretrained(d, torch_dtype=torch.float32)
             with torch.no_grad():
                 a, b = m(ids), hf(ids).logits

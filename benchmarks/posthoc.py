@@ -40,6 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.posthoc_model import prepare_posthoc_model  # noqa: E402
+from trilm.store.hf import write_hf_files  # noqa: E402
+from trilm.store.snapshot import read_snapshot_config  # noqa: E402
 
 SETTINGS = {"W4g128": (4, 128), "W3g128": (3, 128), "W2g128": (2, 128)}
 METHODS = ("rtn", "gptq", "omniquant")
@@ -227,17 +229,14 @@ def quantize_one(model, method, bits, group, args, out_root: Path) -> dict:
 
 def hf_check(model, args, out_root: Path) -> dict:
     """Export the FloatLM as a Hugging Face Llama, quantize that directory with the CLI, evaluate."""
-    from safetensors.torch import load_file
-
     from trilm.cli import main as trilm_main
-    from trilm.model.hf import export_hf
-    from trilm.model.snapshot import read_snapshot
+    from trilm.store.open import open_model
 
-    cfg, _ = read_snapshot(model.snapshot)
+    source = open_model(model.snapshot)
     hf = out_root / "hf-llama"
     if hf.exists():
         shutil.rmtree(hf)
-    export_hf(cfg, load_file(str(model.snapshot / "model.safetensors")), hf, dtype=torch.float32)
+    write_hf_files(source.config, source.weights.float_state(), hf, dtype=torch.float32)
     shutil.copy(model.tokenizer, hf / "tokenizer.model")
     out = out_root / "hf-gptq-w4g128"
     if out.exists():
@@ -319,9 +318,8 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     skip = {s for s in args.skip.split(",") if s}
     model = prepare_posthoc_model(args.run_dir, progress=not args.no_progress, model=args.model)
-    from trilm.model.snapshot import read_snapshot
 
-    cfg, meta = read_snapshot(model.snapshot)
+    cfg, meta = read_snapshot_config(model.snapshot)
     out_root = Path(args.run_dir) / "quantlms" / args.model
     out_root.mkdir(parents=True, exist_ok=True)
     result: dict = {

@@ -39,6 +39,8 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.posthoc import evaluate  # noqa: E402
 from benchmarks.posthoc_model import prepare_posthoc_model  # noqa: E402
+from trilm.store.hf import write_hf_files  # noqa: E402
+from trilm.store.snapshot import read_snapshot_config, write_snapshot  # noqa: E402
 
 ROWS = {
     # name: (method, settings)
@@ -75,10 +77,9 @@ def plain_binary(model, out: Path) -> dict:
     """α·sign(W) per row for every block linear (BinaryWeight, fp16 α), written as a packed snapshot."""
     from trilm.formats import BinaryWeight
     from trilm.infer import load_with_meta
-    from trilm.model.snapshot import read_snapshot, write_packed_snapshot
 
     start = time.perf_counter()
-    cfg, meta = read_snapshot(model.snapshot)
+    cfg, meta = read_snapshot_config(model.snapshot)
     net, _ = load_with_meta(model.snapshot)
     packed = {}
     for name, module in net.linear_modules().items():
@@ -89,7 +90,7 @@ def plain_binary(model, out: Path) -> dict:
     state = {k: v for k, v in net.state_dict().items() if k.removesuffix(".weight") not in packed}
     if out.exists():
         shutil.rmtree(out)
-    write_packed_snapshot(out, cfg, state, packed, meta, tokenizer=model.tokenizer)
+    write_snapshot(out, cfg, meta, state, packed, tokenizer=model.tokenizer)
     seconds = time.perf_counter() - start
     weights = sum(p.out_features * p.in_features for p in packed.values())
     stored = sum(p.storage_bits() for p in packed.values()) / weights
@@ -150,17 +151,14 @@ HF_ROWS = {
 def hf_rows(model, args, out_root: Path) -> dict:
     """The FloatLM exported as a Hugging Face Llama directory, quantized by ``trilm quantize`` with each
     method and evaluated (the same validation sequences)."""
-    from safetensors.torch import load_file
-
     from trilm.cli import main as trilm_main
-    from trilm.model.hf import export_hf
-    from trilm.model.snapshot import read_snapshot
+    from trilm.store.open import open_model
 
-    cfg, _ = read_snapshot(model.snapshot)
+    source = open_model(model.snapshot)
     hf = out_root / "hf-llama"
     if hf.exists():
         shutil.rmtree(hf)
-    export_hf(cfg, load_file(str(model.snapshot / "model.safetensors")), hf, dtype=torch.float32)
+    write_hf_files(source.config, source.weights.float_state(), hf, dtype=torch.float32)
     shutil.copy(model.tokenizer, hf / "tokenizer.model")
     fp = evaluate(hf, model.validation, model.seq_len, args.eval_sequences)
     out: dict = {"fp_ppl": math.exp(fp)}
@@ -297,9 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown rows {unknown}; known: plain-binary, {', '.join(ROWS)}")
     model = prepare_posthoc_model(args.run_dir, progress=not args.no_progress, model=args.model)
-    from trilm.model.snapshot import read_snapshot
 
-    cfg, meta = read_snapshot(model.snapshot)
+    cfg, meta = read_snapshot_config(model.snapshot)
     out_root = Path(args.run_dir) / "quantlms-binary" / args.model
     out_root.mkdir(parents=True, exist_ok=True)
     path = Path(args.out) / f"posthoc-binary-{args.model}-{datetime.date.today().isoformat()}.json"

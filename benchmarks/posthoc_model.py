@@ -76,7 +76,7 @@ def prepare_posthoc_model(
 ) -> PosthocModel:
     """Data + trained FloatLM under ``run_dir`` (reusing whatever is already complete)."""
     from trilm.data.pipeline import prepare_embedded
-    from trilm.train.checkpoint import is_complete
+    from trilm.store.integrity import is_complete
     from trilm.train.trainer import Trainer
 
     run_dir = Path(run_dir)

@@ -41,9 +41,9 @@ from trilm.data.shards import TokenShards
 from trilm.infer import load_inference_model
 from trilm.memory import measure_peak, model_bytes
 from trilm.model.flops import parameter_counts
-from trilm.model.snapshot import read_snapshot
 from trilm.prune import PGConfig, PruneConfig, prune
 from trilm.prune.units import unit_group
+from trilm.store.snapshot import read_snapshot_config
 
 METHODS = {
     "head": ("magnitude", "wanda", "pg"),
@@ -119,7 +119,7 @@ def run_one(args, snapshot, granularity, keep, method, pg: PGConfig, work: Path)
             pg=pg.replace(init=PG_INIT[granularity]),
         )
         prune(cfg, progress=not args.no_progress, log=None)
-    _, meta = read_snapshot(out)
+    _, meta = read_snapshot_config(out)
     record = meta.extra["pruning"]
     row = {
         "granularity": granularity,
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     work = args.work_dir / ("quick" if args.quick else f"steps{pg.steps}-lr{pg.lr or 'auto'}")
     work.mkdir(parents=True, exist_ok=True)
 
-    cfg, _ = read_snapshot(snapshot)
+    cfg, _ = read_snapshot_config(snapshot)
     seq = cfg.context
     valid = ValidationSet(TokenShards.open(args.data_dir / "validation"), seq, args.eval_sequences)
     batches = list(valid.batches(8))

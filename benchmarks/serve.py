@@ -7,7 +7,7 @@
 Contenders share one model shape and random weights (speed does not depend on the values): **FloatLM**
 (float ``nn.Linear``), **TriLM** (packed ternary ``QuantLinear``) and **QuantLMs** (packed int4 / int2
 g128, the GPTQ/OmniQuant grid format), all served by ``trilm.serve.Engine``; on CPU also transformers'
-``LlamaForCausalLM.generate`` on the same FloatLM (exported with ``trilm.model.hf.export_hf``, sdpa
+``LlamaForCausalLM.generate`` on the same FloatLM (exported with ``trilm.store.hf.write_hf_files``, sdpa
 attention, its default dynamic cache, greedy).
 
 Cases: time to first token (prefill + first sample) of prompts of 128 / 512 / 2048 tokens at batch 1; decode
@@ -46,6 +46,7 @@ from trilm.dtypes import DTYPE_NAMES, parse_dtype
 from trilm.infer import InferenceModel, prepare_for_inference
 from trilm.model import preset
 from trilm.serve import Engine, SamplingParams
+from trilm.store.hf import write_hf_files
 
 TTFT_LENGTHS = (128, 512, 2048)
 DEPTHS = (128, 1024)
@@ -152,9 +153,7 @@ class HFContender:
     def __init__(self, cfg, state: dict[str, torch.Tensor], workdir: Path):
         from transformers import LlamaForCausalLM
 
-        from trilm.model.hf import export_hf
-
-        export_hf(cfg, state, workdir)
+        write_hf_files(cfg, state, workdir)
         self.model = LlamaForCausalLM.from_pretrained(
             workdir, dtype=torch.float32, attn_implementation="sdpa"
         ).eval()

@@ -36,7 +36,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from trilm.model import build_model, flops_per_token, preset
-from trilm.model.hf import export_hf
+from trilm.store.hf import write_hf_files
 
 
 def _trainer_step(model, opt, batch):
@@ -67,7 +67,7 @@ def cpu_benchmark(size: str, batch: int, seq: int, rounds: int, steps: int) -> d
         model = build_model(base.replace(family=family, name=f"{family}-{size}"), seed=0)
         contenders[family] = (model, torch.optim.AdamW(model.parameters(), lr=1e-4), _trainer_step)
     with tempfile.TemporaryDirectory() as tmp:
-        export_hf(base, contenders["floatlm"][0].full_state_dict(), tmp)
+        write_hf_files(base, contenders["floatlm"][0].full_state_dict(), tmp)
         hf = LlamaForCausalLM.from_pretrained(tmp, torch_dtype=torch.float32, attn_implementation="sdpa")
     hf.train()
     contenders["hf-llama"] = (hf, torch.optim.AdamW(hf.parameters(), lr=1e-4), _hf_step)
@@ -178,7 +178,7 @@ def run_contender(spec: dict) -> dict:
         from transformers import LlamaForCausalLM
 
         with tempfile.TemporaryDirectory() as tmp:
-            export_hf(model.cfg, model.full_state_dict(), tmp)
+            write_hf_files(model.cfg, model.full_state_dict(), tmp)
             model = LlamaForCausalLM.from_pretrained(
                 tmp, torch_dtype=torch.float32, attn_implementation="sdpa"
             )

@@ -11,24 +11,23 @@ checkpoint use ``trilm export suite``; for perplexity and lm-eval rows, ``trilm 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from trilm.atomic import write_json
 from trilm.eval.suite import suite_rows, write_suite_table
-from trilm.train.checkpoint import complete_steps
+from trilm.store.integrity import complete_steps
+from trilm.store.snapshot import read_snapshot_config
 
 
 def index_run(run_dir: Path) -> list[dict]:
     entries = []
     for step, path in complete_steps(run_dir / "snapshots"):
-        meta = json.loads((path / "config.json").read_text()).get("meta", {})
-        entries.append(
-            {"step": step, "tokens": meta.get("tokens"), "val_loss": meta.get("val_loss"), "path": str(path)}
-        )
-    (run_dir / "suite_index.json").write_text(json.dumps(entries, indent=2))
+        meta = read_snapshot_config(path)[1]
+        entries.append({"step": step, "tokens": meta.tokens, "val_loss": meta.val_loss, "path": str(path)})
+    write_json(run_dir / "suite_index.json", entries)
     return entries
 
 

@@ -17,6 +17,8 @@ from typing import Any, Literal, Self, Union, get_args, get_origin
 
 import yaml
 
+from trilm.atomic import write_text
+
 
 class ConfigError(ValueError):
     """A configuration value or key is invalid; the message names the key and, if known, the file."""
@@ -201,7 +203,7 @@ class Config:
     def to_yaml(self, path: str | Path | None = None) -> str:
         text = yaml.safe_dump(self.to_dict(), sort_keys=False)
         if path is not None:
-            Path(path).write_text(text)
+            write_text(path, text)
         return text
 
 

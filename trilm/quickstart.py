@@ -48,7 +48,7 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "quickstart") -
 def _samples(suite, tokenizer_path: Path) -> str:
     from trilm.data.tokenizer import Tokenizer
     from trilm.serve import Engine, SamplingParams
-    from trilm.train.checkpoint import latest_complete
+    from trilm.store.integrity import latest_complete
 
     tok = Tokenizer.load(tokenizer_path)
     params = SamplingParams(max_tokens=40, temperature=0.7, top_k=20, seed=0)

@@ -21,6 +21,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from trilm.atomic import write_text
+
 CUBLAS_MIN_M = 512
 """Batches of at least this many rows take dequantize + cuBLAS (overridden by a measured crossover)."""
 GEMV_MAX_M = 8
@@ -142,12 +144,10 @@ class TuningCache:
         self.entries[key] = {"config": dict(config), "us": us}
 
     def save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(
-            json.dumps({"version": self.VERSION, "entries": self.entries}, indent=1, sort_keys=True)
+        write_text(
+            self.path,
+            json.dumps({"version": self.VERSION, "entries": self.entries}, indent=1, sort_keys=True),
         )
-        tmp.replace(self.path)
 
 
 _CACHE: TuningCache | None = None

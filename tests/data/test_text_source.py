@@ -8,7 +8,7 @@ import torch
 from trilm.data import Tokenizer
 from trilm.data.errors import DataError
 from trilm.data.shards import TokenShards
-from trilm.data.text_source import sample_windows, token_stream, tokenizer_for
+from trilm.data.text_source import sample_windows, token_stream
 
 
 @pytest.fixture(scope="module")
@@ -64,18 +64,3 @@ def test_windows_are_seeded_disjoint_and_checked():
     assert all(s % 64 == 0 for s in starts) and len(set(starts)) == 5
     with pytest.raises(DataError, match=r"calib.txt: 1,000 tokens hold only 15 windows of 64 tokens, but 16"):
         sample_windows(tokens, 16, 64, source="calib.txt")
-
-
-def test_tokenizer_for_finds_the_run_tokenizer(tmp_path, embedded):
-    from trilm.model import build_model, preset, save_model
-
-    tok = Tokenizer.load(embedded["tokenizer"])
-    run = tmp_path / "run"
-    (run / "snapshots").mkdir(parents=True)
-    (run / "tokenizer.model").write_bytes(embedded["tokenizer"].read_bytes())
-    model = build_model(preset("floatlm-nano", vocab_size=2048), tp=1)
-    save_model(model, run / "snapshots/step-1", meta={"tokenizer_hash": tok.hash})
-    assert tokenizer_for(run / "snapshots/step-1").hash == tok.hash
-    save_model(model, tmp_path / "other", meta={"tokenizer_hash": "0" * 64})
-    (tmp_path / "other/tokenizer.model").write_bytes(embedded["tokenizer"].read_bytes())
-    assert tokenizer_for(tmp_path / "other") is None  # a copy with another hash is not this model's

@@ -11,6 +11,9 @@ from trilm.cli import main
 from trilm.config import ConfigError
 from trilm.eval.suite import SuiteEvalConfig, evaluate_suite, write_rows, write_suite_table
 from trilm.scaling.table import read_table
+from trilm.store import load_model
+from trilm.store.integrity import complete_marker
+from trilm.store.snapshot import read_snapshot_config, write_snapshot
 
 
 @pytest.fixture
@@ -53,11 +56,9 @@ def test_recorded_rows_then_perplexity_and_lm_eval_columns_merge_and_skip(runs, 
 
 def test_quantlm_rows_get_their_family_run_and_stored_bits(make_snapshot, tmp_path):
     from trilm.formats import IntWeight
-    from trilm.model.io import load_model
-    from trilm.model.snapshot import read_snapshot, write_packed_snapshot
 
     snap = make_snapshot("floatlm", run="floatlm-nano", step=10)
-    cfg, meta = read_snapshot(snap)
+    cfg, meta = read_snapshot_config(snap)
     state = load_model(snap, tp=1).full_state_dict()
     packed = {k.removesuffix(".weight"): IntWeight.from_float(v, 4, 64) for k, v in state.items()
               if k.startswith("layers.") and "norm" not in k}  # fmt: skip
@@ -65,7 +66,7 @@ def test_quantlm_rows_get_their_family_run_and_stored_bits(make_snapshot, tmp_pa
     meta.extra["quant"] = {"method": "rtn", "options": {"bits": 4}, "bits": {"paper": 4.25, "stored": None}}
     meta.val_loss = 5.75
     quant = tmp_path / "floatlm-nano-rtn4"
-    write_packed_snapshot(quant, cfg, floats, packed, meta)
+    write_snapshot(quant, cfg, meta, floats, packed)
     (row,) = evaluate_suite([quant], None)
     assert (row.run, row.family, row.step, row.loss) == ("floatlm-nano-rtn4", "quantlm-rtn-4", 10, 5.75)
     linear, params = row.linear_params, row.params
@@ -85,6 +86,8 @@ def test_bad_paths_and_conflicts_are_named(runs, tmp_path):
     payload = json.loads(cfg_path.read_text())
     payload["meta"]["val_loss"] = 9.0
     cfg_path.write_text(json.dumps(payload))
+    complete = cfg_path.parent / "COMPLETE"  # re-sealed: an edit behind the manifest's back is refused
+    complete.write_text(complete_marker({"step": 10})(cfg_path.parent)["COMPLETE"])
     assert evaluate_suite([runs[1]], table) == []  # in the table already: not even opened
     with pytest.raises(ConfigError, match="already present with different values"):
         write_rows(table, evaluate_suite([runs[1]], None))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import json
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,7 @@ import pytest
 from trilm.data import embedded_corpus_dir
 from trilm.data.slimpajama import read_documents, split_files
 from trilm.data.tokenizer import Tokenizer, train_tokenizer
+from trilm.store import save_model
 
 
 def corpus_texts(split: str, limit: int) -> list[str]:
@@ -34,7 +34,6 @@ def probe_texts() -> list[str]:
 def write_run_snapshot(root: Path, model, tokenizer: Tokenizer, step: int = 10, **meta) -> Path:
     """``root/snapshots/step-N`` with COMPLETE, the tokenizer in ``root`` and meta like the trainer's."""
     from trilm.model.flops import parameter_counts
-    from trilm.model.io import save_model
 
     counts = parameter_counts(model.cfg)
     snap = root / "snapshots" / f"step-{step}"
@@ -55,8 +54,7 @@ def write_run_snapshot(root: Path, model, tokenizer: Tokenizer, step: int = 10, 
         "val_loss": 5.5,
         **meta,
     }
-    save_model(model, snap, meta=full)
-    (snap / "COMPLETE").write_text(json.dumps({"step": step}))
+    save_model(model, snap, meta=full)  # a complete snapshot: COMPLETE with the manifest of its files
     (root / "tokenizer.model").write_bytes(tokenizer.path.read_bytes())
     return snap
 

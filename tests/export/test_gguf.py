@@ -11,7 +11,7 @@ from gguf import GGMLQuantizationType, GGUFReader, quants
 from trilm.cli import main
 from trilm.config import ConfigError
 from trilm.export.gguf import export_snapshot_gguf
-from trilm.model.io import load_model
+from trilm.store import load_model
 
 WIDE = dict(hidden=256, ffn=768, heads=4, kv_heads=2, layers=2, context=64)
 
@@ -154,8 +154,8 @@ def test_bilm_tq2_0_is_exact(make_snapshot, tmp_path):
 def test_spectra_1_1b_o_proj_blocks_straddle_shards_and_are_folded_exactly():
     """Spectra-1.1B at its training TP=2: o_proj has 2 × 896 columns; 896 is not a multiple of 256."""
     from pathlib import Path
+    from types import SimpleNamespace
 
-    from trilm.export.common import SnapshotSource
     from trilm.export.gguf import single_magnitude_blocks, ternary_tensors
     from trilm.model import preset
     from trilm.model.hf import dequantized_state_dict
@@ -169,7 +169,7 @@ def test_spectra_1_1b_o_proj_blocks_straddle_shards_and_are_folded_exactly():
     state = dequantized_state_dict(cfg, latent)
     wo, wv = state["layers.0.attn.wo.weight"], state["layers.0.attn.wv.weight"]
     assert not single_magnitude_blocks(wo) and single_magnitude_blocks(state["layers.0.mlp.w_down.weight"])
-    out, folded = ternary_tensors(SnapshotSource(Path("1.1b"), cfg, {}, None, False), state, "tq1_0")
+    out, folded = ternary_tensors(SimpleNamespace(config=cfg, path=Path("1.1b")), state, "tq1_0")
     assert folded == ["blk.0.attn_output.weight"]
     wo2, wv2 = out["layers.0.attn.wo.weight"], out["layers.0.attn.wv.weight"]
     assert single_magnitude_blocks(wo2) and single_magnitude_blocks(wv2)

@@ -12,15 +12,21 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from trilm.cli import main
 from trilm.config import ConfigError
 from trilm.export.hf import export_snapshot_hf, import_snapshot_hf
-from trilm.model.hf import import_hf
-from trilm.model.io import load_model
-from trilm.model.snapshot import read_snapshot
+from trilm.store import load_model
+from trilm.store.open import open_model
+from trilm.store.snapshot import read_snapshot_config
 
 
-def _hf_dir(tmp_path, theta=10000.0, **overrides):
+def import_hf(path, family=None):
+    """(config, canonical state) of an HF directory, read through the store."""
+    opened = open_model(path, family=family)
+    return opened.config, opened.weights.float_state()
+
+
+def _hf_dir(tmp_path, theta=10000.0, vocab=256, **overrides):
     config = LlamaConfig(
         rope_parameters={"rope_type": "default", "rope_theta": theta},
-        vocab_size=256,
+        vocab_size=vocab,
         hidden_size=64,
         intermediate_size=160,
         num_hidden_layers=2,
@@ -105,18 +111,17 @@ def test_sharded_checkpoint_is_read_through_its_index(tmp_path):
 
 
 def test_round_trip_keeps_special_ids_theta_tokenizer_and_logits(tmp_path, make_snapshot, tokenizer):
-    path, hf = _hf_dir(tmp_path, theta=123456.0)
+    path, hf = _hf_dir(tmp_path, theta=123456.0, vocab=512)  # the fixture tokenizer's 512 pieces fit
     snap = tmp_path / "snap"
     assert main(["import", "hf", str(path), str(snap)]) == 0
     assert (snap / "COMPLETE").is_file()
-    cfg, meta = read_snapshot(snap)
+    cfg, meta = read_snapshot_config(snap)
     assert cfg.rope_theta == 123456.0
     meta = meta.to_dict()
     assert meta["extra"]["hf"] == {"bos_token_id": 5, "eos_token_id": 7}
-    from trilm.export.common import open_snapshot
     from trilm.export.hf import special_ids
 
-    assert special_ids(open_snapshot(snap)) == (5, 7)  # what a tokenizer-less re-export writes
+    assert special_ids(open_model(snap)) == (5, 7)  # what a tokenizer-less re-export writes
     ids = torch.randint(0, 256, (1, 16), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         assert (load_model(snap, tp=1)(ids) - hf(ids).logits).abs().max() < 1e-5
@@ -132,7 +137,7 @@ def test_round_trip_keeps_special_ids_theta_tokenizer_and_logits(tmp_path, make_
     export_snapshot_hf(trilm_snap, first, dtype="float32")
     back = tmp_path / "back"
     import_snapshot_hf(first, back)
-    cfg2, meta2 = read_snapshot(back)
+    cfg2, meta2 = read_snapshot_config(back)
     assert cfg2.family == "trilm" and cfg2.quant.partitions == 2 and cfg2.rope_theta == 20000.0
     assert (back / "tokenizer.model").read_bytes() == tokenizer.path.read_bytes()
     meta2 = meta2.to_dict()

@@ -11,7 +11,9 @@ from trilm.export.hf import export_snapshot_hf
 from trilm.export.packed import export_snapshot_packed
 from trilm.formats import BinaryWeight, IntWeight, TernaryWeight
 from trilm.infer import load_inference_model
-from trilm.model.snapshot import read_packed_layers, read_snapshot
+from trilm.store import load_model
+from trilm.store.open import open_model
+from trilm.store.snapshot import read_snapshot_config, write_snapshot
 
 
 def _ids():
@@ -22,7 +24,7 @@ def _ids():
 def test_packed_export_loads_with_the_same_logits(make_snapshot, tmp_path, family, cls):
     snap = make_snapshot(family, seed=3, quant={"partitions": 2})
     report = export_snapshot_packed(snap, tmp_path / "packed", dtype="float32")
-    layers = read_packed_layers(tmp_path / "packed")
+    layers = open_model(tmp_path / "packed").weights.packed_layers()
     assert len(layers) == 2 * 7 and all(isinstance(w, cls) for w in layers.values())
     wo = layers["layers.0.attn.wo"]  # row-parallel: one scale per input-column partition
     assert wo.scales.shape == (2, 64) and len(torch.unique(wo.scales)) == 2
@@ -33,7 +35,7 @@ def test_packed_export_loads_with_the_same_logits(make_snapshot, tmp_path, famil
     assert (tmp_path / "packed" / "tokenizer.model").is_file() and (
         tmp_path / "packed" / "COMPLETE"
     ).is_file()
-    cfg, meta = read_snapshot(tmp_path / "packed")
+    cfg, meta = read_snapshot_config(tmp_path / "packed")
     assert cfg.family == family and meta.step == 10 and meta.tokenizer_hash
     # the HF export of the packed export is the HF export of the snapshot
     a = export_snapshot_hf(snap, tmp_path / "hf-a", dtype="float32")
@@ -59,18 +61,16 @@ def test_default_fp16_report_and_refusals(make_snapshot, tmp_path, capsys):
 
 
 def test_quantlm_layers_pass_through(make_snapshot, tmp_path):
-    from trilm.model.io import load_model
-    from trilm.model.snapshot import write_packed_snapshot
 
     snap = make_snapshot("floatlm", seed=2)
-    cfg, meta = read_snapshot(snap)
+    cfg, meta = read_snapshot_config(snap)
     state = load_model(snap, tp=1).full_state_dict()
     packed = {k.removesuffix(".weight"): IntWeight.from_float(v, 4, 64) for k, v in state.items()
               if k.startswith("layers.") and "norm" not in k}  # fmt: skip
     floats = {k: v for k, v in state.items() if k.removesuffix(".weight") not in packed}
     quant = tmp_path / "quantlm"
-    write_packed_snapshot(quant, cfg, floats, packed, meta, tokenizer=snap.parent.parent / "tokenizer.model")
+    write_snapshot(quant, cfg, meta, floats, packed, tokenizer=snap.parent.parent / "tokenizer.model")
     export_snapshot_packed(quant, tmp_path / "again", dtype="float32")
-    again = read_packed_layers(tmp_path / "again")
+    again = open_model(tmp_path / "again").weights.packed_layers()
     assert again.keys() == packed.keys()
     assert all(torch.equal(again[k].qweight, packed[k].qweight) for k in packed)

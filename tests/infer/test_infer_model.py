@@ -6,10 +6,12 @@ import torch
 from trilm.config import ConfigError
 from trilm.formats import IntWeight
 from trilm.infer import from_state_dict, load_inference_model, load_with_meta
-from trilm.model import build_model, load_model, parameter_counts, preset, save_model
-from trilm.model.hf import export_hf
-from trilm.model.snapshot import SnapshotMeta, read_snapshot, write_packed_snapshot
+from trilm.model import build_model, parameter_counts, preset
+from trilm.model.snapshot import SnapshotMeta
 from trilm.model.spec import canonical_shapes
+from trilm.store import load_model, save_model
+from trilm.store.hf import write_hf_files
+from trilm.store.snapshot import read_snapshot_config, write_snapshot
 
 TOL = 1e-5
 
@@ -88,13 +90,13 @@ def test_per_layer_config_errors_name_the_key():
 def test_pruned_model_is_refused_by_hf_export(tmp_path):
     train = build_model(_pruned_cfg(), tp=1, seed=3)
     with pytest.raises(ConfigError, match="per-layer head counts"):
-        export_hf(train.cfg, train.full_state_dict(), tmp_path)
+        write_hf_files(train.cfg, train.full_state_dict(), tmp_path)
 
 
 def test_snapshot_and_hf_directory_load(tmp_path):
     train = build_model(preset("trilm-nano", vocab_size=256), tp=1, seed=6)
     save_model(train, tmp_path / "snap", meta={"step": 3, "family": "trilm", "size": "trilm-nano"})
-    export_hf(train.cfg, train.full_state_dict(), tmp_path / "hf")
+    write_hf_files(train.cfg, train.full_state_dict(), tmp_path / "hf")
     ids = _ids(256)
     with torch.no_grad():
         ref = train(ids)
@@ -116,8 +118,8 @@ def test_packed_snapshot_round_trip(tmp_path):
     }
     rest = {k: v for k, v in state.items() if f"{k.removesuffix('.weight')}" not in packed}
     meta = SnapshotMeta(family="floatlm", size="nano", extra={"quant": {"method": "rtn", "bits": 4}})
-    write_packed_snapshot(tmp_path / "q", train.cfg, rest, packed, meta)
-    cfg, meta_back = read_snapshot(tmp_path / "q")
+    write_snapshot(tmp_path / "q", train.cfg, meta, rest, packed)
+    cfg, meta_back = read_snapshot_config(tmp_path / "q")
     assert meta_back.extra["quant"]["method"] == "rtn"
     model = load_inference_model(tmp_path / "q", backend="torch")
     dequant = {**rest, **{f"{k}.weight": w.dequantize() for k, w in packed.items()}}
@@ -134,15 +136,15 @@ def test_packed_snapshot_writer_refuses_incomplete_or_misshapen(tmp_path):
     state = train.full_state_dict()
     del state["layers.0.attn.wq.weight"]
     with pytest.raises(ConfigError, match=r"missing \['layers.0.attn.wq.weight'\]"):
-        write_packed_snapshot(tmp_path / "a", train.cfg, state, {})
+        write_snapshot(tmp_path / "a", train.cfg, None, state, {})
     state["layers.0.attn.wq.weight"] = torch.zeros(3, 3)
     with pytest.raises(ConfigError, match="tensor shapes do not match"):
-        write_packed_snapshot(tmp_path / "b", train.cfg, state, {})
+        write_snapshot(tmp_path / "b", train.cfg, None, state, {})
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
 def test_loader_errors_name_the_problem(tmp_path):
-    with pytest.raises(ConfigError, match="not a directory"):
+    with pytest.raises(ConfigError, match="nope: not a directory"):
         load_inference_model(tmp_path / "nope")
     with pytest.raises(ConfigError, match="no config.json"):
         load_inference_model(tmp_path)

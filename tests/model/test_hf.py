@@ -7,7 +7,15 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from trilm.model import build_model, preset
-from trilm.model.hf import export_hf, import_hf
+from trilm.store.hf import write_hf_files
+from trilm.store.open import open_model
+
+
+def import_hf(path, family=None):
+    """(config, canonical state) of an HF directory, read through the store."""
+    opened = open_model(path, family=family)
+    return opened.config, opened.weights.float_state()
+
 
 TOL = 1e-5
 
@@ -25,7 +33,7 @@ def _hf_logits(path, ids):
 @pytest.mark.parametrize("kv_heads", [None, 2])
 def test_floatlm_export_matches_transformers(tmp_path, kv_heads):
     model = build_model(preset("floatlm-nano", vocab_size=256, kv_heads=kv_heads), tp=1, seed=11)
-    export_hf(model.cfg, model.full_state_dict(), tmp_path)
+    write_hf_files(model.cfg, model.full_state_dict(), tmp_path)
     ids = _ids()
     with torch.no_grad():
         ours = model(ids)
@@ -66,7 +74,7 @@ def test_transformers_model_imports_as_floatlm(tmp_path):
 def test_quantized_export_is_unpacked_and_reproduces_logits(tmp_path, family, partitions, group):
     cfg = preset(f"{family}-nano", vocab_size=256, quant={"partitions": partitions, "scale_group": group})
     model = build_model(cfg, tp=1, seed=4)
-    export_hf(model.cfg, model.full_state_dict(), tmp_path)
+    write_hf_files(model.cfg, model.full_state_dict(), tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["pretraining_model_parallel"] == partitions
     ids = _ids()

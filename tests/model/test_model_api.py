@@ -5,7 +5,8 @@ import torch
 
 from trilm.cli import main as trilm_main
 from trilm.config import ConfigError
-from trilm.model import build_model, load_model, parameter_counts, preset, save_model
+from trilm.model import build_model, parameter_counts, preset
+from trilm.store import load_model, save_model
 
 
 @pytest.mark.parametrize("family", ["floatlm", "trilm", "bilm"])
@@ -32,7 +33,7 @@ def test_snapshot_round_trip(tmp_path):
 
 
 def test_snapshot_errors_name_the_file(tmp_path):
-    with pytest.raises(ConfigError, match="config.json: not found"):
+    with pytest.raises(ConfigError, match="no config.json: not a model directory"):
         load_model(tmp_path)
     (tmp_path / "config.json").write_text('{"format": "trilm-snapshot", "model": {"hidden": 7}}')
     with pytest.raises(ConfigError, match=r"config.json: model.hidden: 7 is not divisible by heads=8"):

@@ -3,8 +3,9 @@
 import pytest
 import torch
 
-from trilm.model import build_model, load_model, preset, save_model
+from trilm.model import build_model, preset
 from trilm.parallel import ParallelConfig, init_parallel
+from trilm.store import load_model, save_model
 from trilm.testing import run_distributed
 
 pytestmark = pytest.mark.distributed

@@ -58,21 +58,13 @@ def tiny_model(seed: int = 0, **overrides):
 
 
 def write_snapshot(model, directory: Path, tokenizer: Path | None = None, family: str | None = None) -> Path:
-    """A training-style snapshot (config.json + model.safetensors [+ tokenizer]) of an InferenceModel."""
-    import shutil
-
-    from safetensors.torch import save_file
-
-    from trilm.model.snapshot import SnapshotMeta, write_snapshot_config
+    """A standalone snapshot (config.json, model.safetensors [+ tokenizer], COMPLETE) of an InferenceModel."""
+    from trilm.model.snapshot import SnapshotMeta
+    from trilm.store import snapshot as store
 
     cfg = model.cfg if family is None else model.cfg.replace(family=family)
-    directory.mkdir(parents=True, exist_ok=True)
-    state = {k: v.contiguous() for k, v in model.state_dict().items()}
-    save_file(state, str(directory / "model.safetensors"))
-    if tokenizer is not None:
-        shutil.copy(tokenizer, directory / "tokenizer.model")
-    write_snapshot_config(directory, cfg, SnapshotMeta(family=cfg.family, size="nano", step=10))
-    return directory
+    meta = SnapshotMeta(family=cfg.family, size="nano", step=10)
+    return store.write_snapshot(directory, cfg, meta, model.state_dict(), tokenizer=tokenizer)
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,9 @@ import torch
 from tests.posthoc.conftest import tiny_model, write_snapshot
 from tests.posthoc.test_binary_model import SMALL
 from trilm.cli import main
-from trilm.model.snapshot import read_packed_layers, read_snapshot
+from trilm.store.hf import write_hf_files
+from trilm.store.open import open_model
+from trilm.store.snapshot import read_snapshot_config
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -52,9 +54,9 @@ def test_quantize_cli_binary_methods(small_snapshot, embedded_data, tmp_path, ca
     printed = capsys.readouterr().out
     assert "bits/weight per layer: paper (value bits) / information-theoretic minimum / stored" in printed
     assert "layers.1.mlp.w_down" in printed and "minimum" in printed
-    _, meta = read_snapshot(out)
+    _, meta = read_snapshot_config(out)
     bits = meta.extra["quant"]["bits"]
-    packed = read_packed_layers(out)
+    packed = open_model(out).weights.packed_layers()
     assert {p.FORMAT for p in packed.values()} == {fmt}
     assert bits["minimum"] <= bits["stored"] <= 1.1 * bits["minimum"] + 0.05
     assert bits["paper"] < bits["minimum"]
@@ -108,15 +110,14 @@ def test_huggingface_llama_directory_with_billm(small_snapshot, embedded_data, t
     from safetensors.torch import load_file
 
     from trilm.infer import load_inference_model
-    from trilm.model.hf import export_hf
 
-    cfg, _ = read_snapshot(small_snapshot)
-    hf = export_hf(cfg, load_file(str(small_snapshot / "model.safetensors")), tmp_path / "hf")
+    cfg, _ = read_snapshot_config(small_snapshot)
+    hf = write_hf_files(cfg, load_file(str(small_snapshot / "model.safetensors")), tmp_path / "hf")
     shutil.copy(small_snapshot / "tokenizer.model", hf / "tokenizer.model")
     out = tmp_path / "q"
     assert quantize(hf, embedded_data, out, "--method", "billm") == 0
-    _, meta = read_snapshot(out)
+    _, meta = read_snapshot_config(out)
     assert meta.extra["quant"]["source"] == str(hf.resolve())
-    assert {p.FORMAT for p in read_packed_layers(out).values()} == {"residual_binary"}
+    assert {p.FORMAT for p in open_model(out).weights.packed_layers().values()} == {"residual_binary"}
     model = load_inference_model(out)
     assert torch.isfinite(model(torch.tensor([[1, 2, 3]]))).all()

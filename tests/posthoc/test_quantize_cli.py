@@ -11,7 +11,9 @@ import torch
 from safetensors import safe_open
 
 from trilm.cli import main
-from trilm.model.snapshot import read_packed_layers, read_snapshot
+from trilm.store.hf import write_hf_files
+from trilm.store.open import open_model
+from trilm.store.snapshot import read_snapshot_config
 
 
 def quantize(snapshot: Path, data: dict, out: Path, *extra: str, samples: int = 8) -> int:
@@ -35,16 +37,16 @@ def gptq_quantlm(float_snapshot, embedded_data, tmp_path_factory) -> Path:
 
 def test_quantlm_layout_and_metadata(gptq_quantlm, float_snapshot):
     names = sorted(p.name for p in gptq_quantlm.iterdir())
-    assert names == ["config.json", "model.safetensors", "packed.safetensors", "tokenizer.model"]
+    assert names == ["COMPLETE", "config.json", "model.safetensors", "packed.safetensors", "tokenizer.model"]
     assert (gptq_quantlm / "tokenizer.model").read_bytes() == (
         float_snapshot / "tokenizer.model"
     ).read_bytes()
-    _, meta = read_snapshot(gptq_quantlm)
+    _, meta = read_snapshot_config(gptq_quantlm)
     quant = meta.extra["quant"]
     assert quant["method"] == "gptq" and quant["source"] == str(float_snapshot.resolve())
     assert quant["options"]["act_order"] and quant["options"]["true_sequential"]
     assert quant["bits"]["paper"] == pytest.approx(4 + 20 / 64)
-    packed = read_packed_layers(gptq_quantlm)
+    packed = open_model(gptq_quantlm).weights.packed_layers()
     stored = sum(p.storage_bits() for p in packed.values()) / sum(
         p.in_features * p.out_features for p in packed.values()
     )
@@ -65,7 +67,7 @@ def test_quantlm_loads_and_evaluates(gptq_quantlm, embedded_data):
     model = load_inference_model(gptq_quantlm)
     linears = model.linear_modules()
     assert all(isinstance(m, QuantLinear) and m.packed.bits == 4 for m in linears.values())
-    _, meta = read_snapshot(gptq_quantlm)
+    _, meta = read_snapshot_config(gptq_quantlm)
     loss = validation_loss(model, embedded_data["validation"], 64, max_sequences=4)
     assert loss == pytest.approx(meta.val_loss, rel=1e-6)
 
@@ -91,7 +93,7 @@ def test_quantlm_computes_the_in_process_quantized_model(gptq_quantlm, float_sna
 def test_packed_layers_through_quantlinear_torch_and_interpreter(gptq_quantlm, monkeypatch):
     from kernels import QuantLinear
 
-    packed = read_packed_layers(gptq_quantlm)
+    packed = open_model(gptq_quantlm).weights.packed_layers()
     x = torch.randn(3, 256, generator=torch.Generator().manual_seed(0))
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     for name in ("layers.0.attn.wq", "layers.1.mlp.w_down"):
@@ -115,14 +117,13 @@ def test_huggingface_llama_directory(float_snapshot, embedded_data, tmp_path):
     from safetensors.torch import load_file
 
     from trilm.infer import load_inference_model
-    from trilm.model.hf import export_hf
 
-    cfg, _ = read_snapshot(float_snapshot)
-    hf = export_hf(cfg, load_file(str(float_snapshot / "model.safetensors")), tmp_path / "hf")
+    cfg, _ = read_snapshot_config(float_snapshot)
+    hf = write_hf_files(cfg, load_file(str(float_snapshot / "model.safetensors")), tmp_path / "hf")
     shutil.copy(float_snapshot / "tokenizer.model", hf / "tokenizer.model")
     out = tmp_path / "q"
     assert quantize(hf, embedded_data, out, "--method", "gptq", "--bits", "2", "--group-size", "128") == 0
-    assert read_snapshot(out)[1].extra["quant"]["source"] == str(hf.resolve())
+    assert read_snapshot_config(out)[1].extra["quant"]["source"] == str(hf.resolve())
     assert (out / "tokenizer.model").is_file()
     model = load_inference_model(out)
     assert torch.isfinite(model(torch.tensor([[1, 2, 3]]))).all()
@@ -191,9 +192,9 @@ def test_data_free_rtn_needs_no_calibration(float_snapshot, embedded_data, tmp_p
         with safe_open(str(plain / name), "pt") as a, safe_open(str(given / name), "pt") as b:
             assert a.metadata() == b.metadata() and sorted(a.keys()) == sorted(b.keys())
             assert all(torch.equal(a.get_tensor(k), b.get_tensor(k)) for k in a.keys())  # noqa: SIM118
-    quant = read_snapshot(plain)[1].extra["quant"]
+    quant = read_snapshot_config(plain)[1].extra["quant"]
     assert quant["calibration"] is None and quant["calibration_data"] is None
-    assert read_snapshot(given)[1].extra["quant"]["calibration"] is None
+    assert read_snapshot_config(given)[1].extra["quant"]["calibration"] is None
 
 
 def test_methods_that_read_data_name_the_missing_calib(float_snapshot, tmp_path, capsys):

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from trilm.infer import from_state_dict
-from trilm.model import build_model, preset, save_model
+from trilm.model import build_model, preset
+from trilm.store import save_model
 
 VOCAB = 300
 

@@ -7,10 +7,13 @@ import torch
 
 from trilm.formats import IntWeight
 from trilm.infer import load_inference_model, load_with_meta
-from trilm.model import load_model, parameter_counts, save_model
-from trilm.model.snapshot import SnapshotMeta, read_snapshot, write_packed_snapshot
+from trilm.model import parameter_counts
+from trilm.model.snapshot import SnapshotMeta
 from trilm.prune.masks import UnitMasks
 from trilm.prune.units import unit_group
+from trilm.store import load_model, save_model
+from trilm.store.hf import write_hf_files
+from trilm.store.snapshot import read_snapshot_config, write_snapshot
 
 from .conftest import FAST_PG, cli, tiny_model
 
@@ -34,7 +37,7 @@ def test_prune_writes_a_smaller_snapshot_equal_to_the_masked_model(
         "--calib", prepared["train"], "--out", out, *FAST_PG,
     )  # fmt: skip
     assert code == 0
-    cfg, meta = read_snapshot(out)
+    cfg, meta = read_snapshot_config(out)
     record = meta.extra["pruning"]
     assert record["method"] == method and record["keep"] == keep
     assert record["granularity"] == granularity.replace(",", "+")
@@ -70,7 +73,12 @@ def test_magnitude_needs_no_calibration_and_files_are_complete(tmp_path, calib_s
         cli(calib_snapshot, "--method", "magnitude", "--granularity", "channel", "--keep", 0.5, "--out", out)
         == 0
     )
-    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "tokenizer.model"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "COMPLETE",
+        "config.json",
+        "model.safetensors",
+        "tokenizer.model",
+    ]
     assert not list(tmp_path.glob(".mag.tmp-*"))
     assert json.loads((out / "config.json").read_text())["meta"]["extra"]["pruning"]["calibration"] is None
 
@@ -85,8 +93,8 @@ def test_pruned_snapshot_is_served_by_the_engine(tmp_path, calib_snapshot, prepa
     method = "block-importance" if granularity == "layer" else "wanda"
     argv = ["--method", method, "--granularity", granularity, "--keep", keep, "--calib", prepared["train"]]
     assert cli(calib_snapshot, *argv, "--out", out) == 0
-    cfg, _ = read_snapshot(out)
-    dense_cfg, _ = read_snapshot(calib_snapshot)
+    cfg, _ = read_snapshot_config(out)
+    dense_cfg, _ = read_snapshot_config(calib_snapshot)
     assert parameter_counts(cfg).total < parameter_counts(dense_cfg).total
     engine = Engine.load(out, device="cpu", max_batch=2)
     vocab = dense_cfg.vocab_size
@@ -206,20 +214,19 @@ def test_a_packed_quantlm_is_not_a_model_pruning_applies_to(capsys, tmp_path, pr
     }
     rest = {k: v for k, v in state.items() if k.removesuffix(".weight") not in packed}
     meta = SnapshotMeta(family="floatlm", extra={"quant": {"method": "gptq", "bits": 4}})
-    write_packed_snapshot(tmp_path / "q", train.cfg, rest, packed, meta)
+    write_snapshot(tmp_path / "q", train.cfg, meta, rest, packed)
     channel = ("--granularity", "channel", "--keep", ".5", "--calib", prepared["train"])
     _expect_error(capsys, tmp_path, "gptq QuantLM", tmp_path / "q", *channel)
 
 
 def test_prunes_a_hugging_face_directory(tmp_path, prepared):
-    from trilm.model.hf import export_hf
 
     _, state, dense = tiny_model(vocab_size=512)
-    export_hf(dense.cfg, state, tmp_path / "hf")
+    write_hf_files(dense.cfg, state, tmp_path / "hf")
     out = tmp_path / "pruned"
     layer = ("--granularity", "layer", "--keep", ".67", "--calib", prepared["train"])
     code = cli(tmp_path / "hf", *layer, "--out", out, *FAST_PG)
     assert code == 0
-    cfg, meta = read_snapshot(out)
+    cfg, meta = read_snapshot_config(out)
     assert cfg.layers == 2 and meta.imported_from == str(tmp_path / "hf")
     assert load_inference_model(out).cfg.layers == 2

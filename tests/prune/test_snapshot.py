@@ -8,10 +8,10 @@ import torch
 
 from trilm.config import ConfigError
 from trilm.infer import load_inference_model
-from trilm.model import load_model
 from trilm.model.config import ModelConfig
-from trilm.model.hf import export_hf
-from trilm.model.snapshot import read_snapshot
+from trilm.store import load_model
+from trilm.store.hf import write_hf_files
+from trilm.store.snapshot import read_snapshot_config
 from trilm.train.config import TrainConfig
 
 from .conftest import FAST_PG, cli
@@ -29,7 +29,7 @@ def _prune(tmp_path, snapshot, prepared, name, *argv):
 
 def test_per_layer_config_round_trips(tmp_path, calib_snapshot, prepared):
     out = _prune(tmp_path, calib_snapshot, prepared, "p", "--granularity", "head,channel", "--keep", ".5")
-    cfg, _ = read_snapshot(out)
+    cfg, _ = read_snapshot_config(out)
     assert cfg.layer_kv_heads is not None and cfg.layer_ffn is not None and not cfg.is_uniform
     raw = json.loads((out / "config.json").read_text())["model"]
     assert ModelConfig.from_dict(raw) == cfg
@@ -55,10 +55,10 @@ def _transformers_logits(path, ids):
 )
 def test_uniform_pruned_models_export_to_hf_exactly(tmp_path, calib_snapshot, prepared, argv):
     out = _prune(tmp_path, calib_snapshot, prepared, "p", *argv)
-    cfg, _ = read_snapshot(out)
+    cfg, _ = read_snapshot_config(out)
     assert cfg.is_uniform and cfg.layer_ffn is None  # normalised to a global width
     model = load_model(out, tp=1)
-    export_hf(cfg, model.full_state_dict(), tmp_path / "hf")
+    write_hf_files(cfg, model.full_state_dict(), tmp_path / "hf")
     ids = _ids()
     with torch.no_grad():
         ours = load_inference_model(out)(ids)
@@ -70,9 +70,9 @@ def test_non_uniform_pruned_models_are_refused_by_the_hf_export(
     tmp_path, calib_snapshot, prepared, granularity
 ):
     out = _prune(tmp_path, calib_snapshot, prepared, "p", "--granularity", granularity, "--keep", ".5")
-    cfg, _ = read_snapshot(out)
+    cfg, _ = read_snapshot_config(out)
     with pytest.raises(ConfigError, match="per-layer head counts / FFN widths"):
-        export_hf(cfg, load_model(out, tp=1).full_state_dict(), tmp_path / "hf")
+        write_hf_files(cfg, load_model(out, tp=1).full_state_dict(), tmp_path / "hf")
 
 
 def test_pruned_snapshot_trains_further_and_evaluates(tmp_path, calib_snapshot, prepared):
@@ -80,7 +80,7 @@ def test_pruned_snapshot_trains_further_and_evaluates(tmp_path, calib_snapshot, 
     from trilm.train.trainer import Trainer
 
     out = _prune(tmp_path, calib_snapshot, prepared, "p", "--granularity", "channel", "--keep", ".5")
-    pruned_cfg, _ = read_snapshot(out)
+    pruned_cfg, _ = read_snapshot_config(out)
     data = {
         "init_from": str(out),
         "data": {
@@ -107,7 +107,7 @@ def test_pruned_snapshot_trains_further_and_evaluates(tmp_path, calib_snapshot, 
     assert summary.val_losses[0] == pytest.approx(start, rel=1e-6)  # step 0 is the pruned model itself
     assert summary.val_losses[4] < start  # and training moved it
     final = tmp_path / "run" / "snapshots" / "step-4"
-    assert read_snapshot(final)[0].layer_ffn == pruned_cfg.layer_ffn
+    assert read_snapshot_config(final)[0].layer_ffn == pruned_cfg.layer_ffn
     served = load_inference_model(final)
     with torch.no_grad():
         assert torch.isfinite(served(_ids())).all()

@@ -5,9 +5,10 @@ import torch
 
 from trilm.config import ConfigError
 from trilm.infer import load_inference_model
-from trilm.model import build_model, load_model, save_model
-from trilm.model.snapshot import read_snapshot
+from trilm.model import build_model
 from trilm.prune.slicing import check_sliceable
+from trilm.store import load_model, save_model
+from trilm.store.snapshot import read_snapshot_config
 
 from .conftest import FAST_PG, cli, tiny_cfg, token_ids
 
@@ -18,7 +19,7 @@ def test_trilm_prunes_on_latent_weights_and_loads_everywhere(tmp_path, prepared)
     out = tmp_path / "pruned"
     argv = ("--granularity", "head,channel", "--keep", ".5", "--calib", prepared["train"])
     assert cli(tmp_path / "dense", *argv, "--out", out, *FAST_PG) == 0
-    cfg, meta = read_snapshot(out)
+    cfg, meta = read_snapshot_config(out)
     assert cfg.family == "trilm" and meta.extra["pruning"]["units"]["channel"]["kept"] == 288
     dense_state = train.full_state_dict()
     small = load_model(out, tp=1)

@@ -8,20 +8,19 @@ is not at the mercy of near-ties at rounding level.
 from __future__ import annotations
 
 import itertools
-import shutil
 from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import save_file
 
 from trilm.data import embedded_corpus_dir
 from trilm.data.slimpajama import read_documents
 from trilm.data.tokenizer import Tokenizer, train_tokenizer
 from trilm.model import preset
 from trilm.model.config import ModelConfig
-from trilm.model.snapshot import SnapshotMeta, write_snapshot_config
+from trilm.model.snapshot import SnapshotMeta
 from trilm.model.spec import canonical_shapes
+from trilm.store import snapshot as store
 
 VOCAB = 400
 """Tokenizer vocabulary; the nano models pad their embedding to 512, so ids 400–511 are padding."""
@@ -66,14 +65,11 @@ def nano(family: str = "floatlm", **overrides) -> ModelConfig:
 def write_snapshot(
     directory: Path, cfg: ModelConfig, tokenizer: Tokenizer | None = None, seed: int = 0
 ) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    save_file(random_state(cfg, seed), str(directory / "model.safetensors"))
     meta = SnapshotMeta(family=cfg.family, size=cfg.size_name)
     if tokenizer is not None:
-        shutil.copy(tokenizer.path, directory / "tokenizer.model")
         meta.tokenizer_hash = tokenizer.hash
-    write_snapshot_config(directory, cfg, meta)
-    return directory
+    tok = tokenizer.path if tokenizer is not None else None
+    return store.write_snapshot(directory, cfg, meta, random_state(cfg, seed), tokenizer=tok)
 
 
 @torch.no_grad()

@@ -6,9 +6,10 @@ import torch
 from tests.serve.conftest import VOCAB, greedy_reference, nano, random_state, write_snapshot
 from trilm.formats import IntWeight
 from trilm.infer import from_state_dict, load_inference_model
-from trilm.model.snapshot import SnapshotMeta, write_packed_snapshot
+from trilm.model.snapshot import SnapshotMeta
 from trilm.serve import Engine, RequestError, SamplingParams
 from trilm.serve.graphs import DecodeGraphs
+from trilm.store import snapshot as store
 
 GREEDY = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
 
@@ -49,7 +50,7 @@ def test_packed_quantlm_snapshot_is_served(tmp_path):
     }
     rest = {k: v for k, v in state.items() if k.removesuffix(".weight") not in packed}
     meta = SnapshotMeta(family="floatlm", size="nano", extra={"quant": {"method": "rtn", "bits": 4}})
-    write_packed_snapshot(tmp_path / "q", cfg, rest, packed, meta)
+    store.write_snapshot(tmp_path / "q", cfg, meta, rest, packed)
     engine = Engine.load(tmp_path / "q", device="cpu", max_batch=2)
     kinds = {type(m).__name__ for m in engine.model.linear_modules().values()}
     assert kinds == {"QuantLinear"}

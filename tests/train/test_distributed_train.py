@@ -7,8 +7,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from trilm.store.layout import COMPLETE
 from trilm.testing import run_distributed
-from trilm.train.checkpoint import MARKER
 
 from .conftest import tiny_config
 
@@ -55,7 +55,7 @@ def test_resume_at_a_different_data_parallel_size(prepared, tmp_path):
     assert summary.resumed_from == 8
     state = json.loads((resumed_dir / "state/step-16/trainer_state.json").read_text())
     assert state["dp_size"] == 1 and state["data"]["samples_consumed"] == 16 * cfg.global_batch
-    assert (resumed_dir / "state/step-16" / MARKER).exists()
+    assert (resumed_dir / "state/step-16" / COMPLETE).exists()
     a = load_file(str(tmp_path / "dp2/snapshots/step-16/model.safetensors"))
     b = load_file(str(resumed_dir / "snapshots/step-16/model.safetensors"))
     for key in a:  # same samples in the same order; only the reduction order differs

@@ -9,8 +9,9 @@ from safetensors.torch import load_file
 
 from trilm.cli import main as trilm_main
 from trilm.config import ConfigError
-from trilm.model import load_model
-from trilm.train.checkpoint import MARKER, complete_steps, latest_complete
+from trilm.store import load_model
+from trilm.store.integrity import complete_steps, latest_complete
+from trilm.store.layout import COMPLETE
 from trilm.train.trainer import Trainer, TrainingAborted
 
 from .conftest import tiny_config
@@ -71,7 +72,7 @@ def test_checkpoint_without_marker_is_skipped_and_config_change_refused(prepared
     cfg = tiny_config(prepared, run, tokens=1024 * 8, **{"checkpoint.keep_last": 5})
     Trainer(cfg).fit()
     shutil.copytree(run / "state/step-8", run / "state/step-12")
-    (run / "state/step-12" / MARKER).unlink()
+    (run / "state/step-12" / COMPLETE).unlink()
     assert latest_complete(run / "state")[0] == 8
     longer = tiny_config(prepared, run, tokens=1024 * 12, **{"checkpoint.keep_last": 5})
     with pytest.raises(ConfigError, match="refusing to resume: tokens differ"):

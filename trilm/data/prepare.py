@@ -226,9 +226,27 @@ def prepare(cfg: PrepareConfig) -> dict:
             "fix or --skip-bad, then rerun to resume):\n  " + "\n  ".join(failures)
         )
     ordered = [results[f.shard_name] for f in files]
+    _check_sources(cfg, ordered)
     index = _index(cfg, tok, dtype, ordered, time.perf_counter() - started)
     shards_mod.atomic_write_json(out / shards_mod.INDEX_NAME, index)
     return index
+
+
+def _check_sources(cfg: PrepareConfig, shards: list[dict]) -> None:
+    """Refuse a split that would be empty, or miss a source the user asked to include: a request the
+    corpus cannot satisfy is an error, not a 0-token split (the shards stay, so a rerun resumes)."""
+    found = {name for s in shards for name, n in s["tokens_per_source"].items() if n > 0}
+    missing = [name for name in cfg.include_sources if name not in found]
+    where = f"{cfg.input} (split {cfg.split}, {len(shards)} file(s))"
+    if missing:
+        raise DataError(
+            f"--include-source {', '.join(missing)}: {where} holds no document of "
+            f"{'this source' if len(missing) == 1 else 'these sources'}"
+            + (f" (found: {', '.join(sorted(found))})" if found else "")
+            + "; no index.json written"
+        )
+    if not found:
+        raise DataError(f"{where}: no document is left after source filtering; no index.json written")
 
 
 def _index(cfg: PrepareConfig, tok: Tokenizer, dtype: np.dtype, shards: list[dict], seconds: float) -> dict:

@@ -9,8 +9,9 @@ A prepared split directory holds, per input file ``split/chunkK/name.jsonl.zst``
                                  bin checksum
 
 and one ``index.json`` naming the shards in order with totals and the dataset fingerprint. Every file is
-written to a temporary name, fsynced and renamed; a shard's sidecar is written after its data, and
-``index.json`` after every shard, so a crash never leaves something that looks finished but is not.
+written to a temporary name, fsynced and renamed (:mod:`trilm.atomic`, which also removes what a killed
+writer left); a shard's sidecar is written after its data, and ``index.json`` after every shard, so a crash
+never leaves something that looks finished but is not.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trilm.atomic import AtomicFile, atomic_file, write_bytes
 from trilm.data.errors import DataError
 
 FORMAT_VERSION = 1
@@ -35,17 +37,8 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16 if vocab_size <= 1 << 16 else np.uint32)
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
 def atomic_write_json(path: Path, obj: dict) -> None:
-    atomic_write_bytes(path, (json.dumps(obj, indent=1, sort_keys=True) + "\n").encode())
+    write_bytes(path, (json.dumps(obj, indent=1, sort_keys=True) + "\n").encode())
 
 
 class ShardWriter:
@@ -61,8 +54,8 @@ class ShardWriter:
         self.sidecar = self.out_dir / f"{name}.json"
         self.sidecar.unlink(missing_ok=True)
         self.bin_path = self.out_dir / f"{name}.bin"
-        self.tmp_bin = self.out_dir / f"{name}.bin.tmp-{os.getpid()}"
-        self.fh = open(self.tmp_bin, "wb")  # noqa: SIM115 - closed by finish/abort
+        self.bin = AtomicFile(self.bin_path)
+        self.fh = self.bin.fh
         self.hash = hashlib.sha256()
         self.num_tokens = 0
         self.doc_ends: list[int] = []
@@ -92,18 +85,11 @@ class ShardWriter:
             self.documents_per_source[source] = self.documents_per_source.get(source, 0) + 1
 
     def finish(self, meta: dict) -> dict:
-        self.fh.flush()
-        os.fsync(self.fh.fileno())
-        self.fh.close()
         docs = np.stack([np.asarray(self.doc_ends, np.int64), np.asarray(self.doc_sources, np.int64)], axis=1)
         docs = docs.reshape(-1, 2)
-        docs_tmp = self.out_dir / f"{self.name}.docs.tmp-{os.getpid()}.npy"
-        with open(docs_tmp, "wb") as fh:
+        self.bin.commit()
+        with atomic_file(self.out_dir / f"{self.name}.docs.npy") as tmp, open(tmp, "wb") as fh:
             np.save(fh, docs)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(self.tmp_bin, self.bin_path)
-        os.replace(docs_tmp, self.out_dir / f"{self.name}.docs.npy")
         sidecar = {
             "format": FORMAT_VERSION,
             "name": self.name,
@@ -120,9 +106,7 @@ class ShardWriter:
         return sidecar
 
     def abort(self) -> None:
-        if not self.fh.closed:
-            self.fh.close()
-        self.tmp_bin.unlink(missing_ok=True)
+        self.bin.abort()
 
 
 def read_finished_shard(out_dir: Path, name: str) -> dict | None:

@@ -125,16 +125,3 @@ def sample_windows(
     order = torch.randperm(available, generator=torch.Generator().manual_seed(seed))[:n]
     starts = order.sort().values * seq_len
     return torch.stack([tokens[s : s + seq_len] for s in starts.tolist()]).long()
-
-
-def tokenizer_for(model_path: str | Path) -> Tokenizer | None:
-    """The tokenizer that belongs to a snapshot (its own copy or its run's) or a Hugging Face directory."""
-    from trilm.model.snapshot import TOKENIZER_FILE, is_snapshot, read_snapshot, tokenizer_path
-
-    model_path = Path(model_path)
-    if is_snapshot(model_path):
-        _, meta = read_snapshot(model_path)
-        found = tokenizer_path(model_path, meta)
-        return Tokenizer.load(found, expected_hash=meta.tokenizer_hash) if found else None
-    candidate = model_path / TOKENIZER_FILE
-    return Tokenizer.load(candidate) if candidate.is_file() else None

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import sentencepiece as spm
 
+from trilm.atomic import write_bytes, write_json
 from trilm.data.errors import DataError
 
 SIDECAR_SUFFIX = ".trilm.json"
@@ -176,9 +177,7 @@ def train_tokenizer(
         num_threads=num_threads,
         minloglevel=2,
     )
-    tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
-    tmp.write_bytes(model.getvalue())
-    os.replace(tmp, out)
+    write_bytes(out, model.getvalue())
     tok = Tokenizer.load(out)
     meta = {
         "hash": tok.hash,
@@ -193,5 +192,5 @@ def train_tokenizer(
         "seed": seed,
         **(provenance or {}),
     }
-    sidecar_path(out).write_text(json.dumps(meta, indent=2) + "\n")
+    write_json(sidecar_path(out), meta)
     return tok

@@ -20,6 +20,7 @@ import argparse
 import json
 from pathlib import Path
 
+from trilm.atomic import write_text
 from trilm.dtypes import DTYPE_NAMES
 
 
@@ -92,7 +93,7 @@ def _ppl(args) -> int:
     )
     print(result.summary())
     if args.json:
-        args.json.write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+        write_text(args.json, json.dumps(result.to_dict(), indent=2) + "\n")
         print(f"wrote {args.json}")
     return 0
 
@@ -141,6 +142,6 @@ def _lm_eval(args) -> int:
     )
     print(make_table(results))
     if args.output:
-        args.output.write_text(json.dumps(results, indent=2, default=str) + "\n")
+        write_text(args.output, json.dumps(results, indent=2, default=str) + "\n")
         print(f"wrote {args.output}")
     return 0

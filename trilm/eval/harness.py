@@ -40,15 +40,16 @@ def run_lm_eval(
 ) -> dict[str, Any]:
     """lm-eval results (``simple_evaluate``'s dict) of ``model`` on ``tasks`` with trilm's model class."""
     _offline()
+    if limit is not None and not limit >= 0:
+        from trilm.config import ConfigError
+
+        raise ConfigError(f"--limit: must be >= 0 (0: all examples; below 1: a fraction), got {limit}")
     from lm_eval import simple_evaluate
-    from lm_eval.tasks import TaskManager
 
     from trilm.eval.lm_eval_model import TrilmLM
 
+    manager = task_manager(tasks, include_path)
     lm = TrilmLM(pretrained=model, device=device, dtype=dtype, batch_size=batch_size, packed=packed)
-    shipped = {*LOCAL_TASKS, "trilm_local"}
-    builtin = bool(include_path) or any(t not in shipped for t in tasks)  # indexing lm-eval's own takes ~30 s
-    manager = TaskManager(include_path=[str(TASKS_DIR), *map(str, include_path)], include_defaults=builtin)
     return simple_evaluate(
         model=lm,
         tasks=list(tasks),
@@ -60,6 +61,39 @@ def run_lm_eval(
         numpy_random_seed=seed,
         torch_random_seed=seed,
         fewshot_random_seed=seed,
+    )
+
+
+def task_manager(tasks: list[str], include_path: list[str] | tuple[str, ...] = ()):
+    """lm-eval's task index with the shipped tasks, after checking that every name in ``tasks`` is known
+    (unknown names are refused with the closest known ones, before any model is loaded)."""
+    _offline()
+    from lm_eval.tasks import TaskManager
+
+    shipped = {*LOCAL_TASKS, "trilm_local"}
+    builtin = bool(include_path) or any(t not in shipped for t in tasks)  # indexing lm-eval's own takes ~30 s
+    manager = TaskManager(include_path=[str(TASKS_DIR), *map(str, include_path)], include_defaults=builtin)
+    check_tasks(tasks, manager)
+    return manager
+
+
+def check_tasks(tasks: list[str], manager) -> None:
+    """Raise naming the task names ``manager`` does not know, with close matches."""
+    import difflib
+
+    from trilm.config import ConfigError
+
+    known = list(manager.all_tasks)
+    unknown = [t for t in tasks if t not in known and not manager.match_tasks([t])]
+    if not unknown:
+        return
+    hints = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+        hints.append(f"{name!r}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
+    raise ConfigError(
+        f"--tasks: unknown lm-eval task(s) {'; '.join(hints)}; the shipped offline tasks are "
+        f"{', '.join(LOCAL_TASKS)} (group trilm_local)"
     )
 
 

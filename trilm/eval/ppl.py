@@ -107,6 +107,10 @@ def stream_nll(
     if int(stream[0]) != prefix:
         stream = torch.cat([torch.tensor([prefix]), stream])
     n = stream.numel() - 1
+    if n == 0:
+        raise ConfigError("no tokens to evaluate (the data holds a single token)")
+    if batch_size < 1:
+        raise ConfigError(f"--batch-size: must be >= 1, got {batch_size}")
     plan = window_plan(n, seq_len, stride)
     total, scored, previous = 0.0, 0, 0
     bar = None
@@ -172,6 +176,8 @@ def evaluate_perplexity(
         raise ConfigError(
             f"{data}: token id {int(tokens.max())} is outside the model's vocabulary ({em.cfg.padded_vocab})"
         )
+    if seq_len is not None and seq_len > em.context:
+        raise ConfigError(f"--seq-len: {seq_len} exceeds the model's context of {em.context} tokens")
     seq_len = min(seq_len or em.context, em.context)
     stride = stride or seq_len
     nll, scored, windows = stream_nll(

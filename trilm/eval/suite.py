@@ -28,9 +28,9 @@ import torch
 
 from trilm.bits import bits_per_param, stored_linear_bits
 from trilm.config import Config, ConfigError, require
-from trilm.export.checkpoints import Checkpoint, discover
 from trilm.families import snapshot_linear_bits
 from trilm.scaling.table import ResultRow, TableError, append_rows, read_table
+from trilm.store.discovery import Checkpoint, discover
 
 TASKS_COLUMN = "lm_eval_tasks"
 
@@ -71,13 +71,11 @@ def _row(ck: Checkpoint, eval_name: str, loss: float, extra: dict[str, Any]) -> 
 
     counts = parameter_counts(ck.cfg)
     meta = ck.meta
-    params = int(meta.get("params") or counts.total)
-    linear = int(meta.get("linear_params") or counts.linear)
-    value_bits, stored_bits = snapshot_linear_bits({**meta, "family": ck.family})
-    if stored_bits is None and (ck.path / "packed.safetensors").is_file():
-        from trilm.model.snapshot import read_packed_layers
-
-        layers = read_packed_layers(ck.path)
+    params = int(meta.params or counts.total)
+    linear = int(meta.linear_params or counts.linear)
+    value_bits, stored_bits = snapshot_linear_bits({**meta.to_dict(), "family": ck.family})
+    if stored_bits is None and ck.model.is_packed:
+        layers = ck.model.weights.packed_layers()
         stored_bits = stored_linear_bits(layers) if layers else None
     if value_bits is None:
         value_bits = stored_bits if stored_bits is not None else 16.0
@@ -86,12 +84,12 @@ def _row(ck: Checkpoint, eval_name: str, loss: float, extra: dict[str, Any]) -> 
     return ResultRow(
         run=ck.run,
         family=ck.family,
-        size=str(meta.get("size") or ck.cfg.name),
+        size=str(meta.size or ck.cfg.name),
         params=params,
-        nonembedding_params=int(meta.get("nonembedding_params") or counts.nonembedding),
+        nonembedding_params=int(meta.nonembedding_params or counts.nonembedding),
         linear_params=linear,
-        tokens=float(meta.get("tokens") or 0),
-        flops=float(meta.get("flops") or 0),
+        tokens=float(meta.tokens or 0),
+        flops=float(meta.flops or 0),
         bits_per_param=bits_per_param(params, linear, value_bits),
         step=ck.step,
         eval=eval_name,
@@ -108,14 +106,14 @@ def _data_name(source: str) -> str:
 def evaluate_checkpoint(ck: Checkpoint, evals: SuiteEvalConfig) -> list[ResultRow]:
     """The rows of one checkpoint (loads the model only when a perplexity or lm-eval run is asked for)."""
     rows: list[ResultRow] = []
-    val = ck.meta.get("val_loss")
+    val = ck.meta.val_loss
     if evals.recorded and val is not None:
         rows.append(_row(ck, "val_loss", val, {}))
     if evals.data or evals.tasks:
         from trilm.eval.model import load_eval_model
         from trilm.eval.ppl import evaluate_perplexity
 
-        em = load_eval_model(ck.path, device=evals.device)
+        em = load_eval_model(ck.model, device=evals.device)
         for source in evals.data:
             result = evaluate_perplexity(
                 em,
@@ -153,7 +151,7 @@ def evaluate_checkpoint(ck: Checkpoint, evals: SuiteEvalConfig) -> list[ResultRo
 
 
 def _expected_evals(ck: Checkpoint, evals: SuiteEvalConfig) -> list[str]:
-    names = ["val_loss"] if evals.recorded and ck.meta.get("val_loss") is not None else []
+    names = ["val_loss"] if evals.recorded and ck.meta.val_loss is not None else []
     return names + [f"ppl/{_data_name(s)}" for s in evals.data]
 
 
@@ -201,18 +199,23 @@ def evaluate_suite(
     it is done, so an interrupted evaluation keeps what it finished.
     """
     evals = evals or SuiteEvalConfig()
+    if evals.tasks:
+        from trilm.eval.harness import task_manager
+
+        task_manager(evals.tasks)  # unknown task names fail before any checkpoint is evaluated
     checkpoints = discover(paths)
+    if not checkpoints:
+        raise ConfigError(
+            f"{', '.join(map(str, paths))}: no complete checkpoint to evaluate (a snapshot without its "
+            "COMPLETE marker is unfinished)"
+        )
     present: dict[tuple[str, int, str], ResultRow] = {}
     if table is not None and Path(table).is_file() and not evals.replace:
         present = {r.key: r for r in read_table(table)}
     todo = [ck for ck in checkpoints if not _is_done(ck, evals, present)]
     compute = bool(evals.data or evals.tasks)
     if table is not None and compute and evals.recorded:  # the cheap rows first: the table is whole at once
-        recorded = [
-            _row(ck, "val_loss", ck.meta["val_loss"], {})
-            for ck in todo
-            if ck.meta.get("val_loss") is not None
-        ]
+        recorded = [_row(ck, "val_loss", ck.meta.val_loss, {}) for ck in todo if ck.meta.val_loss is not None]
         if recorded:
             write_rows(table, recorded, replace=evals.replace)
     rows: list[ResultRow] = []

@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trilm.export.common import SnapshotSource
-from trilm.export.tokenizer import prefix_token_id
+from trilm.atomic import write_text
 from trilm.families import FAMILIES
+from trilm.store.open import ModelDir
+from trilm.store.tokenizer import prefix_token_id
 
 
 def _number(value: Any) -> str:
@@ -19,23 +20,22 @@ def _number(value: Any) -> str:
 
 
 def model_card(
-    src: SnapshotSource, *, files: dict[str, str] | None = None, evals: dict[str, float] | None = None
+    src: ModelDir, *, files: dict[str, str] | None = None, evals: dict[str, float] | None = None
 ) -> str:
     """Markdown with a YAML header that the Hugging Face hub reads (library, tags)."""
-    cfg, meta = src.cfg, src.meta
+    cfg, meta = src.config, src.meta
     family = cfg.family
-    prefix = None
-    if src.tokenizer is not None:
-        prefix = prefix_token_id(src.tokenizer, src.add_bos)
+    tok = src.tokenizer.tokenizer
+    prefix = prefix_token_id(tok, src.add_bos) if tok is not None else None
     rows = [
         ("family", family),
-        ("size", meta.get("size", cfg.name)),
-        ("parameters", _number(meta.get("params"))),
-        ("non-embedding parameters", _number(meta.get("nonembedding_params"))),
-        ("step", _number(meta.get("step"))),
-        ("tokens seen", _number(meta.get("tokens"))),
-        ("training loss", _number(meta.get("train_loss"))),
-        ("validation loss (nats/token)", _number(meta.get("val_loss"))),
+        ("size", meta.size or cfg.name),
+        ("parameters", _number(meta.params)),
+        ("non-embedding parameters", _number(meta.nonembedding_params)),
+        ("step", _number(meta.step)),
+        ("tokens seen", _number(meta.tokens)),
+        ("training loss", _number(meta.train_loss)),
+        ("validation loss (nats/token)", _number(meta.val_loss)),
         (
             "hidden / FFN / heads / kv heads / layers",
             f"{cfg.hidden} / {cfg.ffn} / {cfg.heads} / {cfg.num_kv_heads} / {cfg.layers}",
@@ -51,9 +51,9 @@ def model_card(
         f"tags: [trilm, {FAMILIES[family].weight_format}]",
         "---",
         "",
-        f"# {meta.get('run') or cfg.name} — step {meta.get('step', '?')}",
+        f"# {meta.run or cfg.name} — step {meta.step if meta.step is not None else '?'}",
         "",
-        f"{cfg.name} is {FAMILIES[family].description}. Exported by trilm from `{src.path}`.",
+        f"{cfg.name} is {FAMILIES[family].description}. Exported by trilm from `{src.label}`.",
         "",
         "| | |",
         "|---|---|",
@@ -95,7 +95,5 @@ def model_card(
     return "\n".join(lines)
 
 
-def write_model_card(out_dir: Path, src: SnapshotSource, **kwargs) -> Path:
-    path = Path(out_dir) / "README.md"
-    path.write_text(model_card(src, **kwargs))
-    return path
+def write_model_card(out_dir: Path, src: ModelDir, **kwargs) -> Path:
+    return write_text(Path(out_dir) / "README.md", model_card(src, **kwargs))

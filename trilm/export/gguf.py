@@ -19,10 +19,15 @@ exactly when every 256-block has one non-zero magnitude. Two cases are not so:
   same model, and every block of the folded matrix has one magnitude. Anything else (scales that vary
   along rows and columns within a block, kv groups with different column scales) is refused.
 
-There is never a fallback: a file whose type says TQ1_0 holds TQ1_0 block weights. After writing, the file
-is read back with ``gguf.GGUFReader`` and every tensor is dequantized and compared with what was meant to
-be stored (exact codes and fp16 scales for TQ and F16, the Q8_0 error bound for Q8_0), and the model the
-metadata declares must have exactly the file's tensors, with their shapes (:mod:`trilm.export.gguf_read`).
+There is never a fallback: a file whose type says TQ1_0 holds TQ1_0 block weights. A weight beyond fp16's
+range (|w| > 65,504, or a block scale that would be) is refused by tensor name before anything is
+written: fp16 would store ±inf. After writing, the file is read back with ``gguf.GGUFReader`` and every
+tensor is dequantized and compared with what was meant to be stored (exact codes and fp16 scales for TQ
+and F16, the Q8_0 error bound for Q8_0; a NaN or ±inf read back is a failure, never a match), and the model
+the metadata declares must have exactly the file's tensors, with their shapes (:mod:`trilm.export.gguf_read`).
+
+The metadata names the source by its run and step (``trilm.source``), never by a path of the machine that
+wrote the file.
 """
 
 from __future__ import annotations
@@ -34,10 +39,11 @@ import numpy as np
 import torch
 
 from trilm.config import ConfigError
-from trilm.export.common import SnapshotSource, export_file, open_snapshot
+from trilm.export.common import export_file, open_source
 from trilm.export.gguf_read import check_declared_shapes
 from trilm.model.config import ModelConfig
 from trilm.model.spec import ATTENTION, MLP, gguf_name, linears_of, parse_key, weight_key
+from trilm.store.open import ModelDir
 
 QTYPES = ("f16", "q8_0", "tq1_0", "tq2_0")
 UNIFORM_ARCH = "llama"
@@ -46,6 +52,7 @@ PER_LAYER_ARCH = "deci"
 attention), used for structurally pruned models: its loader sizes every block from arrays."""
 TQ_BLOCK = 256
 Q8_BLOCK = 32
+FP16_MAX = 65504.0
 
 
 def interleave_rope_rows(w: torch.Tensor, heads: int) -> torch.Tensor:
@@ -112,10 +119,10 @@ class GGUFReport:
 
 
 def ternary_tensors(
-    src: SnapshotSource, state: dict[str, torch.Tensor], qtype: str
+    src: ModelDir, state: dict[str, torch.Tensor], qtype: str
 ) -> tuple[dict[str, torch.Tensor], list[str]]:
     """The block matrices as they go into TQ blocks (scales folded where needed); refusals name the tensor."""
-    cfg = src.cfg
+    cfg = src.config
     if cfg.family == "floatlm":
         raise ConfigError(
             f"{src.path}: --type {qtype} stores ternary weights; a FloatLM is not ternary (use f16 or q8_0)"
@@ -158,13 +165,13 @@ def ternary_tensors(
     return out, folded
 
 
-def _vocab(src: SnapshotSource, rows: int) -> tuple[list[bytes], list[float], list[int]]:
+def _vocab(src: ModelDir, rows: int) -> tuple[list[bytes], list[float], list[int]]:
     """SentencePiece pieces, scores and types, padded with unused ``[PADi]`` tokens to ``rows``."""
     from gguf import TokenType
 
     from trilm.export.tokenizer import sentencepiece_proto
 
-    proto = sentencepiece_proto(src.tokenizer)
+    proto = sentencepiece_proto(src.tokenizer.require(src.given))
     tokens = [p.piece.encode("utf-8") for p in proto.pieces]
     scores = [float(p.score) for p in proto.pieces]
     types = [
@@ -198,17 +205,17 @@ def export_snapshot_gguf(
     *,
     qtype: str | None = None,
     tokenizer: str | Path | None = None,
-    src: SnapshotSource | None = None,
+    src: ModelDir | None = None,
 ) -> GGUFReport:
-    """Write (and verify) the GGUF of a complete snapshot; see the module docstring for what is refused."""
+    """Write (and verify) the GGUF of a model; see the module docstring for what is refused."""
     import gguf
     from gguf import GGMLQuantizationType as T
     from gguf import LlamaFileType as F
 
     from trilm.export.hf import float_state
 
-    src = src or open_snapshot(snapshot, tokenizer=tokenizer, require_tokenizer=True)
-    cfg = src.cfg
+    src = src or open_source(snapshot, tokenizer=tokenizer, require_tokenizer=True)
+    cfg = src.config
     qtype = qtype or ("f16" if cfg.family == "floatlm" else "tq2_0")
     if qtype not in QTYPES:
         raise ConfigError(f"--type {qtype!r}: choose one of {', '.join(QTYPES)}")
@@ -243,10 +250,12 @@ def export_snapshot_gguf(
                 f"{src.path}: {gname} has rows of {array.shape[1]} weights, not a multiple of 32: q8_0 "
                 "cannot hold it (use --type f16)"
             )
+        check_fp16_range(src.given, gname, array, kind)
     tokens, scores, types = _vocab(src, cfg.padded_vocab)
+    tok = src.tokenizer.require(src.given)
     with export_file(out, "gguf", src, qtype=qtype) as tmp:
         writer = gguf.GGUFWriter(tmp, UNIFORM_ARCH if cfg.is_uniform else PER_LAYER_ARCH)
-        writer.add_name(f"{src.meta.get('run') or cfg.name} step {src.step}")
+        writer.add_name(f"{src.meta.run or cfg.name} step {src.step}")
         writer.add_file_type(int(file_type))
         writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
         writer.add_context_length(cfg.context)
@@ -273,7 +282,6 @@ def export_snapshot_gguf(
         writer.add_token_list(tokens)
         writer.add_token_scores(scores)
         writer.add_token_types(types)
-        tok = src.tokenizer
         if tok.bos_id >= 0:
             writer.add_bos_token_id(tok.bos_id)
         writer.add_eos_token_id(tok.eos_id)
@@ -282,7 +290,7 @@ def export_snapshot_gguf(
         writer.add_add_bos_token(src.add_bos)
         writer.add_add_eos_token(False)
         writer.add_string("trilm.family", cfg.family)
-        writer.add_string("trilm.source", str(src.path.resolve()))
+        writer.add_string("trilm.source", src.label)
         writer.add_uint32("trilm.scale_partitions", cfg.scale_partitions(1) if cfg.family != "floatlm" else 1)
         writer.add_array("trilm.folded_scales", folded or [""])
         for gname, (array, kind) in plan.items():
@@ -313,9 +321,28 @@ def verify_gguf(path: Path, plan: dict[str, tuple[np.ndarray, object]]) -> dict[
             raise ConfigError(f"{path}: {name} reads back as {t.tensor_type.name}, written as {kind.name}")
         got = quants.dequantize(t.data, t.tensor_type).reshape(array.shape).astype(np.float32)
         want = _intended(array, kind)
+        if not np.isfinite(got).all():
+            bad = int((~np.isfinite(got)).sum())
+            raise ConfigError(f"{path}: {name} reads back with {bad:,} non-finite value(s); not a valid file")
         err = float(np.abs(got - want).max()) if got.size else 0.0
         bound = 0.0 if kind != T.Q8_0 else float(np.abs(array).max()) / 127.0
-        if err > bound:
+        if not err <= bound:  # NaN compares False: it must fail, not pass
             raise ConfigError(f"{path}: {name} reads back with error {err:.3g} (allowed {bound:.3g})")
         errors[name] = err
     return errors
+
+
+def check_fp16_range(where, name: str, array: np.ndarray, kind) -> None:
+    """Refuse a tensor whose stored fp16 values or fp16 block scales would overflow to ±inf."""
+    from gguf import GGMLQuantizationType as T
+
+    if kind == T.F32 or not array.size:
+        return
+    top = float(np.abs(array).max())
+    limit = FP16_MAX * 127.0 if kind == T.Q8_0 else FP16_MAX  # Q8_0 stores max/127 as its fp16 scale
+    if not top <= limit:
+        raise ConfigError(
+            f"{where}: {name} holds a weight of magnitude {top:.4g}, beyond what {kind.name} can store "
+            f"(fp16 overflows past {FP16_MAX:g}{' × 127' if kind == T.Q8_0 else ''}); export it in another "
+            "type or fix the weight"
+        )

@@ -4,7 +4,7 @@ A TriLM's matrices become :class:`~trilm.formats.TernaryWeight` (2-bit codes, on
 partition — per output-row block for q/k/v/gate/up, per input-column block for o/down — exactly the
 trained γ), a BiLM's :class:`~trilm.formats.BinaryWeight`; a QuantLM's packed layers pass through as they
 are. Everything goes through the one packing codec (:mod:`trilm.formats`) and the packed-snapshot writer
-(:func:`trilm.model.snapshot.write_packed_snapshot`), so ``trilm.infer.load_inference_model``, the kernels,
+(:func:`trilm.store.snapshot.write_snapshot_files`), so ``trilm.infer.load_inference_model``, the kernels,
 ``trilm eval`` and the server read the result directly. The float tensors (embedding, norms, LM head) are
 stored in fp16 by default.
 
@@ -16,25 +16,20 @@ fp16 and the stored bits per linear weight.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
 
 from trilm.bits import stored_linear_bits
 from trilm.config import ConfigError
 from trilm.dtypes import parse_dtype
 from trilm.export.card import write_model_card
-from trilm.export.common import SnapshotSource, export_directory, open_snapshot
+from trilm.export.common import export_directory, open_source, portable
 from trilm.model.flops import parameter_counts
-from trilm.model.snapshot import (
-    PACKED_FILE,
-    WEIGHTS_FILE,
-    SnapshotMeta,
-    read_packed_layers,
-    write_packed_snapshot,
-)
+from trilm.model.snapshot import SnapshotMeta
+from trilm.store.layout import PACKED_FILE, WEIGHTS_FILE
+from trilm.store.open import ModelDir
+from trilm.store.snapshot import write_snapshot_files
 
 
 @dataclasses.dataclass
@@ -53,31 +48,31 @@ class PackedReport:
         )
 
 
-def packed_layers_of(src: SnapshotSource) -> tuple[dict[str, torch.Tensor], dict]:
-    """(float tensors, packed layers) of a snapshot: native packing of TriLM/BiLM latents, or its own."""
+def packed_layers_of(src: ModelDir) -> tuple[dict[str, torch.Tensor], dict]:
+    """(float tensors, packed layers) of a model: native packing of TriLM/BiLM latents, or its own."""
     from trilm.infer import pack_latent
     from trilm.model.quant import canonical_layout
 
-    state = load_file(str(src.path / WEIGHTS_FILE))
-    existing = read_packed_layers(src.path)
+    state = src.weights.float_state()
+    existing = src.weights.packed_layers()
     if existing:
         return state, existing
-    if src.cfg.family == "floatlm":
+    if src.config.family == "floatlm":
         raise ConfigError(
             f"{src.path}: a FloatLM has no ternary/binary codes to pack; quantize it first (a QuantLM is a "
             "packed snapshot already) or export it as hf/gguf"
         )
     packed, floats = {}, {}
     for name, tensor in state.items():
-        if canonical_layout(src.cfg, name) is None:
+        if canonical_layout(src.config, name) is None:
             floats[name] = tensor
         else:
-            packed[name.removesuffix(".weight")] = pack_latent(src.cfg, name, tensor)
+            packed[name.removesuffix(".weight")] = pack_latent(src.config, name, tensor)
     return floats, packed
 
 
 @torch.no_grad()
-def _max_logit_error(source: Path, packed: Path, cfg, float_dtype: torch.dtype) -> tuple[float, float]:
+def _max_logit_error(source: ModelDir, packed: Path, cfg, float_dtype: torch.dtype) -> tuple[float, float]:
     """(max |packed − source| logit, max |source| logit) on fixed random ids, floats cast alike."""
     from trilm.infer import load_inference_model
 
@@ -100,31 +95,28 @@ def export_snapshot_packed(
     *,
     dtype: str = "float16",
     tokenizer: str | Path | None = None,
-    src: SnapshotSource | None = None,
+    src: ModelDir | None = None,
     tolerance: float = 1e-4,
 ) -> PackedReport:
-    """Write the packed export of a complete snapshot (atomically) and check it against the source."""
+    """Write the packed export of a model (atomically) and check it against the source."""
     float_dtype = parse_dtype(dtype, "--dtype")
-    src = src or open_snapshot(snapshot, tokenizer=tokenizer)
+    src = src or open_source(snapshot, tokenizer=tokenizer)
     floats, packed = packed_layers_of(src)
     floats = {k: v.to(float_dtype) for k, v in floats.items()}
-    meta = SnapshotMeta.from_dict(src.meta)
-    meta.extra = {**meta.extra, "packed_from": str(src.path.resolve())}
+    meta = SnapshotMeta.from_dict(portable(src.meta.to_dict()))
+    meta.extra = {**meta.extra, "packed_from": src.label}
     if src.add_bos:
         meta.extra["add_bos"] = True
     with export_directory(out, "packed", src, dtype=dtype) as tmp:
-        write_packed_snapshot(
-            tmp, src.cfg, floats, packed, meta, tokenizer=src.tokenizer.path if src.tokenizer else None
-        )
-        error, size = _max_logit_error(src.path, tmp, src.cfg, float_dtype)
+        write_snapshot_files(tmp, src.config, meta, floats, packed, tokenizer=src.tokenizer.path)
+        error, size = _max_logit_error(src, tmp, src.config, float_dtype)
         if not error <= tolerance * max(1.0, size):
-            raise ConfigError(f"{src.path}: the packed export's logits differ by {error:.3g}; not written")
-        (tmp / "COMPLETE").write_text(json.dumps({"step": src.step, "packed_from": str(src.path)}))
+            raise ConfigError(f"{src.given}: the packed export's logits differ by {error:.3g}; not written")
         write_model_card(
             tmp, src, files={"float tensors": f"{WEIGHTS_FILE} ({dtype})", "packed": PACKED_FILE}
         )
     out = Path(out)
-    counts = parameter_counts(src.cfg)
+    counts = parameter_counts(src.config)
     return PackedReport(
         path=out,
         bytes=(out / WEIGHTS_FILE).stat().st_size + (out / PACKED_FILE).stat().st_size,

@@ -12,27 +12,39 @@ Layout (one directory per model and checkpoint, each written atomically)::
     SUITE/<run>/step-<N>/README.md              model card: config, tokens seen, losses, evaluations
     SUITE/<run>/step-<N>/checkpoint.json        this checkpoint's index entry; COMPLETE marks it finished
 
-A checkpoint is written under ``.tmp-step-<N>`` and renamed into place; a rerun skips every checkpoint with
-its ``COMPLETE`` marker, so exporting a run again after more training adds only the new checkpoints. The
-index is rebuilt from the finished checkpoints at the end of every run.
+A checkpoint is written under a temporary name and renamed into place with its ``COMPLETE`` marker last
+(:mod:`trilm.atomic`); a rerun skips every checkpoint with its marker, so exporting a run again after more
+training adds only the new checkpoints, and a failed checkpoint leaves nothing (no empty folder either).
+The index is rebuilt from the finished checkpoints at the end of every run, also one that failed half-way.
+An output folder that is not empty and holds no exported suite is refused before anything is written.
 """
 
 from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import json
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
+from trilm.atomic import atomic_directory, write_json, write_text
 from trilm.config import Config, ConfigError, require, require_directory_path
-from trilm.export.checkpoints import SUITE_INDEX, discover
-from trilm.export.common import open_snapshot
+from trilm.export.common import portable
+from trilm.model.snapshot import SnapshotMeta
+from trilm.store.discovery import discover
+from trilm.store.integrity import complete_marker
+from trilm.store.layout import (
+    COMPLETE,
+    SUITE_ENTRY,
+    SUITE_INDEX,
+    SUITE_INDEX_CSV,
+    step_dir_name,
+)
+from trilm.store.snapshot import write_snapshot_files
 
-INDEX_CSV = "suite_index.csv"
-ENTRY = "checkpoint.json"
+INDEX_CSV = SUITE_INDEX_CSV
+ENTRY = SUITE_ENTRY
 
 
 @dataclasses.dataclass
@@ -82,7 +94,7 @@ def _gguf(src, folder: Path) -> tuple[dict[str, str], dict[str, str]]:
     from trilm.export.gguf import export_snapshot_gguf
 
     folder.mkdir()
-    wanted = ["f16"] if src.cfg.family == "floatlm" else ["tq2_0", "tq1_0"]
+    wanted = ["f16"] if src.config.family == "floatlm" else ["tq2_0", "tq1_0"]
     written, refused = {}, {}
     for qtype in wanted:
         try:
@@ -96,31 +108,38 @@ def _gguf(src, folder: Path) -> tuple[dict[str, str], dict[str, str]]:
     return written, refused
 
 
+def _latent_copy(src, folder: Path) -> None:
+    """The snapshot itself, with its tokenizer, as a standalone snapshot (no machine paths in its meta)."""
+    folder.mkdir()
+    meta = SnapshotMeta.from_dict(portable(src.meta.to_dict()))
+    tok = src.tokenizer.require(src.given)
+    write_snapshot_files(
+        folder, src.config, meta, src.weights.float_state(), src.weights.packed_layers(), tokenizer=tok.path
+    )
+    write_text(folder / COMPLETE, complete_marker({"step": src.step})(folder)[COMPLETE])
+
+
 def export_checkpoint(ck, target: Path, cfg: SuiteExportConfig) -> dict[str, Any]:
     """Write one checkpoint's directory (atomically) and return its index entry."""
     from trilm.export.card import write_model_card
     from trilm.export.hf import export_snapshot_hf
     from trilm.export.packed import export_snapshot_packed
 
-    src = open_snapshot(ck.path, require_tokenizer=True)
-    tmp = target.parent / f".tmp-{target.name}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    src = ck.model
+    src.tokenizer.require(src.given)
     paths: dict[str, Any] = {}
     notes: dict[str, str] = {}
-    try:
-        latent = tmp / "latent"
-        shutil.copytree(ck.path, latent)
-        if not (latent / "tokenizer.model").is_file():
-            shutil.copyfile(src.tokenizer.path, latent / "tokenizer.model")
+    entry: dict[str, Any] = {}
+    with atomic_directory(target, replace=True, markers=complete_marker({"step": ck.step})) as tmp:
+        _latent_copy(src, tmp / "latent")
         paths["latent"] = "latent"
-        export_snapshot_hf(ck.path, tmp / "hf", dtype=cfg.hf_dtype, src=src)
+        export_snapshot_hf(src.path, tmp / "hf", dtype=cfg.hf_dtype, src=src)
         paths["hf"] = "hf"
         if cfg.packed:
-            if src.cfg.family == "floatlm" and not (ck.path / "packed.safetensors").is_file():
+            if src.config.family == "floatlm" and not src.is_packed:
                 notes["packed"] = "a FloatLM has no ternary/binary codes to pack"
             else:
-                export_snapshot_packed(ck.path, tmp / "packed", src=src)
+                export_snapshot_packed(src.path, tmp / "packed", src=src)
                 paths["packed"] = "packed"
         if cfg.gguf:
             written, refused = _gguf(src, tmp / "gguf")
@@ -130,31 +149,25 @@ def export_checkpoint(ck, target: Path, cfg: SuiteExportConfig) -> dict[str, Any
         rel = Path(ck.run) / target.name
         entry = {
             "family": ck.family,
-            "size": meta.get("size") or ck.cfg.name,
+            "size": meta.size or ck.cfg.name,
             "run": ck.run,
             "step": ck.step,
-            "tokens": meta.get("tokens"),
-            "train_loss": meta.get("train_loss"),
-            "val_loss": meta.get("val_loss"),
-            "params": meta.get("params"),
-            "source": str(ck.path.resolve()),
+            "tokens": meta.tokens,
+            "train_loss": meta.train_loss,
+            "val_loss": meta.val_loss,
+            "params": meta.params,
+            "source": src.label,
             "paths": {
                 k: (str(rel / v) if isinstance(v, str) else {q: str(rel / f) for q, f in v.items()})
                 for k, v in paths.items()
             },
             "bytes": {k: _bytes(tmp / k) for k in paths},
-            "notes": notes,
+            "notes": portable(notes),
         }
         files = {k: str(v) for k, v in paths.items()}
         write_model_card(tmp, src, files=files, evals=_evals(cfg.table, ck.run, ck.step))
-        (tmp / ENTRY).write_text(json.dumps(entry, indent=2) + "\n")
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if target.exists():
-        shutil.rmtree(target)
-    os.replace(tmp, target)
-    (target / "COMPLETE").write_text(json.dumps({"step": ck.step}))
+        write_json(tmp / ENTRY, entry)
+    src.weights.release()
     return entry
 
 
@@ -163,7 +176,7 @@ def read_index(out: str | Path) -> list[dict[str, Any]]:
     out = Path(out)
     entries = []
     for marker in sorted(out.glob(f"*/step-*/{ENTRY}")):
-        if (marker.parent / "COMPLETE").is_file():
+        if (marker.parent / COMPLETE).is_file():
             entries.append(json.loads(marker.read_text()))
     return sorted(entries, key=lambda e: (e["family"], str(e["size"]), e["run"], e["step"]))
 
@@ -172,22 +185,31 @@ def write_index(out: str | Path) -> list[dict[str, Any]]:
     """Rewrite ``suite_index.json`` and ``suite_index.csv`` from the finished checkpoints."""
     out = Path(out)
     entries = read_index(out)
-    payload = {"format": "trilm-suite", "version": 1, "checkpoints": entries}
-    tmp = out / f".{SUITE_INDEX}.tmp"
-    tmp.write_text(json.dumps(payload, indent=2) + "\n")
-    os.replace(tmp, out / SUITE_INDEX)
+    write_json(out / SUITE_INDEX, {"format": "trilm-suite", "version": 1, "checkpoints": entries})
     columns = ["family", "size", "run", "step", "tokens", "train_loss", "val_loss", "params"]
     kinds = sorted({k for e in entries for k in e["bytes"]})
-    tmp = out / f".{INDEX_CSV}.tmp"
-    with tmp.open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.writer(fh, lineterminator="\n")
-        writer.writerow([*columns, *(f"path_{k}" for k in kinds), *(f"bytes_{k}" for k in kinds)])
-        for e in entries:
-            where = [e["paths"].get(k, "") for k in kinds]
-            flat = [json.dumps(w) if isinstance(w, dict) else w for w in where]
-            writer.writerow([*(e.get(c) for c in columns), *flat, *(e["bytes"].get(k, "") for k in kinds)])
-    os.replace(tmp, out / INDEX_CSV)
+    text = io.StringIO(newline="")
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow([*columns, *(f"path_{k}" for k in kinds), *(f"bytes_{k}" for k in kinds)])
+    for e in entries:
+        where = [e["paths"].get(k, "") for k in kinds]
+        flat = [json.dumps(w) if isinstance(w, dict) else w for w in where]
+        writer.writerow([*(e.get(c) for c in columns), *flat, *(e["bytes"].get(k, "") for k in kinds)])
+    write_text(out / INDEX_CSV, text.getvalue())
     return entries
+
+
+def check_suite_output(out: Path) -> None:
+    """Refuse an output folder that is not empty and holds no exported suite: nothing there is overwritten."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise ConfigError(f"--out {out}: exists and is not a directory")
+    if any(out.iterdir()) and not (out / SUITE_INDEX).is_file() and not any(out.glob(f"*/step-*/{ENTRY}")):
+        raise ConfigError(
+            f"--out {out}: not empty and not an exported suite (no {SUITE_INDEX}); choose an empty or a new "
+            "folder"
+        )
 
 
 def export_suite(run_dirs: list[str | Path], cfg: SuiteExportConfig) -> tuple[list[dict[str, Any]], int]:
@@ -196,21 +218,29 @@ def export_suite(run_dirs: list[str | Path], cfg: SuiteExportConfig) -> tuple[li
     Returns (the suite's index entries, how many checkpoints this call wrote).
     """
     out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    for run in map(Path, run_dirs):
-        if not (run / "snapshots").is_dir() and not (run / "config.json").is_file():
-            raise ConfigError(f"{run}: not a run directory (no snapshots/) or a snapshot")
+    check_suite_output(out)
     checkpoints = [ck for ck in discover(run_dirs) if not cfg.steps or ck.step in cfg.steps]
-    todo = [ck for ck in checkpoints if not (out / ck.run / f"step-{ck.step}" / "COMPLETE").is_file()]
+    if not checkpoints:
+        raise ConfigError(
+            f"{', '.join(map(str, run_dirs))}: no complete checkpoint to export (a snapshot without its "
+            "COMPLETE marker is unfinished)" + (f" among steps {cfg.steps}" if cfg.steps else "")
+        )
+    for ck in checkpoints:  # a missing tokenizer is found before anything is written
+        ck.model.tokenizer.require(ck.path)
+    todo = [ck for ck in checkpoints if not (out / ck.run / step_dir_name(ck.step) / COMPLETE).is_file()]
     bar = None
     if cfg.progress and len(todo) > 1:
         from tqdm import tqdm
 
         bar = tqdm(total=len(todo), unit="checkpoint", desc="export suite")
-    for ck in todo:
-        export_checkpoint(ck, out / ck.run / f"step-{ck.step}", cfg)
+    try:
+        for ck in todo:
+            export_checkpoint(ck, out / ck.run / step_dir_name(ck.step), cfg)
+            if bar is not None:
+                bar.update(1)
+    finally:
         if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
-    return write_index(out), len(todo)
+            bar.close()
+        if any(out.glob(f"*/step-*/{ENTRY}")):
+            write_index(out)
+    return read_index(out), len(todo)

@@ -15,18 +15,15 @@ therefore carries:
   ``</s>`` in text as text, and so did training;
 - ``special_tokens_map.json``.
 
-For log-likelihoods of a text with no context, the token before the first one is EOS when trained without
-BOS (what precedes every document in training), BOS otherwise: :func:`prefix_token_id`.
+Which tokenizer belongs to a model, and whether it was trained with BOS, is the store's policy
+(:mod:`trilm.store.tokenizer`); this module writes the files.
 """
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 
-import yaml
-
+from trilm.atomic import copy_file, write_json
 from trilm.config import ConfigError
 from trilm.data.tokenizer import Tokenizer
 
@@ -41,34 +38,6 @@ PROBE_TEXTS = (
     " ",
     "x",
 )
-
-
-def prefix_token_id(tok: Tokenizer, add_bos: bool) -> int:
-    """The token a model conditions on before a text with no context: BOS if trained with it, else EOS."""
-    return tok.bos_id if add_bos and tok.bos_id >= 0 else tok.eos_id
-
-
-def trained_with_bos(snapshot_dir: str | Path, meta: dict | None = None) -> bool:
-    """Whether the run that wrote this snapshot prepended BOS to its documents.
-
-    Read from the snapshot's meta (``add_bos``, as imports record it), else from the training split's
-    ``index.json`` named by the run's ``resolved_config.yaml``; without either, trilm's convention: False.
-    """
-    meta = meta or {}
-    extra = meta.get("extra") or {}
-    for source in (meta, extra):
-        if "add_bos" in source:
-            return bool(source["add_bos"])
-    snapshot_dir = Path(snapshot_dir)
-    run_config = snapshot_dir.parent.parent / "resolved_config.yaml"
-    if snapshot_dir.parent.name != "snapshots" or not run_config.is_file():
-        return False
-    try:
-        train_dir = (yaml.safe_load(run_config.read_text()) or {}).get("data", {}).get("train_dir")
-        index = json.loads((Path(train_dir) / "index.json").read_text()) if train_dir else {}
-    except (OSError, yaml.YAMLError, json.JSONDecodeError, TypeError):
-        return False
-    return bool(index.get("settings", {}).get("add_bos", False))
 
 
 def sentencepiece_proto(tok: Tokenizer):
@@ -125,8 +94,7 @@ def write_tokenizer_files(tok: Tokenizer, out_dir: str | Path, *, add_bos: bool,
     """Write the four tokenizer files into ``out_dir``; returns their paths."""
     out_dir = Path(out_dir)
     built = hf_tokenizer(tok, add_bos)
-    model = out_dir / "tokenizer.model"
-    shutil.copyfile(tok.path, model)
+    model = copy_file(tok.path, out_dir / "tokenizer.model")
     built.save(str(out_dir / "tokenizer.json"))
     names = {
         "bos_token": tok.sp.id_to_piece(tok.bos_id) if tok.bos_id >= 0 else None,
@@ -145,9 +113,8 @@ def write_tokenizer_files(tok: Tokenizer, out_dir: str | Path, *, add_bos: bool,
         "padding_side": "left",
         "trilm_tokenizer_hash": tok.hash,
     }
-    (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
-    special = {k: v for k, v in names.items() if v is not None}
-    (out_dir / "special_tokens_map.json").write_text(json.dumps(special, indent=2) + "\n")
+    write_json(out_dir / "tokenizer_config.json", config)
+    write_json(out_dir / "special_tokens_map.json", {k: v for k, v in names.items() if v is not None})
     return [
         model,
         out_dir / "tokenizer.json",

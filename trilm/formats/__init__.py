@@ -35,7 +35,7 @@ from trilm.formats.base import FORMATS, SCALE_DTYPE, FormatError, PackedWeight, 
 from trilm.formats.binary import BinaryWeight
 from trilm.formats.decode import AFFINE_KERNELS, DecodeArgs, KernelId
 from trilm.formats.intk import IntWeight, fit_uniform_grid, quantize_to_grid, quantize_uniform
-from trilm.formats.io import load_packed, save_packed
+from trilm.formats.io import decode_packed, load_packed, save_packed
 from trilm.formats.multibinary import MultiBinaryWeight, ResidualGroup, residual_value
 from trilm.formats.nm import NMBinaryWeight, check_nm_pattern
 from trilm.formats.partial import PartialBinaryWeight
@@ -63,6 +63,7 @@ __all__ = [
     "billm_bits",
     "billm_storing_bits",
     "check_nm_pattern",
+    "decode_packed",
     "fit_uniform_grid",
     "from_tensors",
     "gptq_bits",

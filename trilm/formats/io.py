@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from trilm.atomic import atomic_file
 from trilm.formats.base import FormatError, PackedWeight, from_tensors
 
 HEADER_KEY = "trilm.packed"
@@ -36,9 +37,8 @@ def save_packed(
     if HEADER_KEY in header:
         raise FormatError(f"{path}: metadata key {HEADER_KEY!r} is reserved")
     header[HEADER_KEY] = json.dumps(metas, sort_keys=True)
-    tmp = path.with_name(path.name + ".tmp")
-    save_file(tensors, str(tmp), metadata=header)
-    tmp.replace(path)
+    with atomic_file(path) as tmp:
+        save_file(tensors, str(tmp), metadata=header)
 
 
 def load_packed(
@@ -50,13 +50,20 @@ def load_packed(
 
     with safe_open(str(path), framework="pt") as fh:
         header = dict(fh.metadata() or {})
+    return decode_packed(load_file(str(path), device=str(device)), header, path)
+
+
+def decode_packed(
+    flat: Mapping[str, torch.Tensor], header: Mapping[str, str], path: str | Path = "packed file"
+) -> tuple[dict[str, PackedWeight], dict[str, str]]:
+    """The layers held by a packed file's tensors and header (read by whoever opened the file)."""
+    header = dict(header)
     if HEADER_KEY not in header:
         raise FormatError(f"{path}: not a trilm packed file (no {HEADER_KEY!r} in the safetensors header)")
     try:
         metas = json.loads(header.pop(HEADER_KEY))
     except json.JSONDecodeError as exc:
         raise FormatError(f"{path}: header {HEADER_KEY!r} is not valid JSON: {exc}") from None
-    flat = load_file(str(path), device=str(device))
     layers: dict[str, PackedWeight] = {}
     claimed: set[str] = set()
     for name, meta in metas.items():

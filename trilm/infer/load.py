@@ -1,9 +1,11 @@
 """Loading any model trilm knows into an :class:`InferenceModel`.
 
-Sources: a training snapshot (latent weights), a packed snapshot (QuantLMs, packed exports) and a Hugging
-Face ``LlamaForCausalLM`` directory. TriLM/BiLM latent weights become their quantized image γ·Ŵ — as float
-``nn.Linear`` weights, or with ``packed=True`` as ternary/binary ``QuantLinear`` layers built from the same
-codes and scales — so every path computes the function the model was trained to compute.
+Sources: whatever :func:`trilm.store.open_model` opens — a training snapshot (latent weights), a packed
+snapshot (QuantLMs, packed exports), a pruned snapshot, a Hugging Face ``LlamaForCausalLM`` directory or an
+exported suite checkpoint — with its weights verified there. TriLM/BiLM latent weights become their
+quantized image γ·Ŵ — as float ``nn.Linear`` weights, or with ``packed=True`` as ternary/binary
+``QuantLinear`` layers built from the same codes and scales — so every path computes the function the
+model was trained to compute.
 """
 
 from __future__ import annotations
@@ -11,20 +13,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
 
 from trilm.config import ConfigError
 from trilm.infer.model import InferenceModel
 from trilm.model.config import ModelConfig
 from trilm.model.quant import canonical_layout, dequantize_latent, packing_scales
-from trilm.model.snapshot import (
-    WEIGHTS_FILE,
-    SnapshotMeta,
-    is_snapshot,
-    read_packed_layers,
-    read_snapshot,
-)
+from trilm.model.snapshot import SnapshotMeta
 from trilm.model.spec import canonical_shapes
+from trilm.store.open import ModelDir, open_model
 
 
 def pack_latent(cfg: ModelConfig, name: str, tensor: torch.Tensor):
@@ -94,14 +90,14 @@ def from_state_dict(
 
 
 def load_inference_model(
-    path: str | Path,
+    path: str | Path | ModelDir,
     *,
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float32,
     packed: bool = False,
     backend: str = "auto",
 ) -> InferenceModel:
-    """Load a snapshot, packed snapshot or Hugging Face Llama directory for inference.
+    """Load a model directory (a path, or one already opened by :func:`trilm.store.open_model`).
 
     ``dtype`` applies to the float parameters (embedding, norms, head, float linears); packed layers keep
     their stored tensors. ``packed=True`` serves a TriLM/BiLM snapshot through ternary/binary kernels.
@@ -112,27 +108,17 @@ def load_inference_model(
 
 
 def load_with_meta(
-    path: str | Path, *, packed: bool = False, backend: str = "auto"
+    path: str | Path | ModelDir, *, packed: bool = False, backend: str = "auto"
 ) -> tuple[InferenceModel, SnapshotMeta]:
-    """(fp32 CPU model, its snapshot metadata) — metadata is empty for a Hugging Face directory."""
-    path = Path(path)
-    if not path.is_dir():
-        raise ConfigError(f"{path}: not a directory (expected a trilm snapshot or a Hugging Face model)")
-    if is_snapshot(path):
-        cfg, meta = read_snapshot(path)
-        weights = path / WEIGHTS_FILE
-        if not weights.is_file():
-            raise ConfigError(f"{weights}: not found")
-        state = load_file(str(weights))
-        model = from_state_dict(cfg, state, read_packed_layers(path), pack_native=packed, backend=backend)
-        return model, meta
-    if (path / "config.json").is_file():
-        from trilm.model.hf import import_hf
-
-        cfg, state = import_hf(path)
-        model = from_state_dict(cfg, state, pack_native=packed, backend=backend)
-        return model, SnapshotMeta(imported_from=str(path), family=cfg.family)
-    raise ConfigError(f"{path}: no config.json (expected a trilm snapshot or a Hugging Face model directory)")
+    """(fp32 CPU model, its snapshot metadata); an HF directory's meta says what it records of itself."""
+    opened = path if isinstance(path, ModelDir) else open_model(path)
+    weights = opened.weights
+    model = from_state_dict(
+        opened.config, weights.float_state(), weights.packed_layers(), pack_native=packed, backend=backend
+    )
+    if opened is not path:
+        weights.release()
+    return model, opened.meta
 
 
 def prepare_for_inference(

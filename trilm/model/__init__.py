@@ -2,10 +2,12 @@
 
 Public API::
 
-    from trilm.model import preset, build_model, save_model, load_model
+    from trilm.model import preset, build_model
     model = build_model("trilm-tiny")          # single process, TP=1 unless parallel state says otherwise
     logits = model(input_ids)                  # [batch, seq, padded_vocab]
-    save_model(model, "snap/"); model = load_model("snap/")
+
+Snapshots on disk are the store's (``from trilm.store import save_model, load_model, open_model``): this
+package describes models and never opens a directory.
 
 The training decoder imports megatron-core; configs, counts and snapshot metadata do not. The names that
 need megatron are imported on first use, so inference, post-hoc and evaluation code (``trilm.infer``) can
@@ -16,13 +18,11 @@ import importlib
 
 from trilm.model.config import LayerShape, ModelConfig, QuantConfig, preset, preset_names
 from trilm.model.flops import ParamCounts, flops_per_token, parameter_counts
-from trilm.model.snapshot import SnapshotMeta, read_snapshot
+from trilm.model.snapshot import SnapshotMeta
 
 _LAZY = {
     "Decoder": "trilm.model.transformer",
     "build_model": "trilm.model.io",
-    "load_model": "trilm.model.io",
-    "save_model": "trilm.model.io",
 }
 
 
@@ -41,10 +41,7 @@ __all__ = [
     "SnapshotMeta",
     "build_model",
     "flops_per_token",
-    "load_model",
     "parameter_counts",
     "preset",
     "preset_names",
-    "read_snapshot",
-    "save_model",
 ]

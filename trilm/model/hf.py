@@ -1,4 +1,6 @@
-"""Hugging Face interop: trilm canonical tensors ⇄ ``LlamaForCausalLM`` directories.
+"""Hugging Face interop: trilm canonical tensors and config ⇄ ``LlamaForCausalLM`` names and config.
+
+The directories themselves are read and written by :mod:`trilm.store.hf`; this module is the mapping.
 
 Export writes what Spectra released: an ordinary LLaMA checkpoint. For TriLM/BiLM the block weights are the
 *materialised* quantized values γ·Ŵ ("unpacked"), with ``pretraining_model_parallel`` in config.json
@@ -8,9 +10,7 @@ is written in the key names of transformers 4.x *and* 5.x (``rope_theta`` and ``
 
 Import reads such a directory back, and refuses what a trilm model cannot represent instead of dropping it:
 RoPE scaling, an activation other than SiLU, biases, tied embeddings, a head_dim that is not
-hidden/heads. Weights come from ``model.safetensors`` or from the shards that
-``model.safetensors.index.json`` names; a folder with several candidate weight files and no index is
-ambiguous and refused. A missing, unexpected or misshapen tensor is named by its Hugging Face name.
+hidden/heads. A missing, unexpected or misshapen tensor is named by its Hugging Face name.
 
 A FloatLM comes back as is. An unpacked TriLM/BiLM cannot return its latent weights (they were never
 released), but its forward pass can be recovered exactly: per scale cell the latent weights are set to
@@ -20,13 +20,10 @@ W̃·(γ − ε)/mean|W̃|, whose absmean re-quantization yields the same codes 
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import safe_open
-from safetensors.torch import save_file
 
 from trilm.config import ConfigError
 from trilm.dtypes import dtype_name
@@ -34,8 +31,6 @@ from trilm.model.config import ModelConfig, QuantConfig
 from trilm.model.quant import ScaleLayout, canonical_layout, dequantize_latent, weight_scales
 from trilm.model.spec import canonical_shapes, hf_name
 
-WEIGHTS_NAME = "model.safetensors"
-INDEX_NAME = "model.safetensors.index.json"
 DEFAULT_BOS_ID, DEFAULT_EOS_ID = 1, 2  # trilm's SentencePiece ids (unk 0, bos 1, eos 2)
 _SILU = ("silu", "swish")
 
@@ -111,38 +106,6 @@ def generation_config_dict(
     return {"bos_token_id": bos_token_id, "eos_token_id": eos_token_id, "do_sample": False}
 
 
-def export_hf(
-    cfg: ModelConfig,
-    state: dict[str, torch.Tensor],
-    out_dir: str | Path,
-    dtype=torch.float32,
-    *,
-    bos_token_id: int | list[int] | None = DEFAULT_BOS_ID,
-    eos_token_id: int | list[int] | None = DEFAULT_EOS_ID,
-    dequantize: bool = True,
-) -> Path:
-    """Write ``config.json``, ``generation_config.json`` and ``model.safetensors`` into ``out_dir``.
-
-    ``state`` holds canonical tensors; with ``dequantize`` (the default) TriLM/BiLM latent block weights are
-    replaced by γ·Ŵ, otherwise they are taken as already materialised.
-    """
-    check_uniform(cfg)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    expected = canonical_shapes(cfg)
-    missing = sorted(set(expected) - set(state))
-    if missing:
-        raise ConfigError(f"export_hf: canonical tensors missing: {missing[:5]}")
-    weights = dequantized_state_dict(cfg, state) if dequantize else state
-    hf_state = {hf_name(k): weights[k].to(dtype).contiguous() for k in expected}
-    save_file(hf_state, str(out_dir / WEIGHTS_NAME), metadata={"format": "pt"})
-    config = hf_config_dict(cfg, dtype, bos_token_id=bos_token_id, eos_token_id=eos_token_id)
-    (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    generation = generation_config_dict(bos_token_id, eos_token_id)
-    (out_dir / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
-    return out_dir
-
-
 def _restore_latent(w: torch.Tensor, layout: ScaleLayout) -> torch.Tensor:
     """Latent weights whose absmean quantization gives back the materialised values ``w`` exactly.
 
@@ -159,16 +122,6 @@ def _restore_latent(w: torch.Tensor, layout: ScaleLayout) -> torch.Tensor:
     safe = absmean.clamp(min=1e-30)
     factor = torch.where(absmean > 0, (gamma - layout.eps).clamp(min=0) / safe, torch.ones_like(absmean))
     return (wf * factor).to(w.dtype)
-
-
-def read_hf_config(directory: str | Path) -> dict:
-    path = Path(directory) / "config.json"
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: not found (is {directory} a Hugging Face model directory?)") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}: invalid JSON: {exc}") from None
 
 
 def _rope_theta(data: dict, path: str) -> float:
@@ -250,126 +203,35 @@ def model_config_from_hf(data: dict, family: str | None = None, path: str = "con
         raise ConfigError(f"{path}: {exc}") from None
 
 
-def weight_files(directory: str | Path) -> dict[str, Path]:
-    """HF tensor name → the safetensors file holding it, from the index or the one weights file."""
-    directory = Path(directory)
-    candidates = sorted(p for p in directory.glob("*.safetensors"))
-    index = directory / INDEX_NAME
-    if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise ConfigError(f"{index}: not a safetensors index (no weight_map): {exc}") from None
-        named = {directory / f for f in weight_map.values()}
-        absent = sorted(str(p) for p in named if not p.is_file())
-        if absent:
-            raise ConfigError(f"{index}: names shard(s) that do not exist: {', '.join(absent)}")
-        stray = [p.name for p in candidates if p not in named]
-        if stray:
-            raise ConfigError(
-                f"{directory}: ambiguous weights: {', '.join(stray)} not named by {INDEX_NAME}; remove them "
-                "or the index"
-            )
-        return {name: directory / f for name, f in weight_map.items()}
-    if len(candidates) > 1:
-        raise ConfigError(
-            f"{directory}: ambiguous weights: {len(candidates)} safetensors files "
-            f"({', '.join(p.name for p in candidates)}) and no {INDEX_NAME} saying which to read"
-        )
-    if not candidates:
-        other = sorted(p.name for p in directory.glob("*.bin")) + sorted(
-            p.name for p in directory.glob("*.pt")
-        )
-        hint = f" ({', '.join(other)} found: only safetensors weights are read)" if other else ""
-        raise ConfigError(f"{directory}: no {WEIGHTS_NAME}{hint}")
-    with safe_open(str(candidates[0]), framework="pt") as fh:
-        return {name: candidates[0] for name in fh.keys()}  # noqa: SIM118 - safe_open has no __iter__
+def hf_tensor_plan(cfg: ModelConfig) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """``{HF tensor name: (canonical name, shape)}`` of a model with this config."""
+    return {hf_name(k): (k, s) for k, s in canonical_shapes(cfg).items()}
 
 
-@dataclasses.dataclass
-class HFModel:
-    """What an HF directory holds, in trilm terms."""
-
-    cfg: ModelConfig
-    state: dict[str, torch.Tensor]
-    bos_token_id: int | list[int] | None
-    eos_token_id: int | list[int] | None
-    tokenizer_model: Path | None
-    add_bos: bool | None
-    """``add_bos_token`` of its ``tokenizer_config.json`` (None when it does not say)."""
-
-
-def read_hf(directory: str | Path, family: str | None = None) -> HFModel:
-    """Read and validate a ``LlamaForCausalLM`` directory (see the module docstring for what is refused)."""
-    directory = Path(directory)
-    config_path = directory / "config.json"
-    data = read_hf_config(directory)
-    cfg = model_config_from_hf(data, family, str(config_path))
-    expected = {hf_name(k): (k, s) for k, s in canonical_shapes(cfg).items()}
-    files = weight_files(directory)
-    unexpected = sorted(n for n in files if n not in expected and not n.endswith("rotary_emb.inv_freq"))
+def check_hf_names(where: str | Path, cfg: ModelConfig, names: list[str] | set[str]) -> None:
+    """Refuse tensors a LLaMA of this config does not have (biases named as such) and missing ones."""
+    expected = hf_tensor_plan(cfg)
+    unexpected = sorted(n for n in names if n not in expected and not n.endswith("rotary_emb.inv_freq"))
     if unexpected:
         biases = [n for n in unexpected if n.endswith(".bias")]
         what = (
             "bias tensors (trilm models have no biases)" if biases else "tensors a LLaMA model does not have"
         )
         shown = biases or unexpected
-        raise ConfigError(f"{directory}: {what}: {', '.join(shown[:5])}{' …' if len(shown) > 5 else ''}")
-    missing = [n for n in expected if n not in files]
+        raise ConfigError(f"{where}: {what}: {', '.join(shown[:5])}{' …' if len(shown) > 5 else ''}")
+    missing = [n for n in expected if n not in names]
     if missing:
         tied = "lm_head.weight" in missing and len(missing) == 1
         reason = " (tied embeddings are not supported)" if tied else ""
         raise ConfigError(
-            f"{directory}: missing tensor(s) {', '.join(missing[:5])}{' …' if len(missing) > 5 else ''}"
-            f"{reason}"
+            f"{where}: missing tensor(s) {', '.join(missing[:5])}{' …' if len(missing) > 5 else ''}{reason}"
         )
-    state: dict[str, torch.Tensor] = {}
-    by_file: dict[Path, list[str]] = {}
-    for name in expected:
-        by_file.setdefault(files[name], []).append(name)
-    for path, names in by_file.items():
-        with safe_open(str(path), framework="pt") as fh:
-            present = set(fh.keys())
-            for name in names:
-                if name not in present:
-                    raise ConfigError(f"{path}: tensor {name} is not in this file (the index says it is)")
-                tensor = fh.get_tensor(name)
-                canonical, shape = expected[name]
-                if tuple(tensor.shape) != shape:
-                    raise ConfigError(
-                        f"{path}: tensor {name} has shape {tuple(tensor.shape)}, config.json implies {shape}"
-                    )
-                state[canonical] = tensor.float()
+
+
+def restore_latents(cfg: ModelConfig, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Canonical tensors read from an HF directory, TriLM/BiLM block matrices as restorable latents."""
+    out = {}
     for name, tensor in state.items():
         layout = canonical_layout(cfg, name)
-        if layout is not None:
-            state[name] = _restore_latent(tensor, layout)
-    tok_config = _read_json(directory / "tokenizer_config.json")
-    add_bos = tok_config.get("add_bos_token") if tok_config else None
-    model = directory / "tokenizer.model"
-    return HFModel(
-        cfg=cfg,
-        state=state,
-        bos_token_id=data.get("bos_token_id"),
-        eos_token_id=data.get("eos_token_id"),
-        tokenizer_model=model if model.is_file() else None,
-        add_bos=None if add_bos is None else bool(add_bos),
-    )
-
-
-def _read_json(path: Path) -> dict:
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}: invalid JSON: {exc}") from None
-    return data if isinstance(data, dict) else {}
-
-
-def import_hf(
-    directory: str | Path, family: str | None = None
-) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
-    """(config, canonical state) from a ``LlamaForCausalLM`` directory with safetensors weights."""
-    model = read_hf(directory, family)
-    return model.cfg, model.state
+        out[name] = tensor if layout is None else _restore_latent(tensor, layout)
+    return out

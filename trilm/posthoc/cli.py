@@ -105,7 +105,7 @@ def job_from_args(args) -> Any:
 
     from trilm.posthoc.calibration import CalibrationConfig
     from trilm.posthoc.engine import EngineConfig
-    from trilm.posthoc.quantlm import QuantizeJob, read_source
+    from trilm.posthoc.quantlm import QuantizeJob, open_source
     from trilm.posthoc.registry import MethodOptions, get_method
 
     method = get_method(args.method)
@@ -124,7 +124,7 @@ def job_from_args(args) -> Any:
         values = mode_config(args.mode).to_dict()
     values.update(given)
     config = method.config(**values)
-    cfg, _ = read_source(args.model)
+    cfg = open_source(args.model, args.tokenizer).config
     seq_len = args.seq_len or min(2048, cfg.context)
     calib = None  # a data-free method reads none (quantize_to_quantlm names --calib when one is missing)
     if args.calib is not None and not method.data_free:

@@ -1,41 +1,42 @@
 """From a float model to a QuantLM directory: checks, calibration, the block-wise engine, the packed snapshot.
 
-A QuantLM is a packed snapshot (:func:`trilm.model.snapshot.write_packed_snapshot`): the block linears in
+A QuantLM is a packed snapshot (:func:`trilm.store.snapshot.write_snapshot_files`): the block linears in
 ``packed.safetensors`` (``IntWeight``: codes, scales, zeros, g_idx), embeddings, norms and head as floats in
 ``model.safetensors``, the tokenizer copied next to them, and ``meta.extra["quant"]`` recording the method,
 every option, the bits per weight (as the paper counts them and as stored), the calibration source and seed,
-timings and memory. It is written into a temporary sibling directory, optionally evaluated from there
+timings and memory. The source is opened (and its weights verified) by :func:`trilm.store.open_model`.
+The QuantLM is written into a staging directory (:mod:`trilm.atomic`), optionally evaluated from there
 through ``trilm.infer.load_inference_model`` (so through ``kernels.QuantLinear``), and only then renamed
-into place: an error at any point leaves nothing behind and never touches an existing model.
+into place with its ``COMPLETE`` manifest: an error at any point leaves nothing behind and never touches
+an existing model, and what a killed run left is removed by the next one.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from trilm.atomic import atomic_directory
 from trilm.config import Config, ConfigError
 from trilm.dtypes import dtype_name
 from trilm.formats import layer_bits, model_bits_summary
 from trilm.model.config import ModelConfig
-from trilm.model.snapshot import (
-    SnapshotMeta,
-    is_packed_snapshot,
-    is_snapshot,
-    read_snapshot,
-    write_packed_snapshot,
-    write_snapshot_config,
-)
+from trilm.model.snapshot import SnapshotMeta
 from trilm.model.spec import canonical_shapes
 from trilm.posthoc.calibration import CalibrationConfig, check_vocabulary, load_calibration
 from trilm.posthoc.engine import EngineConfig, EngineReport, quantize_blockwise
 from trilm.posthoc.layerwise import block_method
 from trilm.posthoc.registry import MethodOptions, get_method
+from trilm.store.integrity import complete_marker
+from trilm.store.open import ModelDir, open_model
+from trilm.store.snapshot import (
+    is_snapshot,
+    read_snapshot_config,
+    write_snapshot_config,
+    write_snapshot_files,
+)
 
 
 @dataclasses.dataclass
@@ -66,29 +67,24 @@ class QuantizeSummary:
     val_loss: float | None
 
 
-def read_source(path: Path) -> tuple[ModelConfig, SnapshotMeta]:
-    """Config and metadata of a trilm snapshot or a Hugging Face Llama directory (weights not loaded)."""
-    if not path.is_dir():
-        raise ConfigError(f"{path}: not a directory (expected a trilm snapshot or a Hugging Face Llama)")
-    if is_snapshot(path):
-        return read_snapshot(path)
-    from trilm.model.hf import model_config_from_hf, read_hf_config
-
-    cfg = model_config_from_hf(read_hf_config(path), path=str(path / "config.json"))
-    return cfg, SnapshotMeta(imported_from=str(path), family=cfg.family)
+def open_source(path: Path, tokenizer: Path | None = None) -> ModelDir:
+    """The float model to quantize, opened through the store (weights read later, verified first)."""
+    return open_model(path, tokenizer=tokenizer)
 
 
-def check_source(path: Path, cfg: ModelConfig, method: str) -> None:
+def check_source(src: ModelDir, method: str) -> None:
     """Float methods quantize float weights: refuse TriLM/BiLM checkpoints and models already packed."""
+    cfg = src.config
+    if src.is_packed:
+        raise ConfigError(
+            f"{src.given}: already a packed model ({src.kind}: QuantLM or packed export); quantize its float "
+            "source"
+        )
     if cfg.family != "floatlm":
         fmt = cfg.weight_format
         raise ConfigError(
-            f"{path}: a {cfg.family} model — its block weights are already {fmt}; {method} quantizes float "
-            "weights (give a FloatLM snapshot or a Hugging Face Llama)"
-        )
-    if is_snapshot(path) and is_packed_snapshot(path):
-        raise ConfigError(
-            f"{path}: already a packed model (QuantLM or packed export); quantize its float source"
+            f"{src.given}: a {cfg.family} model — its block weights are already {fmt}; {method} quantizes "
+            "float weights (give a FloatLM snapshot or a Hugging Face Llama)"
         )
 
 
@@ -130,7 +126,7 @@ def check_output(out: Path, identity: dict[str, Any]) -> None:
         return
     if not is_snapshot(out):
         raise ConfigError(f"{out}: not empty and not a trilm snapshot; refusing to write a QuantLM into it")
-    _, meta = read_snapshot(out)
+    _, meta = read_snapshot_config(out)
     quant = meta.extra.get("quant") or {}
     theirs = {k: quant.get(k) for k in identity}
     if theirs != identity:
@@ -142,8 +138,6 @@ def check_output(out: Path, identity: dict[str, Any]) -> None:
 
 def quantize_to_quantlm(job: QuantizeJob) -> QuantizeSummary:
     """Run a whole quantization job; see the module docstring for what is written and when."""
-    from trilm.data.text_source import tokenizer_for
-    from trilm.data.tokenizer import Tokenizer
     from trilm.infer import load_with_meta
 
     start = time.perf_counter()
@@ -152,8 +146,9 @@ def quantize_to_quantlm(job: QuantizeJob) -> QuantizeSummary:
         job = dataclasses.replace(job, calib=None, eval_seq_len=job.eval_seq_len or job.calib.seq_len)
     if method.unwritable is not None and (why := method.unwritable(job.config)):
         raise ConfigError(f"--method {job.method}: {why}")
-    cfg, src_meta = read_source(job.source)
-    check_source(job.source, cfg, job.method)
+    src = open_source(job.source, job.tokenizer)
+    cfg, src_meta = src.config, src.meta
+    check_source(src, job.method)
     check_shapes(cfg, job.config)
     identity = job_identity(job)
     check_output(job.out, identity)
@@ -164,12 +159,13 @@ def quantize_to_quantlm(job: QuantizeJob) -> QuantizeSummary:
     if job.calib is not None and job.calib.seq_len > cfg.context:
         raise ConfigError(f"calibration seq_len {job.calib.seq_len} exceeds the model context {cfg.context}")
 
-    tokenizer = Tokenizer.load(job.tokenizer) if job.tokenizer else tokenizer_for(job.source)
+    model, _ = load_with_meta(src)  # a damaged source fails here, before calibration data is read
+    src.weights.release()
+    tokenizer = src.tokenizer.tokenizer
     calib = None
     if job.calib is not None:
         calib = load_calibration(job.calib, tokenizer)
         check_vocabulary(calib.windows, cfg.padded_vocab, job.calib.source)
-    model, _ = load_with_meta(job.source)
     model.requires_grad_(False).eval()
     t_quant = time.perf_counter()
     options = dataclasses.replace(job.options, calibration=job.calib, tokenizer=tokenizer)
@@ -215,15 +211,9 @@ def quantize_to_quantlm(job: QuantizeJob) -> QuantizeSummary:
 
 
 def _write(job, cfg, float_state, packed, meta: SnapshotMeta, tokenizer: Path | None, start: float):
-    out = job.out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the QuantLM is an ordinary directory
-        write_packed_snapshot(tmp, cfg, float_state, packed, meta, tokenizer=tokenizer)
-        val_loss = None
+    val_loss = None
+    with atomic_directory(job.out, replace=True, markers=complete_marker({"kind": "quantlm"})) as tmp:
+        write_snapshot_files(tmp, cfg, meta, float_state, packed, tokenizer=tokenizer)
         if job.eval_split is not None:
             from trilm.infer import load_inference_model
             from trilm.posthoc.evaluate import validation_loss
@@ -242,19 +232,4 @@ def _write(job, cfg, float_state, packed, meta: SnapshotMeta, tokenizer: Path | 
             meta.val_loss = val_loss
         meta.extra["quant"]["seconds"]["total"] = time.perf_counter() - start
         write_snapshot_config(tmp, cfg, meta)
-        _replace_dir(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return val_loss
-
-
-def _replace_dir(tmp: Path, out: Path) -> None:
-    """Move ``tmp`` to ``out``; an existing ``out`` (checked to be this same QuantLM) is swapped out first."""
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        os.rename(out, old)
-        os.rename(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.rename(tmp, out)

@@ -1,39 +1,32 @@
 """One pruning run, end to end: check the request, score units, slice, write a smaller snapshot.
 
-Every check that can fail on bad input (keep ratio, granularity, method, model kind, output directory,
-calibration data) runs before the search, and the snapshot is written into a temporary sibling directory
-that is renamed into place only when complete, so a failed run leaves nothing behind.
+Every check that can fail on bad input (keep ratio, granularity, method, model kind and integrity, output
+directory, calibration data) runs before the search, and the snapshot is written by the store's one writer
+(:func:`trilm.store.snapshot.write_snapshot`: staging directory, rename, ``COMPLETE`` last), so a failed
+run leaves nothing behind.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
-import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
 
 from trilm.config import Config, ConfigError, require
 from trilm.dtypes import parse_dtype
 from trilm.memory import model_bytes
 from trilm.model.flops import parameter_counts
-from trilm.model.snapshot import (
-    SNAPSHOT_FORMAT,
-    TOKENIZER_FILE,
-    WEIGHTS_FILE,
-    SnapshotMeta,
-    write_snapshot_config,
-)
+from trilm.model.snapshot import SnapshotMeta
 from trilm.prune.metrics import CalibrationStats, check_metric, collect_stats, unit_scores
 from trilm.prune.search import PGConfig, SearchResult, WindowSampler, batch_loss, pg_search
 from trilm.prune.slicing import check_sliceable, select_units, slice_model
-from trilm.prune.source import Source, load_source, read_config
+from trilm.prune.source import Source, load_source, open_prunable
 from trilm.prune.units import UnitGroup, check_keep, parse_granularity, unit_group
+from trilm.store.snapshot import write_snapshot
 
 METHODS = ("pg", "magnitude", "wanda", "block-importance")
 PRUNE_DTYPES = ("float32", "bfloat16")
@@ -109,7 +102,7 @@ def _calibration_tokens(cfg: PruneConfig, source: Source, model_cfg) -> torch.Te
     from trilm.data.text_source import token_stream
     from trilm.data.tokenizer import Tokenizer
 
-    tok = Tokenizer.load(source.tokenizer) if source.tokenizer is not None else None
+    tok = Tokenizer.load(source.tokenizer) if source.tokenizer is not None else None  # checked by the store
     wanted = cfg.calib_samples * calib_seq_len(cfg, model_cfg) if cfg.needs_stats() else 0
     if cfg.method == "pg":
         wanted = max(wanted, cfg.pg.steps * cfg.pg.batch_size * cfg.pg.seq_len)
@@ -144,14 +137,15 @@ def prune(cfg: PruneConfig, *, progress: bool = True, log=print) -> PruneReport:
     started = time.perf_counter()
     out = Path(cfg.out)
     _check_out(out)
-    model_cfg, _, _ = read_config(cfg.model)
+    opened = open_prunable(cfg.model)
+    model_cfg = opened.config
     granularities = cfg.granularities
     groups = [unit_group(model_cfg, g) for g in granularities]
     for group in groups:
         select_units(torch.zeros(group.total), group, cfg.keep, per_layer=cfg.per_layer)  # ratio checks
     check_sliceable(model_cfg, granularities)
     device = _resolve_device(cfg.device)
-    source = load_source(cfg.model)
+    source = load_source(opened)
     tokens = _calibration_tokens(cfg, source, source.cfg) if cfg.calib else None
     sampler = None
     if cfg.method == "pg":
@@ -311,24 +305,7 @@ def write_pruned_snapshot(
     """config.json + model.safetensors (+ tokenizer.model) into ``out``, all or nothing."""
     out = Path(out)
     _check_out(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    try:
-        tmp.mkdir()
-        tensors = {k: v.detach().contiguous().cpu() for k, v in state.items()}
-        save_file(tensors, str(tmp / WEIGHTS_FILE), metadata={"format": SNAPSHOT_FORMAT})
-        if tokenizer is not None:
-            shutil.copyfile(tokenizer, tmp / TOKENIZER_FILE)
-        write_snapshot_config(tmp, cfg, meta)
-        if out.exists():
-            out.rmdir()
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
+    return write_snapshot(out, cfg, meta, state, tokenizer=tokenizer, marker={"kind": "pruned"})
 
 
 def summary_line(record: dict[str, Any]) -> str:

@@ -1,4 +1,4 @@
-"""The model a pruning run starts from: a trilm snapshot or a Hugging Face Llama directory.
+"""The model a pruning run starts from: any float or latent model :func:`trilm.store.open_model` opens.
 
 Pruning slices the stored weights — for TriLM/BiLM the latent weights, which re-quantize when the smaller
 model loads — so it needs canonical tensors, not packed codes: a packed snapshot (a QuantLM from the
@@ -11,18 +11,11 @@ import dataclasses
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
 
 from trilm.config import ConfigError
 from trilm.model.config import ModelConfig
-from trilm.model.snapshot import (
-    WEIGHTS_FILE,
-    SnapshotMeta,
-    is_packed_snapshot,
-    is_snapshot,
-    read_snapshot,
-    tokenizer_path,
-)
+from trilm.model.snapshot import SnapshotMeta
+from trilm.store.open import ModelDir, open_model
 
 
 @dataclasses.dataclass
@@ -34,47 +27,22 @@ class Source:
     """Canonical tensors as stored (latent weights for TriLM/BiLM)."""
     tokenizer: Path | None
     kind: str
-    """``snapshot`` or ``hf``."""
+    """The store's kind of the directory (``run-snapshot``, ``snapshot``, ``pruned``, ``hf``, …)."""
 
 
-def read_config(path: str | Path) -> tuple[ModelConfig, SnapshotMeta, str]:
-    """(config, metadata, kind) without loading weights, so bad input fails before any heavy work."""
-    path = Path(path)
-    if not path.is_dir():
-        raise ConfigError(f"{path}: not a directory (expected a trilm snapshot or a Hugging Face model)")
-    if is_snapshot(path):
-        cfg, meta = read_snapshot(path)
-        if is_packed_snapshot(path) or "quant" in meta.extra:
-            method = (meta.extra.get("quant") or {}).get("method", "packed")
-            raise ConfigError(
-                f"{path}: a packed snapshot ({method} QuantLM or packed export) holds quantized codes, not "
-                "weights that can be sliced; prune the float (or latent TriLM) model first, then quantize"
-            )
-        kind = "snapshot"
-    elif (path / "config.json").is_file():
-        from trilm.model.hf import model_config_from_hf, read_hf_config
-
-        cfg = model_config_from_hf(read_hf_config(path), path=str(path / "config.json"))
-        meta = SnapshotMeta(imported_from=str(path), family=cfg.family)
-        kind = "hf"
-    else:
-        raise ConfigError(f"{path}: no config.json (expected a trilm snapshot or a Hugging Face model)")
-    return cfg, meta, kind
+def open_prunable(path: str | Path) -> ModelDir:
+    """The opened model, refused when it cannot be pruned (weights not loaded: bad input fails early)."""
+    opened = open_model(path)
+    if opened.is_packed:
+        method = opened.meta.extra.get("quant", {}).get("method", "packed")
+        raise ConfigError(
+            f"{opened.given}: a packed snapshot ({method} QuantLM or packed export) holds quantized codes, "
+            "not weights that can be sliced; prune the float (or latent TriLM) model first, then quantize"
+        )
+    return opened
 
 
-def load_source(path: str | Path) -> Source:
-    path = Path(path)
-    cfg, meta, kind = read_config(path)
-    if kind == "snapshot":
-        weights = path / WEIGHTS_FILE
-        if not weights.is_file():
-            raise ConfigError(f"{weights}: not found")
-        state = load_file(str(weights))
-        tok = tokenizer_path(path, meta)
-    else:
-        from trilm.model.hf import import_hf
-
-        cfg, state = import_hf(path)
-        candidate = path / "tokenizer.model"
-        tok = candidate if candidate.is_file() else None
-    return Source(path, cfg, meta, state, tok, kind)
+def load_source(opened: ModelDir) -> Source:
+    """The weights of an opened prunable model (verified by the store as they are read)."""
+    state = opened.weights.float_state()
+    return Source(opened.given, opened.config, opened.meta, state, opened.tokenizer.path, opened.kind)

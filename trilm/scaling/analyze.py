@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from trilm.atomic import write_text
 from trilm.scaling.bootstrap import (
     bootstrap_many,
     leave_one_out,
@@ -444,5 +445,5 @@ def write_outputs(report: Report, out_dir: Path) -> None:
         report.files.update(plots.write_all(report, out_dir))
     report.files["json"] = str(out_dir / "fit.json")
     report.files["markdown"] = str(out_dir / "report.md")
-    (out_dir / "fit.json").write_text(json.dumps(report.to_dict(), indent=1) + "\n")
-    (out_dir / "report.md").write_text(report_md.render(report, out_dir))
+    write_text(out_dir / "fit.json", json.dumps(report.to_dict(), indent=1) + "\n")
+    write_text(out_dir / "report.md", report_md.render(report, out_dir))

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trilm.atomic import write_text
 from trilm.scaling.fit import FitResult, fit_law
 from trilm.scaling.table import TableError
 
@@ -123,8 +124,8 @@ def reproduce(
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "fit.json").write_text(json.dumps(result, indent=1) + "\n")
-        (out / "report.md").write_text(render_comparison(result))
+        write_text(out / "fit.json", json.dumps(result, indent=1) + "\n")
+        write_text(out / "report.md", render_comparison(result))
         law = LawFit(label="Chinchilla", fit=fit, inputs=inputs, loss=data.loss, labels=[""] * data.loss.size)
         fig = Figure(figsize=(7, 4.8))
         draw_nd(fig.subplots(), law, "Chinchilla (Epoch's 240 points): L(N, D) fit, lines at 8 sizes")

@@ -39,11 +39,11 @@ import dataclasses
 import io
 import json
 import math
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from trilm.atomic import write_text
 from trilm.bits import FLOAT_BITS, TERNARY_BITS, model_bits
 from trilm.bits import bits_per_param as _bits_per_param
 from trilm.bits import group_quant_bits as quantized_linear_bits
@@ -333,24 +333,20 @@ def write_table(path: str | Path, rows: Iterable[ResultRow]) -> Path:
     rows = list(rows)
     extras = sorted({k for r in rows for k in r.extra})
     records = [{**{c: "" for c in extras}, **r.to_record()} for r in rows]
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     suffix = path.suffix.lower()
     if suffix == ".csv":
-        with tmp.open("w", newline="", encoding="utf-8") as fh:
-            writer = csv.DictWriter(fh, fieldnames=[*COLUMNS, *extras], lineterminator="\n")
-            writer.writeheader()
-            writer.writerows(records)
+        text = io.StringIO(newline="")
+        writer = csv.DictWriter(text, fieldnames=[*COLUMNS, *extras], lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(records)
+        content = text.getvalue()
     elif suffix == ".json":
-        tmp.write_text(
-            json.dumps({"format": "trilm-results", "version": 1, "rows": records}, indent=1) + "\n",
-            encoding="utf-8",
-        )
+        content = json.dumps({"format": "trilm-results", "version": 1, "rows": records}, indent=1) + "\n"
     elif suffix == ".jsonl":
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+        content = "".join(json.dumps(r) + "\n" for r in records)
     else:
         raise TableError(f"{path}: unknown table format {suffix!r}; use .csv, .json or .jsonl")
-    os.replace(tmp, path)
-    return path
+    return write_text(path, content)
 
 
 def append_rows(path: str | Path, rows: Iterable[ResultRow], *, replace: bool = False) -> tuple[int, int]:

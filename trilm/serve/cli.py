@@ -162,6 +162,8 @@ def _generate(args) -> int:
 def _serve(args) -> int:
     from trilm.serve.server import serve
 
+    if not 0 <= args.port <= 65535:
+        raise ConfigError(f"--port: must be in 0..65535 (0: any free port), got {args.port}")
     if not ipaddress.ip_address(_resolve(args.host)).is_loopback:
         print(
             f"trilm serve: warning: binding {args.host}, reachable beyond this machine (no authentication)",

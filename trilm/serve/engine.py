@@ -230,17 +230,24 @@ class Engine:
         tokenizer: Tokenizer | str | Path | None = None,
         **engine_kwargs,
     ) -> Engine:
-        """An engine over a snapshot, packed snapshot or Hugging Face directory and its tokenizer.
+        """An engine over any model directory :func:`trilm.store.open_model` opens, and its tokenizer.
 
         Defaults (device, dtype, tokenizer) and what ``packed`` does are decided in
-        :mod:`trilm.serve.loading`; its notes for the user are kept in :attr:`notes`.
+        :mod:`trilm.serve.loading`; its notes for the user are kept in :attr:`notes`. The model directory
+        is opened once, by the store (:func:`trilm.store.open_model`): weights verified, the tokenizer the
+        model's own unless one is given (a path is checked against the model's recorded hash too).
         """
         from trilm.serve import loading
+        from trilm.store.open import open_model
 
         resolved = loading.resolve_device(device)
         dtype = loading.resolve_dtype(resolved, dtype, packed, backend)
-        tokenizer = loading.resolve_tokenizer(path, tokenizer)
-        model, notes = loading.load_model(path, device=resolved, dtype=dtype, packed=packed, backend=backend)
+        opened = open_model(path, tokenizer=None if isinstance(tokenizer, Tokenizer) else tokenizer)
+        tokenizer = loading.resolve_tokenizer(opened, tokenizer)
+        model, notes = loading.load_model(
+            opened, device=resolved, dtype=dtype, packed=packed, backend=backend
+        )
+        opened.weights.release()
         engine = cls(model, tokenizer, **engine_kwargs)
         engine.notes = notes
         return engine

@@ -9,7 +9,8 @@ Each default is decided in one function here, so ``Engine.load``, the CLI and th
 * **device / dtype** — CUDA when available; bf16 on CUDA, fp32 on CPU — except a packed model on CPU
   (``packed=True``, CPU backend), which runs in bf16 because torch's int4 CPU kernel is vectorized for bf16
   only (:mod:`kernels.cpu`); in fp32 its layers are dequantized once and run as float layers.
-* **tokenizer** — the snapshot's own (``trilm.data.text_source.tokenizer_for``) unless one is given.
+* **tokenizer** — the model's own, chosen by the store's one policy (:mod:`trilm.store.tokenizer`), unless
+  one is given.
 * **model** — :func:`trilm.infer.load_inference_model`; ``packed=True`` on a model with nothing to pack is
   refused by name, and packed layers are converted for the CPU backend at load, not on the first request.
 """
@@ -25,6 +26,7 @@ import torch
 from trilm.config import ConfigError
 from trilm.data.tokenizer import Tokenizer
 from trilm.infer.model import InferenceModel
+from trilm.store.open import ModelDir
 
 log = logging.getLogger(__name__)
 
@@ -81,16 +83,14 @@ def _interpreting() -> bool:
     return interpreting()
 
 
-def resolve_tokenizer(path: str | Path, tokenizer: Tokenizer | str | Path | None) -> Tokenizer | None:
-    from trilm.data.text_source import tokenizer_for
-
-    if tokenizer is None:
-        return tokenizer_for(path)
-    return tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.load(tokenizer)
+def resolve_tokenizer(opened: ModelDir, tokenizer: Tokenizer | str | Path | None) -> Tokenizer | None:
+    """A loaded tokenizer given by the caller, else the one the store chose when opening (a path given
+    to :func:`trilm.store.open_model` is checked there)."""
+    return tokenizer if isinstance(tokenizer, Tokenizer) else opened.tokenizer.tokenizer
 
 
 def load_model(
-    path: str | Path,
+    path: str | Path | ModelDir,
     *,
     device: torch.device,
     dtype: torch.dtype,
@@ -102,6 +102,7 @@ def load_model(
     from trilm.infer import load_inference_model
 
     model = load_inference_model(path, device=device, dtype=dtype, packed=packed, backend=backend)
+    path = path.given if isinstance(path, ModelDir) else path
     layers = [m for m in model.modules() if isinstance(m, QuantLinear)]
     notes: list[str] = []
     if packed:

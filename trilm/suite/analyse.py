@@ -16,10 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trilm.atomic import write_text
 from trilm.families import display_name
+from trilm.store.integrity import complete_steps
 from trilm.suite.config import Suite, shown_path
 from trilm.suite.text import si, table
-from trilm.train.checkpoint import complete_steps
 
 if TYPE_CHECKING:
     from trilm.scaling.results import LawFit, Report
@@ -44,11 +45,11 @@ class SuiteAnalysis:
 
 
 def _snapshots_without_loss(run_dir: Path) -> list[str]:
-    from trilm.model.snapshot import read_snapshot
+    from trilm.store.snapshot import read_snapshot_config
 
     out = []
     for step, path in complete_steps(run_dir / "snapshots"):
-        if read_snapshot(path)[1].val_loss is None:
+        if read_snapshot_config(path)[1].val_loss is None:
             out.append(f"{run_dir.name}@{step}")
     return out
 
@@ -84,7 +85,7 @@ def analyse_suite(
     result = SuiteAnalysis(
         suite, table_path, out, [d.name for d in run_dirs], added, skipped, missing, report
     )
-    result.summary_file.write_text(render_markdown(result))
+    write_text(result.summary_file, render_markdown(result))
     report.files["suite"] = str(result.summary_file)
     return result
 

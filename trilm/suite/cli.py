@@ -70,7 +70,10 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "suite") -> Non
     status = sub.add_parser("status", help="per run: state, step, tokens, checkpoints, losses, tokens/s, ETA")
     _common(status)
     status.add_argument(
-        "--stale-after", type=float, default=900.0, help="seconds without metrics before a run is 'stopped'"
+        "--stale-after",
+        type=float,
+        default=900.0,
+        help="for run directories without a lock file: seconds without metrics before a run is 'stopped'",
     )
     status.add_argument("--json", action="store_true", help="print JSON instead of the table")
 

@@ -1,10 +1,12 @@
 """``trilm suite launch``: train a suite's runs here, one after another, or write (and submit) one launch
 script per run for a DeepSpeed hostfile or a SLURM array.
 
-Relaunching is idempotent because the run directory is the state: a finished run is skipped, a stopped one
-resumes from its newest complete state (the trainer does that by itself when its run directory has one), a
-run whose metrics are still being written is left alone, and under SLURM a run whose array task is still
-queued or running (``squeue``) is not submitted twice.
+Relaunching is idempotent because the run directory is the state: a finished run is skipped (and its
+config never rewritten), a stopped one resumes from its newest complete state (the trainer does that by
+itself when its run directory has one), a run whose lock a live process holds is left alone, and under
+SLURM a run whose array task is still queued or running (``squeue``) is not submitted twice. A suite file
+changed since its runs were trained is refused before anything is written, naming the runs and the keys
+that differ: those runs would be other runs, and their directories hold the old ones.
 
 What gets written under ``<root>``::
 
@@ -29,9 +31,11 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
+from trilm.atomic import write_text
 from trilm.config import ConfigError
 from trilm.suite.config import REPO_ROOT, Suite, SuiteRun
 from trilm.suite.status import FAILED, run_status
+from trilm.train.checkpoint import RunDir, lock_holder
 
 PRETRAIN = REPO_ROOT / "train" / "pretrain.py"
 
@@ -58,15 +62,45 @@ def prepare_data(suite: Suite, progress: bool = True) -> None:
     )
 
 
+def check_runs_unchanged(suite: Suite, runs: list[SuiteRun]) -> None:
+    """Refuse runs whose configs differ from the ones their run directories were trained with."""
+    from trilm.train.config import TrainConfig, changed_keys
+
+    problems = []
+    for run in runs:
+        saved = RunDir(run.run_dir).config
+        if not saved.is_file():
+            continue
+        try:
+            old = TrainConfig.from_yaml(saved).to_dict()
+        except ConfigError as exc:
+            problems.append(f"{run.name}: {saved} is unreadable ({exc})")
+            continue
+        now = run.cfg.replace(model=run.cfg.model.resolved(run.cfg.parallel.tensor_parallel)).to_dict()
+        keys = changed_keys(old, now)
+        if keys:
+            shown = ", ".join(keys[:6]) + (" …" if len(keys) > 6 else "")
+            problems.append(f"{run.name}: {shown} differ from {saved}")
+    if problems:
+        raise ConfigError(
+            f"{suite.path}: the suite no longer matches runs already trained under {suite.root} ("
+            + "; ".join(problems)
+            + "); restore the suite file, or launch the changed suite into another root (--run-dir)"
+        )
+
+
 def write_run_configs(suite: Suite, runs: list[SuiteRun]) -> dict[str, Path]:
+    """``configs/<run>.yaml`` of every run; a finished run's file is never rewritten (it is what it was
+    trained with)."""
     out_dir = suite.root / "configs"
-    out_dir.mkdir(parents=True, exist_ok=True)
     paths = {}
     for run in runs:
         path = out_dir / f"{run.name}.yaml"
-        header = f"# suite {suite.name}, run {run.name}: written by `trilm suite launch` from {suite.path}\n"
-        path.write_text(header + run.cfg.to_yaml())
         paths[run.name] = path
+        if path.is_file() and run_status(run).state == "finished":
+            continue
+        header = f"# suite {suite.name}, run {run.name}: written by `trilm suite launch` from {suite.path}\n"
+        write_text(path, header + run.cfg.to_yaml())
     return paths
 
 
@@ -76,11 +110,13 @@ def _todo(run: SuiteRun, force: bool) -> Outcome | None:
     if status.state == "finished":
         return Outcome(run.name, "skipped", f"finished ({status.steps:,} steps)")
     if status.state == "running" and not force:
+        holder = lock_holder(run.run_dir)
         age = time.time() - (status.last_update or 0)
+        why = f"its lock is held by {holder}" if holder else f"metrics written {age:.0f}s ago"
         return Outcome(
             run.name,
             "running elsewhere",
-            f"metrics written {age:.0f}s ago at step {status.step:,}; not started twice (--force starts it)",
+            f"{why}, at step {status.step:,}; not started twice (--force starts it)",
         )
     return None
 
@@ -121,6 +157,7 @@ def launch_local(
     processes (:mod:`trilm.suite.jobs`); a failing run is recorded and the next one starts."""
     if jobs < 1:
         raise ConfigError(f"--jobs: must be >= 1, got {jobs}")
+    check_runs_unchanged(suite, runs)
     configs = write_run_configs(suite, runs)
     if not dry_run:
         prepare_data(suite, progress)
@@ -188,7 +225,7 @@ def _train_one(run: SuiteRun, config: Path, detail: str, progress: bool) -> Outc
     except Exception as exc:  # one failing run must not stop the suite; it is recorded
         run.run_dir.mkdir(parents=True, exist_ok=True)
         message = f"{type(exc).__name__}: {exc}"
-        failed.write_text(traceback.format_exc() + "\n" + message + "\n")
+        write_text(failed, traceback.format_exc() + "\n" + message + "\n")
         return Outcome(run.name, "failed", message)
 
 
@@ -290,8 +327,7 @@ def array_script(suite: Suite, runs: list[SuiteRun], scripts: dict[str, Path], e
 
 
 def _write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    write_text(path, text)
     path.chmod(0o755)
     return path
 
@@ -321,6 +357,7 @@ def launch_hostfile(
     echo: Callable[[str], None] = print,
 ) -> list[Outcome]:
     """Run each pending run's script in turn (each over the hostfile's first nodes)."""
+    check_runs_unchanged(suite, runs)
     pending, outcomes = [], []
     for run in runs:
         skip = _todo(run, force)
@@ -344,7 +381,7 @@ def launch_hostfile(
         done = subprocess.run(["bash", str(scripts[run.name])], check=False)
         if done.returncode:
             run.run_dir.mkdir(parents=True, exist_ok=True)
-            failed.write_text(f"{scripts[run.name]} exited with status {done.returncode}\n")
+            write_text(failed, f"{scripts[run.name]} exited with status {done.returncode}\n")
             outcomes.append(Outcome(run.name, "failed", f"exit status {done.returncode}"))
         else:
             outcomes.append(Outcome(run.name, "resumed" if "resumes" in detail else "trained"))
@@ -388,6 +425,7 @@ def launch_slurm(
     echo: Callable[[str], None] = print,
 ) -> list[Outcome]:
     """Write per-run scripts and one array per node shape; submit the arrays with ``sbatch``."""
+    check_runs_unchanged(suite, runs)
     queued = {} if dry_run else _queued_runs(suite)
     pending, outcomes = [], []
     for run in runs:

@@ -4,9 +4,11 @@ Nothing here talks to a scheduler: the run directory is the contract (``trilm/tr
 same table works for local, SLURM and hostfile launches. A run is
 
 - ``pending``: no run directory (or nothing in it yet);
-- ``running``: its metrics log was written within ``stale_after`` seconds;
-- ``stopped``: it has progress but has been quiet longer than that (killed, preempted, or crashed — the
-  next ``trilm suite launch`` resumes it from the newest complete state);
+- ``running``: a live process holds its ``.lock`` (the trainer holds it for the whole run and the kernel
+  drops it when the process dies, even by ``kill -9``); for a run directory without a lock file (written
+  before runs had one), its metrics log was written within ``stale_after`` seconds;
+- ``stopped``: it has progress and nobody trains it (killed, preempted, or crashed — the next
+  ``trilm suite launch`` resumes it from the newest complete state);
 - ``failed``: the local launcher recorded an error (``FAILED`` in the run directory, cleared on relaunch);
 - ``finished``: the resumable state of the last step is complete (the trainer writes it after the last
   snapshot, so a run killed between the two is not finished and redoes its last steps).
@@ -22,9 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from trilm.config import ConfigError
+from trilm.store.integrity import latest_complete
+from trilm.store.layout import LOCK_FILE
 from trilm.suite.config import Suite, SuiteRun
 from trilm.suite.text import duration, si, table
-from trilm.train.checkpoint import RunDir, latest_complete
+from trilm.train.checkpoint import RunDir, lock_holder
 
 FAILED = "FAILED"
 STATES = ("finished", "running", "stopped", "failed", "pending")
@@ -128,10 +132,10 @@ def _last(records: list[dict[str, Any]], key: str) -> Any:
 
 
 def _snapshot_val_loss(path: Path) -> float | None:
-    from trilm.model.snapshot import read_snapshot
+    from trilm.store.snapshot import read_snapshot_config
 
     try:
-        return read_snapshot(path)[1].val_loss
+        return read_snapshot_config(path)[1].val_loss
     except ConfigError:
         return None
 
@@ -174,7 +178,11 @@ def run_status(run: SuiteRun, now: float | None = None, stale_after: float = STA
     elif failed.is_file():
         lines = failed.read_text().strip().splitlines()
         status.state, status.error = "failed", lines[-1] if lines else "failed"
-    elif status.last_update is not None and now - status.last_update < stale_after:
+    elif lock_holder(rd.root) is not None or (
+        not (rd.root / LOCK_FILE).is_file()
+        and status.last_update is not None
+        and now - status.last_update < stale_after
+    ):
         status.state = "running"
     elif records or steps:
         status.state = "stopped"

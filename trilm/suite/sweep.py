@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from trilm.atomic import write_text
 from trilm.config import ConfigError
 from trilm.suite.config import Suite, SuiteRun, budget_label
 from trilm.suite.launch import launch_local
@@ -162,11 +163,12 @@ def sweep(
         out = Path(suite.root) / "sweep" / f"lr-{size}{'-' + budget_label(tokens) if tokens else ''}.md"
         out.parent.mkdir(parents=True, exist_ok=True)
         steps = sorted({r.cfg.steps for r in runs})
-        out.write_text(
+        write_text(
+            out,
             f"# Learning-rate sweep of suite {suite.name} at size {size}\n\n"
             f"Final validation loss (nats/token) after {budget:,} tokens"
             f" ({', '.join(f'{s:,}' for s in steps)} steps); everything else as in the suite. Wall time is"
-            " per row, all rates together.\n\n" + result.render(markdown=True) + "\n"
+            " per row, all rates together.\n\n" + result.render(markdown=True) + "\n",
         )
         echo(f"wrote {out}")
     return result

@@ -1,19 +1,21 @@
-"""The run directory and atomic checkpoints.
+"""The run directory, its lock, and checkpoints written by every rank at once.
 
-Layout (the contract other tools read)::
+Layout (the contract other tools read; file names are :mod:`trilm.store.layout`'s)::
 
     run_dir/resolved_config.yaml      the TrainConfig actually used
     run_dir/tokenizer.model           copy of the tokenizer (+ tokenizer.trilm.json with its hash)
     run_dir/state/step-N/             resumable state: DeepSpeed engine files + trainer_state.json + rng
     run_dir/snapshots/step-N/         model-only suite member: model.safetensors + config.json (meta inside)
     run_dir/logs/                     metrics.jsonl, events.jsonl, tensorboard
+    run_dir/.lock                     held (``flock``) by the training that owns the directory
 
-Every checkpoint directory is written under a temporary name, renamed into place, and only then gets its
-``COMPLETE`` marker; readers ignore directories without the marker, so a run killed mid-save resumes from
-the previous complete state. The marker lists every file with its size and CRC-32, so a state truncated or
-altered *after* it was written (a partial copy, a full disk, bit rot) is recognised and skipped on resume
-(:func:`verify_directory`) instead of failing deep inside a loader. ``run_dir/.lock`` is held (``flock``)
-by the training that owns the directory; the kernel drops it when that process dies, even by SIGKILL.
+Every checkpoint directory is written by :func:`atomic_directory`: the one atomic writer
+(:mod:`trilm.atomic`) with its staging directory shared by all ranks, and the ``COMPLETE`` marker with the
+manifest of every file (:mod:`trilm.store.integrity`, hashed by all ranks in parallel) written last.
+Readers ignore directories without the marker, so a run killed mid-save resumes from the previous complete
+state; a state truncated or altered *after* it was written is recognised by its manifest and skipped on
+resume. The kernel drops the ``.lock`` when its holder dies, even by SIGKILL, so whether a run is being
+trained is a question about a live process (:func:`lock_holder`), not about how recently it logged.
 """
 
 from __future__ import annotations
@@ -21,63 +23,43 @@ from __future__ import annotations
 import contextlib
 import datetime
 import fcntl
-import json
 import os
-import re
 import shutil
 import socket
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import torch.distributed as dist
 
+from trilm.atomic import (
+    discard_directory,
+    owner_tag,
+    publish_directory,
+    staging_directory,
+    stale_leftovers_in,
+)
 from trilm.config import ConfigError
-
-MARKER = "COMPLETE"
-LOCK_NAME = ".lock"
-_STEP_DIR = re.compile(r"^step-(\d+)$")
-_CHUNK = 1 << 24
+from trilm.store.integrity import complete_marker, complete_steps
+from trilm.store.layout import COMPLETE, LOCK_FILE, RUN_CONFIG, SNAPSHOTS_DIR, STATES_DIR, step_dir_name
 
 
 class RunDir:
     def __init__(self, root: str | Path):
         self.root = Path(root)
-        self.state = self.root / "state"
-        self.snapshots = self.root / "snapshots"
+        self.state = self.root / STATES_DIR
+        self.snapshots = self.root / SNAPSHOTS_DIR
         self.logs = self.root / "logs"
-        self.config = self.root / "resolved_config.yaml"
+        self.config = self.root / RUN_CONFIG
 
     def make(self) -> None:
         for d in (self.state, self.snapshots, self.logs):
             d.mkdir(parents=True, exist_ok=True)
 
     def snapshot(self, step: int) -> Path:
-        return self.snapshots / f"step-{step}"
+        return self.snapshots / step_dir_name(step)
 
     def state_dir(self, step: int) -> Path:
-        return self.state / f"step-{step}"
-
-
-def is_complete(path: Path) -> bool:
-    return (path / MARKER).is_file()
-
-
-def complete_steps(parent: Path) -> list[tuple[int, Path]]:
-    """(step, dir) of every complete ``step-N`` directory under ``parent``, by step."""
-    if not parent.is_dir():
-        return []
-    found = []
-    for child in parent.iterdir():
-        m = _STEP_DIR.match(child.name)
-        if m and child.is_dir() and is_complete(child):
-            found.append((int(m.group(1)), child))
-    return sorted(found)
-
-
-def latest_complete(parent: Path) -> tuple[int, Path] | None:
-    steps = complete_steps(parent)
-    return steps[-1] if steps else None
+        return self.state / step_dir_name(step)
 
 
 def _barrier() -> None:
@@ -93,15 +75,7 @@ def _world() -> int:
     return dist.get_world_size() if dist.is_initialized() else 1
 
 
-def file_crc32(path: Path) -> int:
-    crc = 0
-    with open(path, "rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            crc = zlib.crc32(chunk, crc)
-    return crc
-
-
-def _shared(work: list[str], fn) -> dict:
+def shared_map(work: list[str], fn) -> dict:
     """``{item: fn(item)}`` over ``work``, rank r doing items r, r + world, …; collective when distributed."""
     mine = {item: fn(item) for item in work[_rank() :: _world()]}
     if _world() == 1:
@@ -111,72 +85,52 @@ def _shared(work: list[str], fn) -> dict:
     return {k: v for part in gathered for k, v in (part or {}).items()}
 
 
-def _manifest(root: Path) -> dict[str, dict]:
-    files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
-    return _shared(files, lambda rel: {"bytes": (root / rel).stat().st_size, "crc32": file_crc32(root / rel)})
-
-
 @contextlib.contextmanager
 def atomic_directory(final: Path, marker_payload: dict | None = None) -> Iterator[Path]:
-    """All ranks write into the yielded temporary directory; rank 0 renames it and writes the marker last
-    (with the manifest of every file: size and CRC-32, hashed by all ranks in parallel)."""
-    tmp = final.parent / f".tmp-{final.name}"
-    if _rank() == 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-    _barrier()
-    yield tmp
-    _barrier()
-    files = _manifest(tmp)
-    if _rank() == 0:
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        _fsync_dir(final.parent)
-        marker = final / MARKER
-        marker.write_text(json.dumps({**(marker_payload or {}), "files": files}))
-        with open(marker, "rb") as f:
-            os.fsync(f.fileno())
-    _barrier()
-
-
-def _check_file(root: Path, rel: str, expected: dict | None) -> str | None:
-    path = root / rel
+    """All ranks write into the yielded staging directory; rank 0 publishes it, replacing an older
+    directory of the same step, and writes ``COMPLETE`` last (its manifest hashed by all ranks)."""
+    owner = [owner_tag() if _rank() == 0 else None]
+    if _world() > 1:
+        dist.broadcast_object_list(owner, src=0)
+    tmp = staging_directory(final, owner[0]) if _rank() == 0 else None
+    if _world() > 1:
+        holder = [tmp]
+        dist.broadcast_object_list(holder, src=0)
+        tmp = holder[0]
     try:
-        size = path.stat().st_size
+        yield tmp
+    except BaseException:
+        if _rank() == 0:
+            discard_directory(tmp)
+        raise
+    _barrier()
+    markers = complete_marker(marker_payload, mapper=shared_map)(tmp)
+    if _rank() == 0:
+        publish_directory(tmp, final, replace=True, markers=markers)
+    _barrier()
+
+
+def lock_holder(root: str | Path) -> str | None:
+    """Who holds ``root/.lock`` (its recorded pid and host) while a live process holds it; None when free.
+
+    Probing takes the lock for an instant with ``LOCK_NB``: a held lock is never waited for or broken.
+    """
+    path = Path(root) / LOCK_FILE
+    if not path.is_file():
+        return None
+    try:
+        fh = open(path)  # noqa: SIM115 - closed below
     except OSError:
-        return f"{path}: missing"
-    if expected is not None:
-        if size != expected["bytes"]:
-            return f"{path}: {size} bytes, {expected['bytes']} when written (truncated or replaced)"
-        if file_crc32(path) != expected["crc32"]:
-            return f"{path}: checksum mismatch (the file changed after it was written)"
-    if path.suffix == ".json":
-        try:
-            json.loads(path.read_text())
-        except (ValueError, UnicodeDecodeError) as exc:
-            return f"{path}: not valid JSON ({exc})"
+        return None
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = fh.read().strip() or "another process"
+        fh.close()
+        return holder
+    fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    fh.close()
     return None
-
-
-def verify_directory(path: Path, required: tuple[str, ...] = ()) -> list[str]:
-    """Problems of a complete checkpoint directory (empty when sound): files missing, truncated, changed
-    since the manifest was written, unreadable JSON, or ``required`` files absent. Collective when
-    distributed (every rank checks a share of the files and all get the same answer)."""
-    marker = path / MARKER
-    try:
-        payload = json.loads(marker.read_text())
-    except OSError:
-        return [f"{marker}: missing"]
-    except (ValueError, UnicodeDecodeError) as exc:
-        return [f"{marker}: unreadable ({exc})"]
-    manifest = payload.get("files") if isinstance(payload, dict) else None
-    if manifest is None:  # written before markers had a manifest: check what can be checked
-        manifest = {str(p.relative_to(path)): None for p in path.rglob("*") if p.is_file()}
-        manifest.pop(MARKER, None)
-    names = sorted(set(manifest) | set(required))
-    checked = _shared(names, lambda rel: _check_file(path, rel, manifest.get(rel)))
-    return [checked[name] for name in names if checked[name]]
 
 
 class RunLock:
@@ -187,7 +141,7 @@ class RunLock:
     """
 
     def __init__(self, root: Path):
-        self.path = Path(root) / LOCK_NAME
+        self.path = Path(root) / LOCK_FILE
         self._fh = None
 
     def acquire(self) -> None:
@@ -224,25 +178,16 @@ class RunLock:
         self.release()
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def prune_states(parent: Path, keep_last: int) -> list[int]:
-    """Delete all but the newest ``keep_last`` complete states (and stale temporaries); rank 0 only."""
+    """Delete all but the newest ``keep_last`` complete states (and what killed writers left); rank 0 only."""
     if _rank() != 0:
         return []
     removed = []
     steps = complete_steps(parent)
     for step, path in steps[: max(len(steps) - keep_last, 0)]:
-        (path / MARKER).unlink()
+        (path / COMPLETE).unlink()
         shutil.rmtree(path)
         removed.append(step)
-    for child in parent.iterdir() if parent.is_dir() else []:
-        if child.name.startswith(".tmp-"):
-            shutil.rmtree(child, ignore_errors=True)
+    for leftover in stale_leftovers_in(parent):
+        shutil.rmtree(leftover, ignore_errors=True)
     return removed

@@ -45,7 +45,12 @@ def _data_line(key: str, path: str, cfg: TrainConfig) -> str:
 
 
 def dry_run(cfg: TrainConfig) -> str:
-    """The plan without building the model or touching the run directory."""
+    """The plan without building the model or touching the run directory (``init_from`` weights are
+    read and verified: a damaged one is refused here, not after the run directory is made)."""
+    if cfg.init_from:
+        from trilm.store.open import open_model
+
+        open_model(cfg.init_from).weights.float_state()
     info = init_parallel(cfg.parallel)
     lines = [
         "# resolved config",

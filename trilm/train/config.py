@@ -169,13 +169,14 @@ class TrainConfig(Config):
             self._check_init_from()
 
     def _check_init_from(self) -> None:
-        from trilm.model.snapshot import is_packed_snapshot, read_snapshot
         from trilm.model.spec import canonical_shapes
+        from trilm.store.open import open_model
 
-        snap, _ = read_snapshot(self.init_from)
+        opened = open_model(self.init_from)
+        snap = opened.config
         require(
-            not is_packed_snapshot(self.init_from),
-            f"init_from: {self.init_from} is a packed snapshot (QuantLM); it has no weights to train",
+            not opened.is_packed,
+            f"init_from: {self.init_from} is a packed snapshot ({opened.kind}); it has no weights to train",
         )
         require(
             snap.family == self.model.family and canonical_shapes(snap) == canonical_shapes(self.model),
@@ -210,9 +211,9 @@ class TrainConfig(Config):
         """Like Config.from_dict, but ``model: {preset: trilm-99m, …}`` starts from a named preset."""
         data = dict(data)
         if data.get("init_from") and "model" not in data:
-            from trilm.model.snapshot import read_snapshot
+            from trilm.store.open import open_model
 
-            data["model"] = read_snapshot(data["init_from"])[0].to_dict()
+            data["model"] = open_model(data["init_from"]).config.to_dict()
         model = data.get("model")
         if isinstance(model, dict) and "preset" in model:
             model = dict(model)
@@ -223,3 +224,36 @@ class TrainConfig(Config):
             quant = {**base.get("quant", {}), **model.pop("quant", {})}
             data["model"] = {**base, **model, "quant": quant}
         return super().from_dict(data, prefix=prefix)
+
+
+# Keys that may change between a run and its resume; anything else must match the saved config.
+RESUMABLE_CHANGES = (
+    "run_dir",
+    "parallel",
+    "micro_batch",
+    "log",
+    "checkpoint",
+    "compile",
+    "recompute",
+    "fused_quantizer",
+    "optim.fused",
+)
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def changed_keys(saved: dict, now: dict) -> list[str]:
+    """Dotted keys whose values differ between two run configs (as dicts), except those a restart may
+    change (:data:`RESUMABLE_CHANGES`): what makes a config another run rather than the same one resumed."""
+    a, b = _flat(saved), _flat(now)
+    free = tuple(f"{k}." for k in RESUMABLE_CHANGES)
+    keys = sorted(set(a) | set(b), key=lambda k: (k.count("."), k))
+    return [k for k in keys if a.get(k) != b.get(k) and k not in RESUMABLE_CHANGES and not k.startswith(free)]

@@ -25,7 +25,8 @@ import torch.distributed as dist
 
 from trilm.config import ConfigError
 from trilm.parallel import ParallelInfo
-from trilm.train.checkpoint import RunDir, atomic_directory, complete_steps, prune_states, verify_directory
+from trilm.store.integrity import complete_steps, verify_directory
+from trilm.train.checkpoint import RunDir, atomic_directory, prune_states, shared_map
 from trilm.train.reshard import to_universal, universal_dir
 
 TRAINER_STATE = "trainer_state.json"
@@ -70,7 +71,7 @@ def find_resume_point(run: RunDir, info: ParallelInfo) -> ResumePoint | None:
     state at all. Raises ConfigError when states exist but none is loadable."""
     skipped: list[str] = []
     for step, path in reversed(complete_steps(run.state)):
-        problems = verify_directory(path, required=(TRAINER_STATE,))
+        problems = verify_directory(path, required=(TRAINER_STATE,), mapper=shared_map)
         state = None
         if not problems:
             state = json.loads((path / TRAINER_STATE).read_text())

@@ -9,24 +9,24 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
-import os
-import shutil
 import time
 
 import torch
 import torch.distributed as dist
-from safetensors.torch import load_file
 
+from trilm.atomic import copy_file, write_json, write_text
 from trilm.config import ConfigError
 from trilm.data.tokenizer import sidecar_path
 from trilm.model.flops import flops_per_token, parameter_counts
-from trilm.model.io import save_model
-from trilm.model.snapshot import WEIGHTS_FILE, SnapshotMeta, read_snapshot
+from trilm.model.snapshot import SnapshotMeta
 from trilm.model.transformer import Decoder
 from trilm.parallel import dp_group, init_parallel
-from trilm.train.checkpoint import RunDir, RunLock, atomic_directory, complete_steps, latest_complete
-from trilm.train.config import TrainConfig
+from trilm.store.integrity import complete_steps, latest_complete
+from trilm.store.layout import COMPLETE, TOKENIZER_FILE
+from trilm.store.open import open_model
+from trilm.store.snapshot import write_snapshot_files
+from trilm.train.checkpoint import RunDir, RunLock, atomic_directory
+from trilm.train.config import TrainConfig, changed_keys
 from trilm.train.engine import (
     build_engine,
     discard_gradients,
@@ -45,39 +45,6 @@ from trilm.train.state import (
     prepare_universal,
     save_state,
 )
-
-# Keys that may change between a run and its resume; anything else must match the saved config.
-_RESUMABLE_CHANGES = (
-    "run_dir",
-    "parallel",
-    "micro_batch",
-    "log",
-    "checkpoint",
-    "compile",
-    "recompute",
-    "fused_quantizer",
-    "optim.fused",
-)
-
-
-def _flat(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
-def _changed_keys(saved: dict, now: dict) -> list[str]:
-    """Dotted keys whose values differ, except those a restart may change (``_RESUMABLE_CHANGES``)."""
-    a, b = _flat(saved), _flat(now)
-    free = tuple(f"{k}." for k in _RESUMABLE_CHANGES)
-    keys = sorted(set(a) | set(b), key=lambda k: (k.count("."), k))
-    return [
-        k for k in keys if a.get(k) != b.get(k) and k not in _RESUMABLE_CHANGES and not k.startswith(free)
-    ]
 
 
 class TrainingAborted(RuntimeError):
@@ -110,7 +77,7 @@ class Trainer:
 
     def _check_vocab(self) -> None:
         if self.cfg.init_from:
-            recorded = read_snapshot(self.cfg.init_from)[1].tokenizer_hash
+            recorded = open_model(self.cfg.init_from).meta.tokenizer_hash
             if recorded and recorded != self.data.train.shards.tokenizer_hash:
                 raise ConfigError(
                     f"init_from: {self.cfg.init_from} was trained with another tokenizer than the data in "
@@ -132,7 +99,7 @@ class Trainer:
         torch.manual_seed(self.cfg.seed)
         model = Decoder(self.model_cfg, self.info, seed=self.cfg.seed)
         if self.cfg.init_from:
-            model.load_full_state_dict(load_file(os.path.join(self.cfg.init_from, WEIGHTS_FILE)))
+            model.load_full_state_dict(open_model(self.cfg.init_from).weights.float_state())
         model = model.to(self.info.device)
         prepare_model(model, self.cfg)
         return build_engine(model, self.cfg, self.accumulation, self.info, load_universal=load_universal)
@@ -161,13 +128,11 @@ class Trainer:
         if not self.is_main:
             return
         self.run.make()
-        tmp = self.run.config.with_name(f".{self.run.config.name}.tmp")
-        self.cfg.replace(model=self.model_cfg).to_yaml(tmp)
-        os.replace(tmp, self.run.config)
+        write_text(self.run.config, self.cfg.replace(model=self.model_cfg).to_yaml())
         tok = self.data.tokenizer
         if tok is not None:
-            shutil.copyfile(self.cfg.data.tokenizer, self.run.root / "tokenizer.model")
-            sidecar_path(self.run.root / "tokenizer.model").write_text(json.dumps({"hash": tok.hash}))
+            copy_file(self.cfg.data.tokenizer, self.run.root / TOKENIZER_FILE)
+            write_json(sidecar_path(self.run.root / TOKENIZER_FILE), {"hash": tok.hash}, indent=None)
 
     def _check_run_dir(self) -> None:
         """The run directory belongs to this run: its recorded config equals ours (up to the keys that may
@@ -185,7 +150,7 @@ class Trainer:
             saved = TrainConfig.from_yaml(self.run.config).to_dict()
         except ConfigError as exc:
             raise ConfigError(f"{self.run.config}: unreadable ({exc}); use a new run_dir") from None
-        changed = _changed_keys(saved, self.cfg.replace(model=self.model_cfg).to_dict())
+        changed = changed_keys(saved, self.cfg.replace(model=self.model_cfg).to_dict())
         if changed:
             raise ConfigError(
                 f"{self.run.config}: refusing to resume: {', '.join(changed)} differ from the saved run; "
@@ -233,8 +198,10 @@ class Trainer:
             train_loss=train_loss,
             val_loss=val_loss,
         )
+        state = engine.module.full_state_dict()  # collective: every rank gathers
         with atomic_directory(self.run.snapshot(step), {"step": step}) as tmp:
-            save_model(engine.module, tmp, meta=meta)
+            if self.is_main:
+                write_snapshot_files(tmp, engine.module.cfg, meta, state)
 
     # ---- evaluation -------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -303,7 +270,7 @@ class Trainer:
         meter = Throughput(flops_per_token(self.model_cfg, cfg.sequence_length), self.info.world_size)
         val_losses: dict[int, float] = {}
         last_loss = None
-        if start == 0 and 0 in snaps and not (self.run.snapshot(0) / "COMPLETE").exists():
+        if start == 0 and 0 in snaps and not (self.run.snapshot(0) / COMPLETE).exists():
             val = self.validation_loss(engine)
             if val is not None:
                 val_losses[0] = val
