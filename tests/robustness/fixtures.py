@@ -19,7 +19,7 @@ import yaml
 TINY_LAYERS = 2
 
 
-def _flip_exponent_bit(path: Path, tensor: str, index: int = 0) -> float:
+def flip_exponent_bit(path: Path, tensor: str, index: int = 0) -> float:
     """Flip the second-highest exponent bit of one fp32 weight in place; returns the new value."""
     raw = bytearray(path.read_bytes())
     header_len = struct.unpack("<Q", raw[:8])[0]
@@ -173,11 +173,11 @@ def build(root: str | Path) -> Path:
     for name in ("trilm-truncated", "trilm-flipped"):
         shutil.copytree(root / "trilm", root / name)
     _truncate(root / "trilm-truncated/snapshots/step-10/model.safetensors")
-    _flip_exponent_bit(
+    flip_exponent_bit(
         root / "trilm-flipped/snapshots/step-10/model.safetensors", "layers.0.attn.wq.weight", 9
     )
     _truncate(root / "truncated/snapshots/step-10/model.safetensors")
-    _flip_exponent_bit(root / "flipped/snapshots/step-10/model.safetensors", "layers.1.mlp.w_down.weight", 7)
+    flip_exponent_bit(root / "flipped/snapshots/step-10/model.safetensors", "layers.1.mlp.w_down.weight", 7)
     (root / "unfinished/snapshots/step-10/COMPLETE").unlink()
 
     meta = SnapshotMeta(family="floatlm", size="nano", step=10, tokenizer_hash=tok.hash)

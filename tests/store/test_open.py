@@ -2,27 +2,15 @@
 
 from __future__ import annotations
 
-import json
-import struct
-
 import pytest
 import torch
 
+from tests.robustness.fixtures import flip_exponent_bit
 from trilm.config import ConfigError
 from trilm.model.snapshot import SnapshotMeta
 from trilm.store import IntegrityError, StoreError, open_model, save_model
 from trilm.store import snapshot as store
 from trilm.store.integrity import verify_directory
-
-
-def _flip_exponent_bit(path, tensor: str = "norm.weight", index: int = 0) -> None:
-    """Flip the top exponent bit of one fp32 weight in place (1.0 becomes 2^128·… → inf, 0.02 → 6.8e36)."""
-    raw = bytearray(path.read_bytes())
-    header_len = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8 : 8 + header_len])
-    start = 8 + header_len + header[tensor]["data_offsets"][0] + 4 * index
-    raw[start + 3] ^= 0x40
-    path.write_bytes(bytes(raw))
 
 
 def test_kinds(tmp_path, make_snapshot, tokenizer):
@@ -91,7 +79,7 @@ def test_truncated_flipped_and_non_finite_weights_are_named(tmp_path, make_snaps
     weights = snap / "model.safetensors"
     original = weights.read_bytes()
 
-    _flip_exponent_bit(weights, "layers.0.mlp.w_up.weight", 3)
+    flip_exponent_bit(weights, "layers.0.mlp.w_up.weight", 3)
     with pytest.raises(IntegrityError, match=r"model.safetensors: CRC-32 differs .*corrupted"):
         open_model(snap).weights.float_state()  # checked on opening (small files) or before first use
     assert any("CRC-32" in p for p in verify_directory(snap))

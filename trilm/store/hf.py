@@ -41,18 +41,13 @@ from trilm.store.layout import (
     HF_WEIGHTS,
     TOKENIZER_FILE,
 )
+from trilm.store.snapshot import read_json, read_json_object
 from trilm.store.tensors import read_header, read_tensors, write_tensors
-from trilm.store.tokenizer import read_json_object
 
 
 def read_hf_config(directory: str | Path) -> dict[str, Any]:
     path = Path(directory) / CONFIG_FILE
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise StoreError(f"{path}: not found (is {directory} a Hugging Face model directory?)") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise StoreError(f"{path}: invalid JSON: {exc}") from None
+    data = read_json(path, f" (is {directory} a Hugging Face model directory?)")
     if not isinstance(data, dict):
         raise StoreError(f"{path}: not a JSON object")
     return data

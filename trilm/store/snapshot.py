@@ -48,15 +48,26 @@ def write_snapshot_config(directory: str | Path, cfg: ModelConfig, meta: Snapsho
     return write_text(Path(directory) / CONFIG_FILE, snapshot_config_text(cfg, meta))
 
 
+def read_json(path: Path, hint: str = "") -> Any:
+    """The JSON content of a file of a model directory; a missing or unreadable file is named."""
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise StoreError(f"{path}: not found{hint}") from None
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise StoreError(f"{path}: invalid JSON: {exc}") from None
+
+
+def read_json_object(path: Path) -> dict[str, Any]:
+    """A JSON object file ({} when absent, or when it holds something else)."""
+    data = read_json(path) if path.is_file() else {}
+    return data if isinstance(data, dict) else {}
+
+
 def read_snapshot_config(directory: str | Path) -> tuple[ModelConfig, SnapshotMeta]:
     """(model config, metadata) of a snapshot directory; errors name the file and the bad key."""
     path = Path(directory) / CONFIG_FILE
-    try:
-        payload = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise StoreError(f"{path}: not found (is {directory} a trilm snapshot?)") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise StoreError(f"{path}: invalid JSON: {exc}") from None
+    payload = read_json(path, f" (is {directory} a trilm snapshot?)")
     if not isinstance(payload, dict) or payload.get("format") != SNAPSHOT_FORMAT:
         found = payload.get("format") if isinstance(payload, dict) else None
         raise StoreError(f"{path}: format {found!r} is not {SNAPSHOT_FORMAT!r}")
@@ -127,7 +138,7 @@ def write_snapshot_files(
     check_coverage(directory, cfg, state, packed)
     write_tensors(directory / WEIGHTS_FILE, state, metadata={"format": SNAPSHOT_FORMAT})
     if packed:
-        save_packed(directory / PACKED_FILE, packed, metadata={"format": SNAPSHOT_FORMAT})
+        save_packed(directory / PACKED_FILE, packed)  # one header key: safetensors orders several at random
     if tokenizer is not None:
         copy_file(tokenizer, directory / TOKENIZER_FILE)
     write_snapshot_config(directory, cfg, meta)

@@ -30,6 +30,7 @@ import yaml
 from trilm.data.tokenizer import Tokenizer
 from trilm.store.errors import StoreError
 from trilm.store.layout import HF_TOKENIZER_CONFIG, RUN_CONFIG, TOKENIZER_FILE
+from trilm.store.snapshot import read_json_object
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,17 +109,6 @@ def choose_tokenizer(
 def prefix_token_id(tok: Tokenizer, add_bos: bool) -> int:
     """The token a model conditions on before a text with no context: BOS if trained with it, else EOS."""
     return tok.bos_id if add_bos and tok.bos_id >= 0 else tok.eos_id
-
-
-def read_json_object(path: Path) -> dict[str, Any]:
-    """A JSON object file ({} when absent); unreadable JSON is an error naming the file."""
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise StoreError(f"{path}: invalid JSON: {exc}") from None
-    return data if isinstance(data, dict) else {}
 
 
 def trained_with_bos(directory: str | Path, meta_extra: dict[str, Any], run_dir: Path | None) -> bool:
