@@ -45,16 +45,18 @@ class Outcome:
     def ok(self) -> bool:
         return not self.problems
 
-    def summary(self) -> str:
-        """One line for the table: what the command did."""
+    def summary(self, names: dict[str, str] | None = None) -> str:
+        """One line for the table: what the command did (``names`` maps paths to short names first)."""
         if self.traceback:
-            last = self.traceback.strip().splitlines()[-1]
-            return f"traceback: {last[:110]}"
-        lines = [ln for ln in self.output.strip().splitlines() if ln.strip()]
-        errors = [ln for ln in lines if ": error:" in ln]
-        text = errors[-1] if errors else (lines[-1] if lines else "")
+            text = "traceback: " + self.traceback.strip().splitlines()[-1]
+        else:
+            lines = [ln for ln in self.output.strip().splitlines() if ln.strip()]
+            errors = [ln for ln in lines if ": error:" in ln]
+            text = f"exit {self.exit}: " + (errors[-1] if errors else (lines[-1] if lines else ""))
+        for path, name in (names or {}).items():
+            text = text.replace(path, name)
         text = re.sub(r"/\S*/(rob-fixtures|rob-work)\S*?/", "…/", text)
-        return f"exit {self.exit}: {text[:150]}"
+        return text[:160]
 
 
 def file_hashes(root: Path) -> dict[str, str]:

@@ -41,10 +41,10 @@ def _run(fixtures: Path, out: Path | None, only: str) -> int:
         start = time.perf_counter()
         try:
             outcome = run_case(case, fixtures, work_root / f"case-{i}", baseline)
-            record = {"ok": outcome.ok, "problems": outcome.problems, "summary": outcome.summary()}
+            names = {str(work_root / f"case-{i}"): "{W}", str(fixtures): "{F}"}
+            record = {"ok": outcome.ok, "problems": outcome.problems, "summary": outcome.summary(names)}
         except Exception as exc:
             record = {"ok": False, "problems": [f"setup: {exc}"], "summary": f"setup failed: {exc}"}
-        record["summary"] = record["summary"].replace(str(work_root), "{W}").replace(str(fixtures), "{F}")
         record.update(id=case.id, defect=case.defect, note=case.note, seconds=time.perf_counter() - start)
         results.append(record)
         mark = "ok  " if record["ok"] else "FAIL"
@@ -66,10 +66,14 @@ def _compare(before: Path, after: Path, full: bool) -> int:
     def cell(text: str) -> str:
         return text.replace("|", "\\|").replace("\n", " ")
 
+    def said(r: dict) -> str:
+        why = "" if r["ok"] else f" ({'; '.join(r['problems'][:2])})"
+        return f"{_verdict(r)}{why}: {r['summary']}"
+
     def row(r: dict) -> str:
         old = a.get(r["id"])
-        was = f"{_verdict(old)}: {old['summary']}" if old else "(not run)"
-        now = f"{_verdict(r)}: {r['summary']}"
+        was = said(old) if old else "(not run)"
+        now = said(r)
         return f"| {r['defect']} | {cell(r['id'])} | {cell(was)} | {cell(now)} |"
 
     rows = [r for r in b.values() if full or r["defect"]]
