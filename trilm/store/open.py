@@ -33,7 +33,15 @@ import torch
 from trilm.model.config import ModelConfig
 from trilm.model.snapshot import SnapshotMeta
 from trilm.store.errors import IntegrityError, StoreError
-from trilm.store.integrity import SMALL_FILE, Complete, check_listed, file_record, read_complete
+from trilm.store.hf import is_hf_directory, read_hf_directory, read_hf_state, weight_files
+from trilm.store.integrity import (
+    SMALL_FILE,
+    Complete,
+    check_listed,
+    complete_steps,
+    file_record,
+    read_complete,
+)
 from trilm.store.layout import (
     COMPLETE,
     CONFIG_FILE,
@@ -44,6 +52,7 @@ from trilm.store.layout import (
     SUITE_INDEX,
     WEIGHTS_FILE,
 )
+from trilm.store.snapshot import read_snapshot_config
 from trilm.store.tensors import read_header, read_tensors
 from trilm.store.tokenizer import TokenizerChoice, choose_tokenizer, trained_with_bos
 
@@ -75,8 +84,6 @@ class Weights:
             self.verify()
             model = self._model
             if model.kind == "hf":
-                from trilm.store.hf import read_hf_state
-
                 self._float = read_hf_state(model.path, model.config)
             else:
                 self._float = read_tensors(model.path / WEIGHTS_FILE)
@@ -152,8 +159,6 @@ class ModelDir:
         """
         names = [CONFIG_FILE, WEIGHTS_FILE, PACKED_FILE]
         if self.kind == "hf":
-            from trilm.store.hf import weight_files
-
             names = [CONFIG_FILE, *sorted({p.name for p in weight_files(self.path).values()})]
         listed = self.complete.files if self.complete is not None else None
         records = {}
@@ -168,8 +173,6 @@ class ModelDir:
 
 def _refuse_containers(path: Path) -> None:
     """A run directory or an exported suite is not one model: say which path to give instead."""
-    from trilm.store.integrity import complete_steps
-
     if (path / SNAPSHOTS_DIR).is_dir() and not (path / CONFIG_FILE).is_file():
         steps = complete_steps(path / SNAPSHOTS_DIR)
         hint = f", e.g. {steps[-1][1]}" if steps else " (it has no complete snapshot yet)"
@@ -239,8 +242,6 @@ def open_model(
         hint = " (it looks like a prepared data split)" if (path / "index.json").is_file() else ""
         raise StoreError(f"{path}: no {CONFIG_FILE}: not a model directory{hint} (expected {WHAT})")
     complete = read_complete(path)
-    from trilm.store.hf import is_hf_directory, read_hf_directory
-
     if is_hf_directory(path):
         hf = read_hf_directory(path, family)
         cfg = hf.cfg
@@ -249,8 +250,6 @@ def open_model(
         recorded = f"{path / EXPORT_MARKER}" if hf.export.get("tokenizer_hash") else f"{path / CONFIG_FILE}"
         expected = hf.tokenizer_hash
     else:
-        from trilm.store.snapshot import read_snapshot_config
-
         hf = None
         cfg, meta = read_snapshot_config(path)
         kind = _kind(path, meta)
