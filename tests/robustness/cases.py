@@ -346,6 +346,7 @@ def _kind_cases() -> list[Case]:
 def _number_cases() -> list[Case]:
     """Numbers out of range, named by their option."""
     q = ("quantize", SNAP, "--method", "rtn", "--out", "{W}/out", "--calib", "{F}/text.txt")
+    g = ("quantize", SNAP, "--method", "gptq", "--out", "{W}/out", "--calib", "{F}/text.txt")  # reads data
     return [
         Case("quantize | --bits 7", (*q, "--bits", "7", "--group-size", "32"), (r"bits",), absent=OUTPUTS),
         Case(
@@ -356,13 +357,13 @@ def _number_cases() -> list[Case]:
         ),
         Case(
             "quantize | --samples 0",
-            (*q, "--bits", "4", "--group-size", "32", "--samples", "0"),
+            (*g, "--bits", "4", "--group-size", "32", "--samples", "0"),
             (r"samples",),
             absent=OUTPUTS,
         ),
         Case(
             "quantize | --seq-len beyond the context",
-            (*q, "--bits", "4", "--group-size", "32", "--seq-len", "100000"),
+            (*g, "--bits", "4", "--group-size", "32", "--seq-len", "100000"),
             (r"seq_len|seq-len",),
             absent=OUTPUTS,
         ),

@@ -121,7 +121,8 @@ def build(root: str | Path) -> Path:
     from trilm.export.hf import export_snapshot_hf
     from trilm.formats import IntWeight
     from trilm.model.config import preset
-    from trilm.model.snapshot import SnapshotMeta, canonical_shapes
+    from trilm.model.snapshot import SnapshotMeta
+    from trilm.model.spec import canonical_shapes
     from trilm.store.hf import write_hf_files
     from trilm.store.snapshot import write_snapshot
 
