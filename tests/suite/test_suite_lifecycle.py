@@ -18,6 +18,7 @@ from trilm.scaling import analyze, read_table
 from trilm.suite.analyse import analyse_suite, summary_text
 from trilm.suite.launch import launch_local
 from trilm.suite.status import render_status, run_status, suite_status
+from trilm.train.checkpoint import RunLock
 
 
 def _interrupt(run, at_state: int, metrics_until: int) -> None:
@@ -88,14 +89,21 @@ def test_relaunch_skips_finished_and_resumes_interrupted(trained, prepared, tmp_
     assert [o.action for o in again] == ["skipped"] * 4
 
 
-def test_a_run_still_writing_metrics_is_not_started_twice(trained, prepared, tmp_path):
+def test_a_run_being_trained_is_not_started_twice_and_a_killed_one_is_resumed(trained, prepared, tmp_path):
+    """'running' is a live process holding the run's lock, not a recent metrics log: a run killed with
+    kill -9 a second ago (fresh metrics, a lock file nobody holds) is resumed at once."""
     suite = copy_suite(trained, prepared, tmp_path)
     run = suite.run("floatlm-nano")
     _interrupt(run, at_state=4, metrics_until=6)
-    os.utime(run.run_dir / "logs/metrics.jsonl")  # written just now: another process is training it
-    assert run_status(run).state == "running"
-    outcome = launch_local(suite, [run], progress=False, echo=lambda _: None)[0]
-    assert outcome.action == "running elsewhere" and "--force" in outcome.detail
+    os.utime(run.run_dir / "logs/metrics.jsonl")  # written just now
+    assert (run.run_dir / ".lock").is_file() and run_status(run).state == "stopped"
+    with RunLock(run.run_dir):  # another process trains it
+        assert run_status(run).state == "running"
+        outcome = launch_local(suite, [run], progress=False, dry_run=True, echo=lambda _: None)[0]
+        assert outcome.action == "running elsewhere" and "--force" in outcome.detail
+        assert f"pid {os.getpid()}" in outcome.detail
+    outcome = launch_local(suite, [run], progress=False, dry_run=True, echo=lambda _: None)[0]
+    assert outcome.action == "would train" and "resumes from step 4" in outcome.detail
 
 
 def test_family_comparison_on_real_snapshots(trained, tmp_path):
