@@ -75,6 +75,41 @@ def test_workers_do_not_change_the_result_and_resume_skips_finished_shards(embed
     assert third["fingerprint"] == ref.fingerprint and third["resumed_shards"] == len(names) - 2
 
 
+def test_rerun_on_finished_data_never_takes_the_index_away(embedded, corpus, tmp_path, monkeypatch):
+    """Concurrent suite launches prepare the same finished split while others train from it: a rerun
+    must neither remove index.json while it checks the shards nor rewrite it; a changed shard removes it
+    before the shard is redone (no reader trusts an index over changing data) and it is rewritten after."""
+    import trilm.data.prepare as prepare_mod
+
+    out = tmp_path / "valid"
+    prepare(_cfg(corpus, "validation", embedded["tokenizer"], out, workers=1))
+    index = out / "index.json"
+    written = index.stat().st_mtime_ns, index.read_bytes()
+    seen: list[tuple[bool, bool]] = []
+    real = prepare_mod.prepare_file
+
+    def checked(task):  # workers=1 runs every file in this process: a reader's view around each one
+        before = index.is_file()
+        result = real(task)
+        seen.append((before, index.is_file()))
+        return result
+
+    monkeypatch.setattr(prepare_mod, "prepare_file", checked)
+    again = prepare(_cfg(corpus, "validation", embedded["tokenizer"], out, workers=1))
+    assert seen == [(True, True)] * len(again["shards"]) and again["resumed_shards"] == len(again["shards"])
+    assert (index.stat().st_mtime_ns, index.read_bytes()) == written
+    assert TokenShards.open(out).fingerprint == again["fingerprint"]
+
+    name = again["shards"][-1]["name"]
+    (out / f"{name}.json").unlink()  # the last shard must be redone
+    seen.clear()
+    redone = prepare(_cfg(corpus, "validation", embedded["tokenizer"], out, workers=1))
+    assert seen == [(True, True)] * (len(seen) - 1) + [(True, False)]
+    assert redone["resumed_shards"] == len(redone["shards"]) - 1
+    assert json.loads(index.read_text())["resumed_shards"] == len(redone["shards"]) - 1  # rewritten
+    assert redone["fingerprint"] == again["fingerprint"]
+
+
 def test_rerun_with_another_tokenizer_redoes_every_shard(embedded, corpus, tmp_path):
     from trilm.data.tokenizer import train_tokenizer
 

@@ -7,7 +7,9 @@ Usage::
 
 or from Python: ``prepare(PrepareConfig(...))``. Rerunning the same command resumes: a shard whose sidecar
 matches (same input checksum, tokenizer and settings) is kept, anything else is redone. ``index.json`` is
-written last, only when every file is done.
+written last (atomically), only when every file is done; it is removed before the first shard is redone, and
+a rerun that finds every shard and the index up to date leaves it untouched, so concurrent runs preparing
+the same finished split never take it away from a reader.
 """
 
 from __future__ import annotations
@@ -121,6 +123,7 @@ def prepare_file(task: _Task) -> dict:
     done = shards_mod.read_finished_shard(out, name)
     if done is not None and done.get("settings_key") == settings_key:
         return {**done, "resumed": True}
+    (out / shards_mod.INDEX_NAME).unlink(missing_ok=True)  # the split changes: no reader may trust it now
     cpu_start = time.process_time()
     tok = _tokenizer(task.tokenizer, task.tokenizer_hash)
     dtype = np.dtype(task.settings["dtype"])
@@ -180,7 +183,6 @@ def prepare(cfg: PrepareConfig) -> dict:
     files = cfg.files()
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / shards_mod.INDEX_NAME).unlink(missing_ok=True)
     dtype = shards_mod.token_dtype(tok.vocab_size)
     settings = {
         "dtype": dtype.name,
@@ -228,8 +230,28 @@ def prepare(cfg: PrepareConfig) -> dict:
     ordered = [results[f.shard_name] for f in files]
     _check_sources(cfg, ordered)
     index = _index(cfg, tok, dtype, ordered, time.perf_counter() - started)
-    shards_mod.atomic_write_json(out / shards_mod.INDEX_NAME, index)
+    if not _describes(out / shards_mod.INDEX_NAME, index):
+        shards_mod.atomic_write_json(out / shards_mod.INDEX_NAME, index)
     return index
+
+
+_RUN_FIELDS = ("seconds", "resumed_shards", "worker_cpu_seconds")  # of one run, not of the data
+
+
+def _describes(path: Path, index: dict) -> bool:
+    """Whether the ``index.json`` at ``path`` already describes these data. A rerun over finished data
+    (every suite launch and sweep prepares its data first, often several at once) then leaves the file
+    alone: it is never missing or rewritten while another process trains from the split."""
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(old, dict):
+        return False
+    new = json.loads(json.dumps(index))  # as it would read back (tuples become lists)
+    return {k: v for k, v in old.items() if k not in _RUN_FIELDS} == {
+        k: v for k, v in new.items() if k not in _RUN_FIELDS
+    }
 
 
 def _check_sources(cfg: PrepareConfig, shards: list[dict]) -> None:
