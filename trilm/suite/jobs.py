@@ -26,6 +26,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from trilm.atomic import write_text
 from trilm.suite.config import SuiteRun
 from trilm.suite.status import FAILED, run_status
 
@@ -111,7 +112,7 @@ def _outcome(run: SuiteRun, detail: str, proc: subprocess.Popen, seconds: float)
         return "failed", f"{last[0] if last else 'failed'} (see {log})"
     message = f"its worker exited with status {proc.returncode} before the run finished"
     run.run_dir.mkdir(parents=True, exist_ok=True)
-    (run.run_dir / FAILED).write_text(f"{message} (log: {log})\n")
+    write_text(run.run_dir / FAILED, f"{message} (log: {log})\n")
     return "failed", f"{message}; see {log}"
 
 
@@ -161,7 +162,7 @@ def train_configs(configs: list[str]) -> int:
                 failed += 1
                 text = traceback.format_exc()
                 print(text, file=sys.stderr)
-                (run_dir / FAILED).write_text(f"{text}\n{type(exc).__name__}: {exc}\n")
+                write_text(run_dir / FAILED, f"{text}\n{type(exc).__name__}: {exc}\n")
             finally:
                 shutdown_parallel()
     return 1 if failed else 0
