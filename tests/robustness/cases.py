@@ -59,6 +59,7 @@ BAD_HF: dict[str, tuple[str, str]] = {
     "HF foreign tokenizer": ("{F}/hf-foreign", r"tokenizer"),
     "HF tokenizer larger than model": ("{F}/hf-plain", r"tokenizer"),
 }
+PRUNE = ("--method", "magnitude", "--granularity", "channel")
 CALIB = ("--calib", "{F}/text.txt", "--samples", "4", "--seq-len", "32")
 
 COMMANDS: dict[str, tuple[str, ...]] = {
@@ -108,19 +109,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "eval lm-eval": ("eval", "lm-eval", "{M}", "--tasks", "trilm_cloze", "--limit", "1"),
     "generate": ("generate", "--model", "{M}", "--prompt", "In the beginning", "--max-tokens", "2"),
     "serve": ("serve", "--model", "{M}"),
-    "prune": (
-        "prune",
-        "{M}",
-        "--method",
-        "magnitude",
-        "--granularity",
-        "channel",
-        "--keep",
-        "0.5",
-        "--out",
-        "{W}/out",
-        "--no-progress",
-    ),
+    "prune": ("prune", "{M}", *PRUNE, "--keep", "0.5", "--out", "{W}/out", "--no-progress"),
     "train": ("train", "--config", "{W}/train.yaml", "--dry-run"),
 }
 TRAIN_YAML = """run_dir: {W}/run
@@ -220,18 +209,7 @@ def _kind_cases() -> list[Case]:
         ),
         Case(
             "prune | a QuantLM",
-            (
-                "prune",
-                "{F}/quantlm",
-                "--method",
-                "magnitude",
-                "--granularity",
-                "channel",
-                "--keep",
-                "0.5",
-                "--out",
-                "{W}/out",
-            ),
+            ("prune", "{F}/quantlm", *PRUNE, "--keep", "0.5", "--out", "{W}/out"),
             (r"packed",),
             absent=OUTPUTS,
         ),
@@ -369,35 +347,13 @@ def _number_cases() -> list[Case]:
         ),
         Case(
             "prune | --keep 1.5",
-            (
-                "prune",
-                SNAP,
-                "--method",
-                "magnitude",
-                "--granularity",
-                "channel",
-                "--keep",
-                "1.5",
-                "--out",
-                "{W}/out",
-            ),
+            ("prune", SNAP, *PRUNE, "--keep", "1.5", "--out", "{W}/out"),
             (r"keep",),
             absent=OUTPUTS,
         ),
         Case(
             "prune | --keep 0",
-            (
-                "prune",
-                SNAP,
-                "--method",
-                "magnitude",
-                "--granularity",
-                "channel",
-                "--keep",
-                "0",
-                "--out",
-                "{W}/out",
-            ),
+            ("prune", SNAP, *PRUNE, "--keep", "0", "--out", "{W}/out"),
             (r"keep",),
             absent=OUTPUTS,
         ),
@@ -510,18 +466,7 @@ def _output_cases() -> list[Case]:
         ),
         Case(
             "prune | into a folder of other files",
-            (
-                "prune",
-                SNAP,
-                "--method",
-                "magnitude",
-                "--granularity",
-                "channel",
-                "--keep",
-                "0.5",
-                "--out",
-                "{W}/out",
-            ),
+            ("prune", SNAP, *PRUNE, "--keep", "0.5", "--out", "{W}/out"),
             (r"out",),
             copies=notes,
         ),
