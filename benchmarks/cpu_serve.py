@@ -11,8 +11,9 @@ rows are skipped with a message).
 
 Contenders, all at batch 1 (``max_batch=1``):
 
-* trilm FloatLM: fp32 eager, fp32 compiled, bf16 compiled (``torch.compile``d steps,
-  :mod:`trilm.serve.compiled`);
+* trilm FloatLM: fp32 eager, fp32 compiled, bf16 eager with plain ``nn.Linear`` layers, bf16 eager and
+  bf16 compiled (``torch.compile``d steps, :mod:`trilm.serve.compiled`) with the float linears prepacked
+  for oneDNN (:mod:`kernels.cpu_dense`, the default in bf16 on CPU);
 * trilm TriLM: dequantized fp32 eager (the float image γ·Ŵ, the issue's baseline), dequantized bf16 compiled,
   packed bf16 eager and compiled (torch's int4 CPU kernel, :mod:`kernels.cpu`);
 * llama.cpp: F16, Q8_0 (FloatLM GGUF), TQ2_0, TQ1_0 (TriLM GGUF).
@@ -119,7 +120,9 @@ def write_ggufs(snapshots: dict[str, Path], workdir: Path, model: str) -> dict[s
 
 # -- contenders --------------------------------------------------------------------------------------------
 class TrilmContender:
-    def __init__(self, name: str, snapshot: Path, *, dtype, packed: bool, compile: bool, max_len: int):
+    def __init__(
+        self, name: str, snapshot: Path, *, dtype, packed: bool, compile: bool, prepack: bool, max_len: int
+    ):
         from trilm.serve import Engine
 
         self.name = name
@@ -128,6 +131,7 @@ class TrilmContender:
             device="cpu",
             dtype=dtype,
             packed=packed,
+            prepack=prepack,
             max_batch=1,
             max_seq_len=max_len,
             compile=compile,
@@ -206,18 +210,20 @@ class LlamaContender:
 def contenders(model: str, snapshots, ggufs, threads: int, max_len: int, only: str | None = None) -> list:
     bf16, fp32 = torch.bfloat16, torch.float32
     f, t = snapshots["floatlm"], snapshots["trilm"]
-    specs = [  # (name, snapshot, dtype, packed, compile)
-        ("trilm floatlm fp32 eager", f, fp32, False, False),
-        ("trilm floatlm fp32 compiled", f, fp32, False, True),
-        ("trilm floatlm bf16 compiled", f, bf16, False, True),
-        ("trilm trilm dequantized fp32 eager", t, fp32, False, False),
-        ("trilm trilm dequantized bf16 compiled", t, bf16, False, True),
-        ("trilm trilm packed bf16 eager", t, bf16, True, False),
-        ("trilm trilm packed bf16 compiled", t, bf16, True, True),
+    specs = [  # (name, snapshot, dtype, packed, compile, prepack)
+        ("trilm floatlm fp32 eager", f, fp32, False, False, True),
+        ("trilm floatlm fp32 compiled", f, fp32, False, True, True),
+        ("trilm floatlm bf16 eager plain-linears", f, bf16, False, False, False),
+        ("trilm floatlm bf16 eager", f, bf16, False, False, True),
+        ("trilm floatlm bf16 compiled", f, bf16, False, True, True),
+        ("trilm trilm dequantized fp32 eager", t, fp32, False, False, True),
+        ("trilm trilm dequantized bf16 compiled", t, bf16, False, True, True),
+        ("trilm trilm packed bf16 eager", t, bf16, True, False, True),
+        ("trilm trilm packed bf16 compiled", t, bf16, True, True, True),
     ]
     out: list = [
-        TrilmContender(name, path, dtype=dtype, packed=packed, compile=comp, max_len=max_len)
-        for name, path, dtype, packed, comp in specs
+        TrilmContender(name, path, dtype=dtype, packed=packed, compile=comp, prepack=pre, max_len=max_len)
+        for name, path, dtype, packed, comp, pre in specs
         if only is None or only in name
     ]
     out += [
@@ -375,6 +381,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="directory for the JSON result")
     parser.add_argument("--one-thread-count", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--markdown", type=Path, default=None, help="print a result JSON as markdown tables")
+    parser.add_argument(
+        "--conditions",
+        default=None,
+        help="how the machine was prepared (pinning, paused jobs): kept in the JSON",
+    )
     args = parser.parse_args(argv)
     if args.markdown is not None:
         print(markdown(json.loads(args.markdown.read_text())))
@@ -410,6 +421,8 @@ def main(argv: list[str] | None = None) -> int:
             "torch": torch.__version__,
             "load_average_before": load_before,
             "load_average_after": list(os.getloadavg()),
+            "cpu_affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+            "conditions": args.conditions,
         },
         "llama_cpp": _llama_version(),
         "models": {m: _describe(m) for m in args.models.split(",")},

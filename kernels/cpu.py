@@ -121,11 +121,15 @@ class CpuLinearState:
         self.int4 = Int4Weight.convert(weight)
         self.dense: dict[torch.dtype, torch.Tensor] = {}
 
+    def prepare(self, dtype: torch.dtype) -> None:
+        """Make the form ``dtype`` activations run on now (at load): the dense copy where the int4 kernel does
+        not apply. A compiled step must find it made: dequantizing inside a traced graph is not traceable."""
+        if not (self.int4 is not None and dtype == INT4_DTYPE) and dtype not in self.dense:
+            self.dense[dtype] = self.weight.dequantize(torch.float32).to(dtype)
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """x (M, K) on the CPU → (M, N) in x's dtype."""
         if self.int4 is not None and x.dtype == INT4_DTYPE:
             return self.int4(x)
-        w = self.dense.get(x.dtype)
-        if w is None:
-            w = self.dense[x.dtype] = self.weight.dequantize(torch.float32).to(x.dtype)
-        return F.linear(x, w)
+        self.prepare(x.dtype)
+        return F.linear(x, self.dense[x.dtype])

@@ -144,11 +144,14 @@ class QuantLinear(nn.Module):
         y = y.reshape(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias.to(y.dtype)
 
-    def prepare_cpu(self) -> CpuLinearState:
+    def prepare_cpu(self, dtype: torch.dtype | None = None) -> CpuLinearState:
         """The CPU backend's state (int4 kernel layout, dense copies), converted once and kept until the
-        buffers move or change; call it at load so the first forward does not pay for it."""
+        buffers move or change; call it at load, with the activations' ``dtype``, so the first forward does
+        not pay for it."""
         if self._cpu_state is None:
             self._cpu_state = CpuLinearState(self.packed)
+        if dtype is not None:
+            self._cpu_state.prepare(dtype)
         return self._cpu_state
 
     def _dequantized(self, x: torch.Tensor) -> torch.Tensor:

@@ -34,7 +34,7 @@ def test_cpu_serve_benchmark_smoke(tmp_path):
 
     cmd = [sys.executable, str(REPO / "benchmarks" / "cpu_serve.py"), "--models", "tiny", "--threads", "1"]
     cmd += ["--rounds", "1", "--steps", "2", "--prompt", "8", "--only", "eager", "--no-llama"]
-    cmd += ["--workdir", str(tmp_path / "work"), "--out", str(tmp_path)]
+    cmd += ["--workdir", str(tmp_path / "work"), "--out", str(tmp_path), "--conditions", "smoke test"]
     out = subprocess.run(
         cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)}
     )
@@ -44,11 +44,14 @@ def test_cpu_serve_benchmark_smoke(tmp_path):
     names = {r["contender"] for r in report["rows"]}
     assert names == {
         "trilm floatlm fp32 eager",
+        "trilm floatlm bf16 eager plain-linears",
+        "trilm floatlm bf16 eager",
         "trilm trilm dequantized fp32 eager",
         "trilm trilm packed bf16 eager",
     }
     assert all(r["decode_tok_s"] > 0 and r["prefill_tok_s"] > 0 and r["threads"] == 1 for r in report["rows"])
     assert all(t["ratio"] is None for t in report["targets"])  # llama.cpp and compiled rows not run
+    assert report["machine"]["conditions"] == "smoke test"
 
 
 def test_cpu_kernels_benchmark_smoke(tmp_path, capsys):

@@ -116,8 +116,21 @@ class _DecodeView:
         # One query token per sequence: the query heads of a GQA group are the "sequence" of their KV head,
         # so the shared keys are used as they are (no repeat, no GQA support needed from the SDPA backend).
         grouped = q.reshape(b, kv_heads, heads // kv_heads, hd)
-        out = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=step.mask)
+        if grouped.device.type == "cpu" and grouped.dtype != torch.float32:
+            out = _attend_fp32(grouped, keys, values, step.mask)
+        else:
+            out = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=step.mask)
         return out.reshape(b, heads, 1, hd)
+
+
+def _attend_fp32(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None):
+    """SDPA of a few query rows in fp32, for bf16/fp16 caches on CPU: torch's CPU flash-attention kernel
+    in bf16 costs 2–3× these plain products at one query per sequence (and under ``torch.compile`` the
+    scale, mask and softmax fuse into one loop). fp32 throughout, so it is at least as exact as SDPA."""
+    scores = torch.matmul(q.float(), keys.float().transpose(-1, -2)) * q.shape[-1] ** -0.5
+    if mask is not None:
+        scores = scores + mask
+    return torch.matmul(scores.softmax(-1), values.float()).to(q.dtype)
 
 
 class DecodeStep:
