@@ -435,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {t['target']:50s} {t['ratio']}  {verdict}")
     if args.out is not None and str(args.out) != os.devnull:
         args.out.mkdir(parents=True, exist_ok=True)
-        path = args.out / f"cpu-serve-{result['date']}.json"
+        path = args.out / f"cpu-serve-{result['date']}-t{args.threads.replace(',', '-')}.json"
         path.write_text(json.dumps(result, indent=1) + "\n")
         print(f"wrote {path}")
     return 0
