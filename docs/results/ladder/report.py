@@ -144,6 +144,21 @@ def gap_table(report) -> list[str]:
     return out
 
 
+def spectra_lines(report) -> list[str]:
+    gaps, comparison = gap_table(report), comparison_lines(report)
+    if not gaps:
+        return ["No fitted comparison yet: it needs two families' L(N) identified (see Fits)."]
+    return [
+        "| gap | at each size (non-embedding params): gap [95 % CI] | change [95 % CI] |",
+        "|---|---|---|",
+        *gaps,
+        "",
+        "```",
+        *comparison,
+        "```",
+    ]
+
+
 def bits_table(report) -> list[str]:
     rows = sorted(
         (entry["bits"][fam], size, fam, entry[fam])
@@ -243,13 +258,7 @@ def render(suite, chosen, missing, result, ladder, mup, walls, span, mup_walls, 
         "(the same sizes drawn for both families), and the change of the gap from the smallest to the"
         " largest size (negative: the gap shrinks). Only where both families' laws are identified.",
         "",
-        "| gap | at each size (non-embedding params): gap [95 % CI] | change [95 % CI] |",
-        "|---|---|---|",
-        *gap_table(report),
-        "",
-        "```",
-        *comparison_lines(report),
-        "```",
+        *spectra_lines(report),
         "",
         "Equal size in bits: every final checkpoint by its size in bits (linear weights at log2(3) bits for"
         " TriLM, 1 for BiLM, 16 for FloatLM; embedding, head and norms at 16):",
