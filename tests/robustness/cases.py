@@ -545,9 +545,20 @@ def _defect_cases() -> list[Case]:
             ("suite", "launch", "{W}/suite/toy.yaml", "--local", "--dry-run"),
             (r"tokens", r"floatlm-pico"),
             setup="changed_suite",
-            protect=("suite/configs", "suite/runs"),
+            protect=("suite/runs",),  # with runs/configs, the launch's configs
             defect="5",
             note="finished run's configs/*.yaml kept",
+        ),
+        Case(
+            "suite launch | --force on a finished suite",
+            ("suite", "launch", "{W}/suite/toy.yaml", "--local", "--force"),
+            (r"floatlm-pico\s+skipped: finished",),
+            exit=0,
+            refuse=(r"trained|failed",),
+            setup="finished_suite",
+            protect=("suite/runs",),  # with runs/configs, the launch's configs
+            defect="5",
+            note="no FAILED, no rewritten config in the finished run",
         ),
         Case(
             "suite launch | relaunch right after kill -9",

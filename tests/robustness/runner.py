@@ -100,6 +100,13 @@ def setup_changed_suite(fixtures: Path, work: Path) -> None:
     path.write_text(text.replace("tokens:\n- 4096", "tokens:\n- 8192"))
 
 
+def setup_finished_suite(fixtures: Path, work: Path) -> None:
+    """A finished suite, relaunched unchanged (with ``--force``: it must still not touch the finished run)."""
+    _copy(fixtures, work, "suite-finished", "suite")
+    path = work / "suite" / "toy.yaml"
+    path.write_text(path.read_text().replace("{ROOT}", str(work / "suite" / "runs")))
+
+
 def setup_killed_quantize(fixtures: Path, work: Path) -> None:
     """``trilm quantize`` killed with SIGKILL while it writes its output (its staging directory exists)."""
     out = work / "q"
@@ -146,6 +153,7 @@ def setup_killed_quantize(fixtures: Path, work: Path) -> None:
 SETUPS = {
     "stale_lock": setup_stale_lock,
     "changed_suite": setup_changed_suite,
+    "finished_suite": setup_finished_suite,
     "killed_quantize": setup_killed_quantize,
 }
 
