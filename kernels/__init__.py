@@ -5,6 +5,7 @@ parts:
 
 * **runtime dispatch** — :mod:`kernels.linear` (``QuantLinear``), :mod:`kernels.dispatch` (which backend a
   layer runs on, from its format's kernel id), :mod:`kernels.cpu` (torch's int4 CPU kernel),
+  :mod:`kernels.cpu_dense` (float linears prepacked for oneDNN in bf16, for CPU serving),
   :mod:`kernels.reference` (the PyTorch reference), :mod:`kernels.triton_runtime`;
 * **the Triton kernels per family** — :mod:`kernels.affine` (ternary, binary, int) and
   :mod:`kernels.general` (every format), with the helpers they share in :mod:`kernels.jit_common`. They run on
