@@ -91,14 +91,7 @@ def _engine(args, max_batch: int, need_tokenizer: bool):
     from trilm.serve.loading import configure_threads, resolve_device
 
     threads = configure_threads(args.threads)
-    device = resolve_device(args.device)
-    compile_steps = args.compile == "on" or (
-        args.compile == "auto" and args.command == "serve" and device.type == "cpu"
-    )
-    if compile_steps and device.type != "cpu":
-        raise ConfigError(
-            f"--compile on: compiled steps are for CPU; on {device} the decode uses CUDA graphs"
-        )
+    device = resolve_device(args.device)  # --compile off the CPU is refused by the engine, by name
     dtype = None if args.dtype == "auto" else parse_dtype(args.dtype, "--dtype")
     engine = Engine.load(
         args.model,
