@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import datetime
 import os
+import socket
 import sys
+import warnings
 from typing import Literal
 
 import torch
@@ -32,9 +35,20 @@ class ParallelConfig(Config):
     """megatron-core's sequence parallelism (TP ≥ 2): norms and residuals hold 1/TP of the sequence, the
     all-reduce after each row-parallel linear becomes a reduce-scatter and the linears all-gather their
     input. Same results, 1/TP of the activation memory outside the tensor-parallel regions."""
+    collective_timeout: float = 600.0
+    """Seconds a collective (and the rendezvous at start) waits for its peers before this rank gives up:
+    the longest a dead or hung node can stall the others. On NCCL, a rank whose peer died hangs inside
+    the collective until then, and the watchdog then tears the process down; on gloo, a peer whose
+    process died is noticed at once (connection reset), a frozen one after this long. Must exceed the
+    longest time one rank works while the others wait in a barrier: writing a state, converting one
+    to a universal checkpoint on resume."""
 
     def validate(self) -> None:
         require(self.tensor_parallel >= 1, f"tensor_parallel: must be >= 1, got {self.tensor_parallel}")
+        require(
+            self.collective_timeout > 0,
+            f"collective_timeout: must be > 0 seconds, got {self.collective_timeout}",
+        )
         require(
             not self.sequence_parallel or self.tensor_parallel >= 2,
             "sequence_parallel: needs tensor_parallel >= 2 (there is nothing to split at TP=1)",
@@ -82,15 +96,20 @@ def init_parallel(cfg: ParallelConfig | None = None) -> ParallelInfo:
     backend = cfg.resolved_backend()
     if backend == "nccl" and not torch.cuda.is_available():
         raise RuntimeError("parallel.backend=nccl needs CUDA; use gloo on CPU")
+    timeout = datetime.timedelta(seconds=cfg.collective_timeout)
     if not dist.is_initialized():
+        if backend == "nccl":
+            enable_nccl_async_error_handling()
         if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
             if backend == "nccl":
                 torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-            dist.init_process_group(backend=backend)
+            dist.init_process_group(backend=backend, timeout=timeout)
         else:
             if backend == "nccl":
                 torch.cuda.set_device(0)
-            dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
+            dist.init_process_group(
+                backend=backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout
+            )
     world = dist.get_world_size()
     if world % cfg.tensor_parallel != 0:
         raise RuntimeError(
@@ -103,7 +122,13 @@ def init_parallel(cfg: ParallelConfig | None = None) -> ParallelInfo:
     ):
         mpu.destroy_model_parallel()
     if not mpu.model_parallel_is_initialized():
-        mpu.initialize_model_parallel(tensor_model_parallel_size=cfg.tensor_parallel)
+        # The groups get the same timeout as the world; no gloo copies of the groups (unused: DeepSpeed
+        # owns data parallelism, and on CPU every group is gloo already).
+        mpu.initialize_model_parallel(
+            tensor_model_parallel_size=cfg.tensor_parallel,
+            distributed_timeout_minutes=cfg.collective_timeout / 60,
+            create_gloo_process_groups=False,
+        )
     global _SEQUENCE_PARALLEL
     _SEQUENCE_PARALLEL = cfg.sequence_parallel and cfg.tensor_parallel > 1
     _destroy_at_exit()
@@ -112,6 +137,29 @@ def init_parallel(cfg: ParallelConfig | None = None) -> ParallelInfo:
 
 _SEQUENCE_PARALLEL = False
 _EXIT_HOOK = False
+
+NCCL_ASYNC_ERROR_HANDLING = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
+
+
+def enable_nccl_async_error_handling() -> None:
+    """Make a failed or timed-out NCCL collective end the process instead of hanging it.
+
+    NCCL kernels do not return when a peer dies; only the watchdog thread notices, once the collective
+    has waited ``parallel.collective_timeout``, and with async error handling it then tears the process
+    down, so the launcher sees a failed rank and stops the node. Mode 3 (torch's default, made explicit
+    here so that a site-wide setting cannot switch it off unnoticed) exits without aborting the
+    communicators first, since ``ncclCommAbort`` itself can hang when a peer is gone; 1 aborts them
+    first. 0 and 2 leave a rank whose peer died waiting until the job's time limit, hence the warning.
+    """
+    value = os.environ.setdefault(NCCL_ASYNC_ERROR_HANDLING, "3")
+    if value.strip() in ("0", "2"):
+        warnings.warn(
+            f"{NCCL_ASYNC_ERROR_HANDLING}={value} in the environment: a rank whose peer dies will hang in "
+            "its collective until the job's time limit instead of exiting after "
+            "parallel.collective_timeout (unset it, or set 3)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
 
 def _destroy_at_exit() -> None:
@@ -154,6 +202,43 @@ def current_parallel() -> ParallelInfo:
         device=device,
         sequence_parallel=_SEQUENCE_PARALLEL,
     )
+
+
+# The launcher tells a process which node it runs on: torchrun GROUP_RANK, the DeepSpeed launcher
+# CROSS_RANK, srun SLURM_NODEID. Started by hand (python, multiprocessing) nothing does: the host stands in.
+NODE_VARIABLES = ("GROUP_RANK", "CROSS_RANK", "SLURM_NODEID")
+
+
+def node_id() -> str:
+    for var in NODE_VARIABLES:
+        value = os.environ.get(var, "")
+        if value != "":
+            return value
+    return socket.gethostname()
+
+
+def placement(info: ParallelInfo) -> dict:
+    """Which ranks run on which node (collective: every rank reports its node), and whether a
+    tensor-parallel group crosses nodes. TP all-reduces run inside every layer, so they belong inside a
+    node's fast interconnect; megatron-core gives a TP group consecutive ranks, and launchers number the
+    ranks node by node, so TP stays inside a node when the processes per node are a multiple of TP."""
+    mine = {"rank": info.rank, "node": node_id(), "host": socket.gethostname(), "dp_rank": info.dp_rank}
+    everyone: list[dict | None] = [mine]
+    if info.world_size > 1:
+        everyone = [None] * info.world_size
+        dist.all_gather_object(everyone, mine)
+    nodes: dict[str, list[int]] = {}
+    hosts: dict[str, str] = {}
+    tp_nodes: dict[int, set[str]] = {}
+    for entry in everyone:
+        nodes.setdefault(entry["node"], []).append(entry["rank"])
+        hosts[entry["node"]] = entry["host"]
+        tp_nodes.setdefault(entry["dp_rank"], set()).add(entry["node"])
+    return {
+        "nodes": nodes,
+        "hosts": hosts,
+        "tensor_parallel_spans_nodes": any(len(n) > 1 for n in tp_nodes.values()),
+    }
 
 
 def ensure_parallel(tensor_parallel: int = 1) -> ParallelInfo:
