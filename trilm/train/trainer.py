@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import sys
 import time
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -20,7 +22,7 @@ from trilm.data.tokenizer import sidecar_path
 from trilm.model.flops import flops_per_token, parameter_counts
 from trilm.model.snapshot import SnapshotMeta
 from trilm.model.transformer import Decoder
-from trilm.parallel import dp_group, init_parallel
+from trilm.parallel import dp_group, init_parallel, node_id, placement
 from trilm.store.integrity import complete_steps, latest_complete
 from trilm.store.layout import COMPLETE, TOKENIZER_FILE
 from trilm.store.open import open_model
@@ -74,6 +76,8 @@ class Trainer:
         self._check_vocab()
         self.schedule = Schedule(cfg.optim, cfg.schedule, cfg.steps)
         self.is_main = self.info.rank == 0
+        self.step: int | None = None
+        """The step being computed (None outside the training loop)."""
 
     def _check_vocab(self) -> None:
         if self.cfg.init_from:
@@ -234,8 +238,40 @@ class Trainer:
         if self.is_main:
             self.run.root.mkdir(parents=True, exist_ok=True)
         self._barrier()
-        with self._locked_run_dir():
-            return self._fit()
+        try:
+            with self._locked_run_dir():
+                return self._fit()
+        except Exception as exc:
+            self._report_failure(exc)
+            raise
+
+    def _report_failure(self, exc: Exception) -> None:
+        """One line per rank naming where it stopped and what to do, ahead of the traceback: when a node
+        dies, every other rank fails in its next collective, and this is what its log shows."""
+        if self.step is None or self.info.world_size == 1:
+            return
+        newest = latest_complete(self.run.state)
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        print(
+            f"trilm: rank {self.info.rank} (node {node_id()}) stopped in step {self.step + 1}: "
+            f"{type(exc).__name__}: {first_line}\n"
+            f"trilm: if a peer died or hung, every rank stops like this; the newest complete state is "
+            f"{newest[1] if newest else 'none yet'}: rerun the same launch on every node to resume from it",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def _log_placement(self, logger: MetricsLogger, step: int) -> None:
+        layout = placement(self.info)
+        logger.event(step, "placement", "ranks per node", **layout)
+        if layout["tensor_parallel_spans_nodes"] and self.is_main:
+            warnings.warn(
+                f"tensor-parallel groups span nodes (ranks per node: {layout['nodes']}): every layer's "
+                "all-reduce crosses the network; run a multiple of parallel.tensor_parallel processes "
+                "per node",
+                RuntimeWarning,
+                stacklevel=2,
+            )
 
     def _fit(self) -> TrainSummary:
         cfg = self.cfg
@@ -252,6 +288,7 @@ class Trainer:
             counters.update({k: v for k, v in point.state.items() if k in counters})
         self._barrier()
         logger = MetricsLogger(self.run.logs, self.is_main, cfg.log.tensorboard)
+        self._log_placement(logger, start)
         if point is not None:
             for message in point.skipped:
                 logger.event(start, "state_skipped", message)
@@ -278,6 +315,7 @@ class Trainer:
         progress = self._progress(start)
         try:
             for step in range(start, cfg.steps):
+                self.step = step
                 for event in self.schedule.events_at(step):
                     logger.event(step, event.name, event.detail)
                 lr, wd = self.schedule.lr(step), self.schedule.weight_decay(step)
