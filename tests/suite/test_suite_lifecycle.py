@@ -106,6 +106,19 @@ def test_a_run_being_trained_is_not_started_twice_and_a_killed_one_is_resumed(tr
     assert outcome.action == "would train" and "resumes from step 4" in outcome.detail
 
 
+def test_a_run_locked_on_another_host_is_judged_by_its_metrics(trained, prepared, tmp_path):
+    """The lock file names another host (a cluster node): its lock may be invisible here, so a fresh
+    metrics log still means running (no second training is started), and a stale one stopped."""
+    suite = copy_suite(trained, prepared, tmp_path)
+    run = suite.run("floatlm-nano")
+    _interrupt(run, at_state=4, metrics_until=6)
+    os.utime(run.run_dir / "logs/metrics.jsonl")
+    lock = run.run_dir / ".lock"
+    lock.write_text(lock.read_text().replace(" on ", " on another-host-", 1))
+    assert run_status(run).state == "running"
+    assert run_status(run, now=time.time() + 3600).state == "stopped"
+
+
 def test_family_comparison_on_real_snapshots(trained, tmp_path):
     """The snapshots' ``size`` is family-free, so TriLM and FloatLM rows of one size pair up."""
     runs = [trained / "runs" / name for name in ("trilm-nano", "floatlm-nano")]

@@ -5,9 +5,11 @@ same table works for local, SLURM and hostfile launches. A run is
 
 - ``pending``: no run directory (or nothing in it yet);
 - ``running``: a live process holds its ``.lock`` (the trainer holds it for the whole run and the kernel
-  drops it when the process dies, even by ``kill -9``); for a run directory without a lock file (written
-  before runs had one), its metrics log was written within ``stale_after`` seconds;
-- ``stopped``: it has progress and nobody trains it (killed, preempted, or crashed — the next
+  drops it when the process dies, even by ``kill -9`` or ``scancel``). The metrics log's age decides
+  instead (written within ``stale_after`` seconds) for a run directory without a lock file (written
+  before runs had one), and, as a second sign, when the lock was taken on another host, whose lock may
+  not be visible here (``flock`` on some shared filesystems is node-local);
+- ``stopped``: it has progress and nobody trains it (killed, preempted, cancelled, or crashed — the next
   ``trilm suite launch`` resumes it from the newest complete state);
 - ``failed``: the local launcher recorded an error (``FAILED`` in the run directory, cleared on relaunch);
 - ``finished``: the resumable state of the last step is complete (the trainer writes it after the last
@@ -28,7 +30,7 @@ from trilm.store.integrity import latest_complete
 from trilm.store.layout import LOCK_FILE
 from trilm.suite.config import Suite, SuiteRun
 from trilm.suite.text import duration, si, table
-from trilm.train.checkpoint import RunDir, lock_holder
+from trilm.train.checkpoint import RunDir, lock_holder, lock_taken_elsewhere
 
 FAILED = "FAILED"
 STATES = ("finished", "running", "stopped", "failed", "pending")
@@ -179,7 +181,7 @@ def run_status(run: SuiteRun, now: float | None = None, stale_after: float = STA
         lines = failed.read_text().strip().splitlines()
         status.state, status.error = "failed", lines[-1] if lines else "failed"
     elif lock_holder(rd.root) is not None or (
-        not (rd.root / LOCK_FILE).is_file()
+        (not (rd.root / LOCK_FILE).is_file() or lock_taken_elsewhere(rd.root))
         and status.last_update is not None
         and now - status.last_update < stale_after
     ):

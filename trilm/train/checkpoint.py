@@ -24,6 +24,7 @@ import contextlib
 import datetime
 import fcntl
 import os
+import re
 import shutil
 import socket
 from collections.abc import Iterator
@@ -113,11 +114,23 @@ def atomic_directory(final: Path, marker_payload: dict | None = None) -> Iterato
 def lock_holder(root: str | Path) -> str | None:
     """Who holds ``root/.lock`` (its recorded pid and host) while a live process holds it; None when free.
 
-    Probing takes the lock for an instant with ``LOCK_NB``: a held lock is never waited for or broken.
+    A lock taken on this host is looked up in the kernel's lock table (``/proc/locks``) without touching
+    it: even an instant's probing ``flock`` could make a training starting at that moment refuse its own
+    directory. A lock recorded by another host (a cluster node, on a shared filesystem) is not in this
+    host's table, so it is probed with ``LOCK_SH | LOCK_NB`` (never waited for or broken), which sees it
+    where the filesystem carries ``flock`` between hosts (NFS does; some parallel filesystems keep it
+    node-local: see :func:`lock_taken_elsewhere`).
     """
     path = Path(root) / LOCK_FILE
-    if not path.is_file():
+    try:
+        st = path.stat()
+        recorded = path.read_text().strip()
+    except OSError:
         return None
+    if not lock_taken_elsewhere(root):
+        held = _in_lock_table(st)
+        if held is not None:
+            return (recorded or "another process") if held else None
     try:
         fh = open(path)  # noqa: SIM115 - closed below
     except OSError:
@@ -128,9 +141,37 @@ def lock_holder(root: str | Path) -> str | None:
         holder = fh.read().strip() or "another process"
         fh.close()
         return holder
+    except OSError:  # a filesystem without flock: nobody can hold it
+        fh.close()
+        return None
     fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
     fh.close()
     return None
+
+
+def lock_taken_elsewhere(root: str | Path) -> bool:
+    """``root/.lock`` was last taken on another host (its record names another host name). Whether that
+    lock is still held may be invisible here, so run status then also trusts a fresh metrics log."""
+    try:
+        recorded = (Path(root) / LOCK_FILE).read_text()
+    except OSError:
+        return False
+    host = re.search(r" on (\S+), started ", recorded)
+    return host is not None and host.group(1) != socket.gethostname()
+
+
+def _in_lock_table(st: os.stat_result) -> bool | None:
+    """Whether a process on this host holds a ``flock`` on the file ``st`` describes; None without
+    ``/proc/locks``."""
+    key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        table = Path("/proc/locks").read_text()
+    except OSError:
+        return None
+    return any(
+        len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == key
+        for fields in (line.split() for line in table.splitlines())
+    )
 
 
 class RunLock:
