@@ -49,8 +49,9 @@ def test_slurm_dry_run_writes_valid_scripts(tmp_path, capsys):
         script = root / "launch" / f"{run.name}.sh"
         _bash_ok(script)
         text = script.read_text()
-        assert f"--num_nodes {run.nodes} --num_gpus {min(run.devices, 8)}" in text
-        assert "scontrol show hostnames" in text and "train/pretrain.py" in text
+        assert f"export PROCS_PER_NODE={min(run.devices, 8)} " in text
+        assert f"exec srun --nodes {run.nodes} --ntasks-per-node=1 --kill-on-bad-exit=1" in text
+        assert "scontrol show hostnames" in text and "configs/launch/deepspeed-node.sh" in text
         config = re.search(r"^CONFIG=(\S+)$", text, re.M).group(1)
         assert TrainConfig.from_yaml(config).to_dict() == run.cfg.to_dict()
     array = (root / "launch" / "array-6x8.sbatch").read_text()

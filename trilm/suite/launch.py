@@ -38,6 +38,7 @@ from trilm.suite.status import FAILED, run_status
 from trilm.train.checkpoint import RunDir, lock_holder
 
 PRETRAIN = REPO_ROOT / "train" / "pretrain.py"
+NODE_SCRIPT = REPO_ROOT / "configs" / "launch" / "deepspeed-node.sh"
 
 
 @dataclasses.dataclass
@@ -264,14 +265,15 @@ def _check_fits(path: Path, hosts: list[tuple[str, int]], runs: list[SuiteRun]) 
 
 
 def run_script(suite: Suite, run: SuiteRun, config: Path, hostfile: Path | None) -> str:
-    """The launch script of one run: the DeepSpeed launcher over a given hostfile or the SLURM allocation."""
-    root = suite.root.resolve()
+    """The launch script of one run: the DeepSpeed launcher over a given hostfile (pdsh/ssh from this
+    host), or under SLURM one launcher per node started by ``srun`` (``configs/launch/deepspeed-node.sh``,
+    no ssh between nodes, every process tracked by SLURM)."""
     lines = [
         "#!/usr/bin/env bash",
         f"# trilm suite {suite.name}, run {run.name}: {run.family} {run.size}, {run.cfg.steps:,} steps of"
         f" {run.cfg.batch_tokens:,} tokens,",
-        f"# {run.devices} GPU(s) = TP {run.tensor_parallel} × DP {run.data_parallel} on {run.nodes} node(s)."
-        " Written by `trilm suite launch`;",
+        f"# {run.devices} {_device_word(suite)} = TP {run.tensor_parallel} × DP {run.data_parallel} on"
+        f" {run.nodes} node(s). Written by `trilm suite launch`;",
         "# rerunning it resumes from the newest complete state, and a finished run stops at once.",
         "set -euo pipefail",
         f"cd {shlex.quote(os.getcwd())}",
@@ -280,13 +282,19 @@ def run_script(suite: Suite, run: SuiteRun, config: Path, hostfile: Path | None)
     if hostfile is None:
         lines += [
             'if [ -z "${SLURM_JOB_NODELIST:-}" ]; then echo "run me under SLURM (sbatch)" >&2; exit 2; fi',
-            f'HOSTFILE={shlex.quote(str(root / "launch"))}/hostfile-"${{SLURM_JOB_ID}}"',
-            f'scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n {run.nodes}'
-            f' | sed "s/$/ slots={run.devices_on_node}/" > "$HOSTFILE"',
+            f"export PROCS_PER_NODE={run.devices_on_node} DEEPSPEED={shlex.quote(_deepspeed())}",
+            'HEAD=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)',
+            'export MASTER_ADDR=${MASTER_ADDR:-$(scontrol show node "$HEAD"'
+            " | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p')}",
+            "export MASTER_PORT=${MASTER_PORT:-$((20000 + SLURM_JOB_ID % 20000))}",
+            f"exec srun --nodes {run.nodes} --ntasks-per-node=1 --kill-on-bad-exit=1"
+            f" {shlex.quote(str(NODE_SCRIPT))} \\",
+            '    --config "$CONFIG"',
+            "",
         ]
-    else:
-        lines.append(f"HOSTFILE={shlex.quote(str(hostfile.resolve()))}")
+        return "\n".join(lines)
     lines += [
+        f"HOSTFILE={shlex.quote(str(hostfile.resolve()))}",
         "MASTER=$(grep -v '^\\s*#' \"$HOSTFILE\" | awk 'NF {print $1; exit}')",
         f'exec {shlex.quote(_deepspeed())} --hostfile "$HOSTFILE" --num_nodes {run.nodes}'
         f" --num_gpus {run.devices_on_node} \\",
@@ -297,6 +305,10 @@ def run_script(suite: Suite, run: SuiteRun, config: Path, hostfile: Path | None)
     return "\n".join(lines)
 
 
+def _device_word(suite: Suite) -> str:
+    return "GPU(s)" if suite.config.hardware.is_gpu else "process(es)"
+
+
 def array_script(suite: Suite, runs: list[SuiteRun], scripts: dict[str, Path], extra: list[str]) -> str:
     """One SLURM array over runs of one node shape; task i execs the launch script of run i."""
     first = runs[0]
@@ -304,13 +316,16 @@ def array_script(suite: Suite, runs: list[SuiteRun], scripts: dict[str, Path], e
     lines = [
         "#!/usr/bin/env bash",
         f"# trilm suite {suite.name}: {len(runs)} run(s) of {first.nodes} node(s) × {first.devices_on_node}"
-        " GPU(s), one array task per run.",
+        f" {_device_word(suite)}, one array task per run.",
         "# Written by `trilm suite launch --slurm`; resubmitting it resumes unfinished runs.",
         f"#SBATCH --job-name=trilm-{suite.name}",
         f"#SBATCH --array=0-{len(runs) - 1}",
         f"#SBATCH --nodes={first.nodes}",
         "#SBATCH --ntasks-per-node=1",
-        f"#SBATCH --gpus-per-node={first.devices_on_node}",
+        # a CPU suite asks for cores, not GPUs (a cluster without GPU GRES refuses a GPU request)
+        f"#SBATCH --gpus-per-node={first.devices_on_node}"
+        if suite.config.hardware.is_gpu
+        else f"#SBATCH --cpus-per-task={first.devices_on_node}",
         f"#SBATCH --output={root / 'logs'}/slurm-%A_%a.out",
     ]
     if first.devices_on_node == first.devices_per_node:
