@@ -1,0 +1,186 @@
+"""Training "nodes" on one machine: each launcher's exact command line, started as tagged process trees.
+
+A node here is what a cluster node runs: one launcher (torchrun, or the DeepSpeed launcher) and the
+training processes it starts. Two of them on one machine, on 127.0.0.1 and 127.0.0.2 (both loopback),
+with a shared run directory, behave like two nodes on a shared filesystem: the rendezvous, the
+collectives and the checkpoint protocol are the same; only the wire is shorter. Each launcher knows its
+commands and how to kill everything one node runs at once (:meth:`Launcher.kill_node`), the failure the
+multi-node tests and ``benchmarks/multinode.py`` inject.
+
+The training processes get one thread each (``OMP_NUM_THREADS=1``): results are compared bitwise with a
+run at another node count, and a matmul split over a different number of threads sums in another order.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+from trilm.testing import free_port
+from trilm.testing.processes import TAG_VAR, Launched, ProcessSet, signal_tagged
+
+ROOT = Path(__file__).resolve().parents[2]
+PRETRAIN = ROOT / "train" / "pretrain.py"
+LOOPBACK_HOSTS = ("127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4")
+
+
+def venv_tool(name: str) -> str:
+    """A console script of the running interpreter's environment (torchrun, deepspeed)."""
+    return str(Path(sys.executable).parent / name)
+
+
+def node_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """What every training process needs here: one thread, and this checkout first on the path."""
+    path = os.environ.get("PYTHONPATH", "")
+    return {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": f"{ROOT}{os.pathsep}{path}" if path else str(ROOT),
+        **(extra or {}),
+    }
+
+
+def write_hostfile(path: Path, nodes: int, slots: int) -> Path:
+    """A DeepSpeed hostfile of ``nodes`` loopback hosts with ``slots`` processes each."""
+    path.write_text("".join(f"{host} slots={slots}\n" for host in LOOPBACK_HOSTS[:nodes]))
+    return path
+
+
+def pretrain_args(config: Path, overrides: list[str]) -> list[str]:
+    return [str(PRETRAIN), "--config", str(config), *overrides, "log.progress=false"]
+
+
+class Launcher:
+    """How one multi-node run is started on loopback, and how one of its nodes is killed."""
+
+    name = ""
+    nodes = 1
+    procs_per_node = 1
+
+    def commands(self, config: Path, overrides: list[str], port: int) -> list[list[str]]:
+        raise NotImplementedError
+
+    def node_tag(self, processes: ProcessSet, label: str, node: int) -> str:
+        return processes.tag(f"{label}-node{node}")
+
+    def start(
+        self, processes: ProcessSet, config: Path, label: str, overrides: list[str] | None = None
+    ) -> list[Launched]:
+        """Start every node (one :class:`Launched` per launcher process, in node order)."""
+        port = free_port()
+        return [
+            processes.start(f"{label}-node{i}", cmd, env=node_env(), cwd=ROOT)
+            for i, cmd in enumerate(self.commands(config, overrides or [], port))
+        ]
+
+    def kill_node(self, processes: ProcessSet, label: str, node: int, sig: int = signal.SIGKILL) -> list[int]:
+        """Signal everything node ``node`` runs at once: SIGKILL (the node died) or SIGSTOP (it hangs, its
+        connections stay open); returns the pids signalled."""
+        pids = set(signal_tagged(self.node_tag(processes, label, node), sig))
+        for launched in processes.launched:
+            if launched.tag == self.node_tag(processes, label, node):
+                pids |= set(launched.signal(sig))
+        return sorted(pids)
+
+    def describe(self) -> str:
+        return f"{self.name}: {self.nodes} node(s) × {self.procs_per_node} process(es)"
+
+
+class Torchrun(Launcher):
+    """``torchrun`` per node with a static rendezvous on node 0 (``--master-addr``/``--node-rank``)."""
+
+    name = "torchrun"
+
+    def __init__(self, nodes: int, procs_per_node: int):
+        self.nodes = nodes
+        self.procs_per_node = procs_per_node
+
+    def commands(self, config: Path, overrides: list[str], port: int) -> list[list[str]]:
+        if self.nodes == 1:
+            head = [venv_tool("torchrun"), "--standalone", "--nproc-per-node", str(self.procs_per_node)]
+            return [head + pretrain_args(config, overrides)]
+        return [
+            [
+                venv_tool("torchrun"),
+                f"--nnodes={self.nodes}",
+                f"--nproc-per-node={self.procs_per_node}",
+                f"--node-rank={rank}",
+                f"--master-addr={LOOPBACK_HOSTS[0]}",
+                f"--master-port={port}",
+                f"--local-addr={LOOPBACK_HOSTS[rank]}",
+                *pretrain_args(config, overrides),
+            ]
+            for rank in range(self.nodes)
+        ]
+
+
+class DeepSpeedNoSsh(Launcher):
+    """The DeepSpeed launcher once per node over a shared hostfile: ``--no_ssh --node_rank r`` (what a
+    scheduler that starts one task per node does, e.g. ``srun`` in ``configs/launch/pretrain.sbatch``)."""
+
+    name = "deepspeed --no_ssh"
+
+    def __init__(self, hostfile: Path, nodes: int, procs_per_node: int):
+        self.hostfile = write_hostfile(hostfile, nodes, procs_per_node)
+        self.nodes = nodes
+        self.procs_per_node = procs_per_node
+
+    def commands(self, config: Path, overrides: list[str], port: int) -> list[list[str]]:
+        return [
+            [
+                venv_tool("deepspeed"),
+                "--hostfile",
+                str(self.hostfile),
+                "--no_ssh",
+                "--node_rank",
+                str(rank),
+                "--master_addr",
+                LOOPBACK_HOSTS[0],
+                "--master_port",
+                str(port),
+                *pretrain_args(config, overrides),
+            ]
+            for rank in range(self.nodes)
+        ]
+
+
+class DeepSpeedSsh(Launcher):
+    """The DeepSpeed launcher's default path: one command on the first host, which reaches every host
+    of the hostfile through pdsh and ssh (here an sshd on loopback, see :mod:`trilm.testing.sshd`).
+
+    Processes started over ssh do not inherit the launcher's environment; DeepSpeed passes on the
+    variables listed in its ``.deepspeed_env`` file (``DS_ENV_FILE``), which carries the thread count
+    and the node's process tag (pdsh replaces ``%n`` with the node's rank)."""
+
+    name = "deepspeed (pdsh/ssh)"
+
+    def __init__(self, hostfile: Path, nodes: int, procs_per_node: int, ssh_env: dict[str, str]):
+        self.hostfile = write_hostfile(hostfile, nodes, procs_per_node)
+        self.env_file = hostfile.with_name(f"{hostfile.name}.deepspeed_env")
+        self.nodes = nodes
+        self.procs_per_node = procs_per_node
+        self.ssh_env = ssh_env
+
+    def commands(self, config: Path, overrides: list[str], port: int) -> list[list[str]]:
+        return [
+            [
+                venv_tool("deepspeed"),
+                "--hostfile",
+                str(self.hostfile),
+                "--master_addr",
+                LOOPBACK_HOSTS[0],
+                "--master_port",
+                str(port),
+                *pretrain_args(config, overrides),
+            ]
+        ]
+
+    def start(
+        self, processes: ProcessSet, config: Path, label: str, overrides: list[str] | None = None
+    ) -> list[Launched]:
+        self.env_file.write_text(f"OMP_NUM_THREADS=1\n{TAG_VAR}={processes.tag(label + '-node%n')}\n")
+        env = node_env({**self.ssh_env, "DS_ENV_FILE": str(self.env_file)})
+        (cmd,) = self.commands(config, overrides or [], free_port())
+        return [processes.start(f"{label}-launcher", cmd, env=env, cwd=ROOT)]
