@@ -17,6 +17,7 @@ import re
 import shutil
 import time
 from functools import partial
+from pathlib import Path
 
 import pytest
 import torch
@@ -164,8 +165,10 @@ def _complete(run) -> list[int]:
 
 
 # ---- collective timeouts ----------------------------------------------------------------------------------
-def _hung_peer(timeout: float):
-    """Rank 1 stops answering (a hung node); rank 0's next collective must give up after ``timeout``."""
+def _hung_peer(timeout: float, flag: str):
+    """Rank 1 stops answering (a hung node) until rank 0's next collective has given up after ``timeout``
+    (rank 0 then raises ``flag``). The same timeout bounds the start-up rendezvous, so it cannot be a few
+    seconds on a loaded machine."""
     import torch.distributed as dist
 
     from trilm.parallel import ParallelConfig, init_parallel, tp_group
@@ -176,22 +179,28 @@ def _hung_peer(timeout: float):
         for pg in dist.distributed_c10d._world.pg_map
     }
     if info.rank == 1:
-        time.sleep(timeout * 3)
+        deadline = time.monotonic() + timeout * 10
+        while not Path(flag).exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
         return timeouts, None, None
     started = time.monotonic()
     try:
         dist.all_reduce(torch.ones(1), group=tp_group())
+        error = None
     except RuntimeError as exc:
-        return timeouts, str(exc), time.monotonic() - started
-    return timeouts, None, time.monotonic() - started
+        error = str(exc)
+    waited = time.monotonic() - started
+    Path(flag).touch()
+    return timeouts, error, waited
 
 
-def test_collective_timeout_reaches_every_group_and_ends_a_hung_collective():
-    (timeouts, error, waited), (peer_timeouts, _, _) = run_distributed(_hung_peer, 2, 4.0, timeout=300)
-    assert timeouts["default_pg"] == 4.0 and "TENSOR_MODEL_PARALLEL_GROUP" in timeouts
-    assert set(timeouts.values()) == {4.0} and set(peer_timeouts.values()) == {4.0}, timeouts
+def test_collective_timeout_reaches_every_group_and_ends_a_hung_collective(tmp_path):
+    flag = str(tmp_path / "rank0-gave-up")
+    (timeouts, error, waited), (peer_timeouts, _, _) = run_distributed(_hung_peer, 2, 30.0, flag, timeout=600)
+    assert timeouts["default_pg"] == 30.0 and "TENSOR_MODEL_PARALLEL_GROUP" in timeouts
+    assert set(timeouts.values()) == {30.0} and set(peer_timeouts.values()) == {30.0}, timeouts
     assert error is not None and "Timed out" in error, error
-    assert 4.0 <= waited < 60.0
+    assert 29.5 <= waited < 300.0  # not before the timeout; within a bound after it
 
 
 def test_collective_timeout_is_validated():
