@@ -4,6 +4,10 @@
 launcher would set (RANK, WORLD_SIZE, MASTER_ADDR/PORT, LOCAL_RANK), runs ``fn(*args)`` in each, tears the
 process groups down whatever happens, and returns the per-rank results — or raises with every failing rank's
 traceback, so a hang or a crash in one rank is reported instead of blocking the suite.
+
+Multi-node runs on one machine live in the submodules: ``processes`` (tagged process trees, ended whatever
+failed), ``launchers`` (torchrun and the DeepSpeed launcher as loopback nodes), ``sshd`` and ``slurm`` (an
+sshd and a real SLURM on loopback), ``drills`` (run to the end, kill a node mid-run, compare runs).
 """
 
 from __future__ import annotations
