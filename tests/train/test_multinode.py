@@ -13,6 +13,7 @@ tensor parallel 2 inside a node × data parallel 2 across nodes, gloo:
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import time
@@ -165,22 +166,33 @@ def _complete(run) -> list[int]:
 
 
 # ---- collective timeouts ----------------------------------------------------------------------------------
-def _hung_peer(timeout: float, flag: str):
+HUNG_PEER_TIMEOUT = 10.0
+"""The collective timeout of the hung-peer test. It also bounds the start-up rendezvous, so the ranks
+first meet at a file barrier with everything imported: what is left between them is scheduling noise."""
+
+
+def _hung_peer(timeout: float, flags: str):
     """Rank 1 stops answering (a hung node) until rank 0's next collective has given up after ``timeout``
-    (rank 0 then raises ``flag``). The same timeout bounds the start-up rendezvous, so it cannot be a few
-    seconds on a loaded machine."""
+    (rank 0 then writes its flag)."""
+    import megatron.core.parallel_state  # noqa: F401 - imported before the barrier, not inside the rendezvous
     import torch.distributed as dist
 
     from trilm.parallel import ParallelConfig, init_parallel, tp_group
 
+    rank = int(os.environ["RANK"])
+    Path(flags, f"ready-{rank}").touch()
+    deadline = time.monotonic() + 600
+    while len(list(Path(flags).glob("ready-*"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
     info = init_parallel(ParallelConfig(tensor_parallel=2, collective_timeout=timeout))
     timeouts = {
         pg.group_desc: pg._get_backend(torch.device("cpu")).options._timeout.total_seconds()
         for pg in dist.distributed_c10d._world.pg_map
     }
+    gave_up = Path(flags, "rank0-gave-up")
     if info.rank == 1:
-        deadline = time.monotonic() + timeout * 10
-        while not Path(flag).exists() and time.monotonic() < deadline:
+        deadline = time.monotonic() + timeout * 30
+        while not gave_up.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
         return timeouts, None, None
     started = time.monotonic()
@@ -190,17 +202,19 @@ def _hung_peer(timeout: float, flag: str):
     except RuntimeError as exc:
         error = str(exc)
     waited = time.monotonic() - started
-    Path(flag).touch()
+    gave_up.touch()
     return timeouts, error, waited
 
 
 def test_collective_timeout_reaches_every_group_and_ends_a_hung_collective(tmp_path):
-    flag = str(tmp_path / "rank0-gave-up")
-    (timeouts, error, waited), (peer_timeouts, _, _) = run_distributed(_hung_peer, 2, 30.0, flag, timeout=600)
-    assert timeouts["default_pg"] == 30.0 and "TENSOR_MODEL_PARALLEL_GROUP" in timeouts
-    assert set(timeouts.values()) == {30.0} and set(peer_timeouts.values()) == {30.0}, timeouts
+    timeout = HUNG_PEER_TIMEOUT
+    (timeouts, error, waited), (peer_timeouts, _, _) = run_distributed(
+        _hung_peer, 2, timeout, str(tmp_path), timeout=600
+    )
+    assert timeouts["default_pg"] == timeout and "TENSOR_MODEL_PARALLEL_GROUP" in timeouts
+    assert set(timeouts.values()) == {timeout} and set(peer_timeouts.values()) == {timeout}, timeouts
     assert error is not None and "Timed out" in error, error
-    assert 29.5 <= waited < 300.0  # not before the timeout; within a bound after it
+    assert timeout - 0.5 <= waited < timeout * 10  # not before the timeout; within a bound after it
 
 
 def test_collective_timeout_is_validated():
@@ -217,8 +231,8 @@ def test_nccl_async_error_handling_is_explicit(monkeypatch):
 
     monkeypatch.delenv(NCCL_ASYNC_ERROR_HANDLING, raising=False)
     enable_nccl_async_error_handling()
-    assert __import__("os").environ[NCCL_ASYNC_ERROR_HANDLING] == "3"
+    assert os.environ[NCCL_ASYNC_ERROR_HANDLING] == "3"
     monkeypatch.setenv(NCCL_ASYNC_ERROR_HANDLING, "0")
     with pytest.warns(RuntimeWarning, match="will hang in its collective until the job's time limit"):
         enable_nccl_async_error_handling()
-    assert __import__("os").environ[NCCL_ASYNC_ERROR_HANDLING] == "0"  # the user's choice is kept
+    assert os.environ[NCCL_ASYNC_ERROR_HANDLING] == "0"  # the user's choice is kept
