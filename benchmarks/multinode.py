@@ -15,10 +15,15 @@ under ZeRO-1, 16 steps, on two loopback nodes × two processes, gloo):
 - ``slurm``: ``configs/launch/pretrain.sbatch`` on a loopback SLURM (2 nodes); node n2's job processes
   SIGKILLed, then resubmitted; and a job ``scancel``led, then resubmitted;
 - ``hang``: torchrun with node 1 frozen (SIGSTOP: its connections stay open, as with a hung node or a
-  network partition) and ``parallel.collective_timeout=30``: node 0 gives up after the timeout.
+  network partition) and ``parallel.collective_timeout=30``: node 0 gives up after the timeout;
+- ``suite``: ``trilm suite launch SUITE --slurm`` of a 2-run CPU suite (one array) on the loopback SLURM;
+  one array task ``scancel``led once its run logged step 10, the suite launched again: only that run is
+  resubmitted, and it resumes; compared with the same run trained without interruption.
 
-Every relaunch is the same command again; its final weights are compared with the 1-node run. The JSON
-(``multinode-loopback-<date>.json``) is rewritten after each drill, with the machine's load average.
+Every relaunch is the same command again; its final weights are compared with the 1-node run (the suite's
+run with its own uninterrupted run). The JSON (``multinode-loopback-<date>.json``) is rewritten after each
+drill, with the machine's load average when the drill started; ``--update`` keeps the drills already in
+that day's file and replaces only those run now.
 """
 
 from __future__ import annotations
@@ -38,11 +43,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.train.conftest import LAUNCH_TIMEOUT, multinode_config  # noqa: E402 - the tests' run
+from tests.train.conftest import LAUNCH_TIMEOUT, multinode_config, slurm_suite  # noqa: E402 - the tests' runs
 from trilm.data.pipeline import prepare_embedded  # noqa: E402
 from trilm.testing import slurm as loopback_slurm  # noqa: E402
 from trilm.testing import sshd  # noqa: E402
 from trilm.testing.drills import (  # noqa: E402
+    cancel_suite_run,
     compare_runs,
     kill_node_when,
     last_logged_step,
@@ -54,7 +60,8 @@ from trilm.testing.launchers import DeepSpeedNoSsh, DeepSpeedSsh, Torchrun, node
 from trilm.testing.processes import ProcessSet  # noqa: E402
 from trilm.train.checkpoint import RunDir, complete_steps  # noqa: E402
 
-DRILLS = ("torchrun", "deepspeed", "pdsh", "slurm", "hang")
+DRILLS = ("torchrun", "deepspeed", "pdsh", "slurm", "hang", "suite")
+SUITE_CANCEL_STEP = 10
 TRIGGER_STEP = 6
 
 
@@ -245,6 +252,56 @@ def slurm_drill(processes, data, work: Path, reference: Path) -> dict:
         cluster.close()
 
 
+def suite_drill(processes, data, work: Path) -> dict:
+    cluster = loopback_slurm.LoopbackSlurm(processes, nodes=2)
+    started = time.monotonic()
+    cluster.start()
+    try:
+        suite_file = slurm_suite(work / "suite", data)
+        cluster_start_s = round(time.monotonic() - started, 1)
+        drill = cancel_suite_run(
+            cluster,
+            processes,
+            suite_file,
+            work / "suite" / "runs",
+            after_step=SUITE_CANCEL_STEP,
+            timeout=LAUNCH_TIMEOUT,
+        )
+        logs = work / "suite/runs/logs"
+        return {
+            "launcher": "SLURM: the array `trilm suite launch SUITE --slurm` writes, 2 runs of 1 process",
+            "cluster_start_s": cluster_start_s,
+            "accounting": cluster.accounting,
+            "commands": drill.commands,
+            "outputs": [_tail(text, 12) for text in drill.outputs],
+            "array_script": drill.array_script.splitlines(),
+            "job": drill.job,
+            "runs": drill.runs,
+            "failure": {
+                "killed": f"scancel {drill.job}_0 ({drill.cancelled})",
+                "trigger": f"step {SUITE_CANCEL_STEP} logged and a state written",
+                "last_logged_step_at_kill": drill.last_logged_step,
+                "task_gone_from_squeue_after_s": round(drill.gone_s, 2),
+                "job_states": drill.states,
+                "complete_states_after_failure": drill.complete_states,
+                "unfinished_checkpoints_after_failure": drill.unfinished,
+                "status_after_failure": drill.status,
+                "resubmitted_job": drill.resubmitted_job,
+                "resubmitted_runs": drill.resubmitted_runs,
+                "resubmitted_job_states": drill.resubmitted_states,
+                "relaunch_to_end_s": round(drill.relaunch_s, 1),
+                "resumed_from_step": drill.resumed_from[-1] if drill.resumed_from else None,
+                "job_output": _key_lines((logs / f"slurm-{drill.job}_0.out").read_text()),
+                "relaunch_output": _tail((logs / f"slurm-{drill.resubmitted_job}_0.out").read_text(), 10),
+                "uninterrupted_exit_code": drill.straight_code,
+                "final_equal_to_uninterrupted_run": _compare(drill.straight, drill.run_dir),
+            },
+        }
+    finally:
+        processes.close()
+        cluster.close()
+
+
 def portable(value, replacements: list[tuple[str, str]]):
     """The record without this machine's paths: the checkout as ``.``, its environment as ``.venv``, the
     scratch directory as ``$WORK`` (commands are quoted as they would be typed in the repository)."""
@@ -266,6 +323,11 @@ def main() -> None:
     parser.add_argument(
         "--work", type=Path, default=None, help="scratch directory (default: a temporary one)"
     )
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help="keep the other drills already in today's file (its 1-node reference too unless rerun)",
+    )
     args = parser.parse_args()
     wanted = [d for d in args.drills.split(",") if d]
     unknown = sorted(set(wanted) - set(DRILLS))
@@ -275,14 +337,18 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     date = datetime.date.today().isoformat()
     out = args.out / f"multinode-loopback-{date}.json"
+    script = "python benchmarks/multinode.py " + " ".join(sys.argv[1:])
     report = {
         "date": date,
-        "script": "python benchmarks/multinode.py " + " ".join(sys.argv[1:]),
+        "script": script,
         "cpus": os.cpu_count(),
         "load_average_at_start": os.getloadavg(),
         "run": "multinode_config (tests/train/conftest.py): trilm-nano, TP 2 × DP 2, ZeRO-1, 16 steps",
         "drills": {},
     }
+    if args.update and out.exists():
+        report = json.loads(out.read_text())
+        report.setdefault("updates", []).append({"script": script, "drills": wanted})
 
     venv = Path(sys.prefix)
     replacements = sorted(
@@ -303,17 +369,19 @@ def main() -> None:
     data = prepare_embedded(work / "data", vocab_size=512, workers=1, progress=False)
     with ProcessSet(work / "logs") as processes:
         reference = work / "one-node"
-        outcome = run_to_end(
-            processes, Torchrun(1, 4), multinode_config(data, reference), "one-node", LAUNCH_TIMEOUT
-        )
-        report["one_node"] = {
-            "commands": outcome.commands,
-            "codes": outcome.codes,
-            "seconds": round(outcome.seconds, 1),
-        }
-        save()
+        if set(wanted) - {"suite"}:  # every drill but the suite's compares with the 1-node run
+            outcome = run_to_end(
+                processes, Torchrun(1, 4), multinode_config(data, reference), "one-node", LAUNCH_TIMEOUT
+            )
+            report["one_node"] = {
+                "commands": outcome.commands,
+                "codes": outcome.codes,
+                "seconds": round(outcome.seconds, 1),
+            }
+            save()
         for drill in wanted:
             print(f"drill {drill} …", flush=True)
+            load = os.getloadavg()
             if drill == "torchrun":
                 record = launcher_drill(drill, Torchrun(2, 2), processes, data, work, reference)
             elif drill == "deepspeed":
@@ -334,8 +402,16 @@ def main() -> None:
                     if reasons
                     else slurm_drill(ProcessSet(work / "slurm-logs"), data, work, reference)
                 )
+            elif drill == "suite":
+                reasons = loopback_slurm.missing()
+                record = (
+                    {"skipped": "; ".join(reasons)}
+                    if reasons
+                    else suite_drill(ProcessSet(work / "suite-logs"), data, work)
+                )
             else:
                 record = hang_drill(processes, data, work, reference)
+            record["load_average_at_start"] = load
             report["drills"][drill] = record
             save()
             print(json.dumps(record, indent=1)[:4000], flush=True)

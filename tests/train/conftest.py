@@ -43,6 +43,9 @@ def tiny_config(prepared: dict[str, Path], run_dir: Path, family: str = "trilm",
 
 # ---- multi-node runs ------------------------------------------------------------------------------------
 MULTINODE_STEPS = 16
+SUITE_STEPS = 64
+"""Steps of each run of the 2-run suite submitted to SLURM as one array: enough that a run is cancelled
+mid-way once it has logged step 10 and written a state, whatever the load."""
 LAUNCH_TIMEOUT = 900.0
 """Seconds a launch of four training processes may take: on a loaded 2-core machine importing torch,
 megatron-core and DeepSpeed four times over takes minutes; a quiet one needs about 20 s."""
@@ -63,6 +66,14 @@ def multinode_config(prepared: dict[str, Path], run_dir: Path, **overrides) -> P
     path = run_dir.with_suffix(".yaml")
     tiny_config(prepared, run_dir, **settings).to_yaml(path)
     return path
+
+
+def slurm_suite(directory: Path, prepared: dict[str, Path]) -> Path:
+    """The 2-run CPU suite (trilm-nano, floatlm-nano) that the SLURM tests and ``benchmarks/multinode.py``
+    submit as an array with ``trilm suite launch --slurm``; returns the suite file."""
+    from tests.suite.conftest import write_suite
+
+    return write_suite(directory, prepared, name="slurmtoy", steps=SUITE_STEPS, sizes=[{"name": "nano"}])
 
 
 def _launch_to_end(tmp_path_factory, prepared, name: str, launcher_factory) -> Path:

@@ -12,29 +12,20 @@ Skipped, with the reason, where the SLURM packages are absent (``.ci/run`` insta
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import time
-
 import pytest
 
-from tests.suite.conftest import write_suite
 from trilm.testing import slurm
-from trilm.testing.drills import compare_runs, events, final_weights, last_logged_step, resumed_from
+from trilm.testing.drills import cancel_suite_run, compare_runs, events
 from trilm.testing.launchers import ROOT, node_env, venv_tool
 from trilm.testing.processes import ProcessSet
-from trilm.train.checkpoint import RunDir, complete_steps
-from trilm.train.config import TrainConfig
 
-from .conftest import LAUNCH_TIMEOUT, MULTINODE_STEPS, multinode_config
+from .conftest import LAUNCH_TIMEOUT, MULTINODE_STEPS, SUITE_STEPS, multinode_config, slurm_suite
 
 pytestmark = [
     pytest.mark.distributed,
     pytest.mark.slow,
     pytest.mark.skipif(bool(slurm.missing()), reason="; ".join(slurm.missing())),
 ]
-SUITE_STEPS = 64
 
 
 @pytest.fixture(scope="module")
@@ -86,79 +77,26 @@ def test_pretrain_sbatch_without_gpus_asks_for_processes_per_node(cluster, prepa
     assert "no GPUs allocated on the node: set PROCS_PER_NODE" in out.read_text()
 
 
-def _suite_cli(cluster, args: list[str]) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "trilm.cli", "suite", *args],
-        env=cluster.submit_env(node_env({"DEEPSPEED": venv_tool("deepspeed")})),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
-
-
-def _jobs(root) -> list[dict]:
-    return [json.loads(line) for line in (root / "runs/launch/jobs.jsonl").read_text().splitlines()]
-
-
-def _wait_for(predicate, what: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        time.sleep(0.05)
-
-
 def test_suite_array_with_a_cancelled_run_resumes(cluster, prepared, tmp_path):
-    suite_file = write_suite(tmp_path, prepared, name="slurmtoy", steps=SUITE_STEPS, sizes=[{"name": "nano"}])
-    launch = ["launch", str(suite_file), "--slurm", "--no-progress"]
-    first = _suite_cli(cluster, launch)
-    (record,) = _jobs(tmp_path)
-    job, runs = record["job"], record["runs"]
-    assert runs == ["trilm-nano", "floatlm-nano"] and f"job {job}" in first
-    array = (tmp_path / "runs/launch/array-1x1.sbatch").read_text()
+    suite_file = slurm_suite(tmp_path, prepared)
+    root = tmp_path / "runs"
+    with ProcessSet(tmp_path / "logs") as processes:
+        drill = cancel_suite_run(cluster, processes, suite_file, root, after_step=10, timeout=LAUNCH_TIMEOUT)
+    first, _status, again = drill.outputs
+    assert drill.runs == ["trilm-nano", "floatlm-nano"] and f"job {drill.job}" in first, first
+    array = drill.array_script
     assert "#SBATCH --array=0-1" in array and "#SBATCH --cpus-per-task=1" in array
     assert "--gpus-per-node" not in array  # a CPU suite asks for no GPUs
 
-    cancelled = tmp_path / "runs/trilm-nano"
-    _wait_for(
-        lambda: last_logged_step(cancelled) >= 10 and complete_steps(RunDir(cancelled).state),
-        "trilm-nano never reached step 10",
-        LAUNCH_TIMEOUT,
-    )
-    cluster.scancel(f"{job}_0")
-    states = cluster.wait([job], timeout=LAUNCH_TIMEOUT)
-    assert states[f"{job}_0"].state == "CANCELLED", states
-    assert states[f"{job}_1"].state == "COMPLETED" and states[f"{job}_1"].exit_code == "0:0", states
-    left = [step for step, _ in complete_steps(RunDir(cancelled).state)]
-    assert left and max(left) < SUITE_STEPS
+    job = drill.job
+    assert drill.states == {f"{job}_0": "CANCELLED 0:0", f"{job}_1": "COMPLETED 0:0"}, drill.states
+    assert drill.complete_states and max(drill.complete_states) < SUITE_STEPS
+    assert drill.status == {"trilm-nano": "stopped", "floatlm-nano": "finished"}
+    assert "floatlm-nano" in again and "skipped" in again, again
+    assert drill.resubmitted_runs == ["trilm-nano"]
+    assert drill.resubmitted_states == {f"{drill.resubmitted_job}_0": "COMPLETED 0:0"}
+    assert drill.resumed_from == [max(drill.complete_states)]
 
-    status = json.loads(_suite_cli(cluster, ["status", str(suite_file), "--json"]))
-    assert {r["run"]: r["state"] for r in status} == {"trilm-nano": "stopped", "floatlm-nano": "finished"}
-
-    again = _suite_cli(cluster, launch)
-    assert "floatlm-nano" in again and "skipped" in again
-    second = _jobs(tmp_path)[-1]
-    assert second["runs"] == ["trilm-nano"]
-    states = cluster.wait([second["job"]], timeout=LAUNCH_TIMEOUT)
-    assert states[f"{second['job']}_0"].state == "COMPLETED", states
-    assert resumed_from(cancelled) == [max(left)]
-
-    # the uninterrupted run of the same config, one process as in the array task
-    config = TrainConfig.from_yaml(tmp_path / "runs/configs/trilm-nano.yaml")
-    straight = tmp_path / "straight"
-    config.replace(run_dir=str(straight)).to_yaml(tmp_path / "straight.yaml")
-    with ProcessSet(tmp_path / "logs") as processes:
-        code, output = processes.run(
-            "straight",
-            [sys.executable, str(ROOT / "train/pretrain.py"), "--config", str(tmp_path / "straight.yaml")],
-            env=node_env(),
-            cwd=ROOT,
-            timeout=LAUNCH_TIMEOUT,
-        )
-    assert code == 0, output[-3000:]
-    weights, reference = final_weights(cancelled), final_weights(straight)
-    assert all(weights[k].equal(reference[k]) for k in reference)
-    assert compare_runs(straight, cancelled).identical
+    assert drill.straight_code == 0  # the uninterrupted run of the same config
+    comparison = compare_runs(drill.straight, drill.run_dir)
+    assert comparison.identical, comparison  # losses, validation losses, final weights: bitwise

@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +23,7 @@ from safetensors.torch import load_file
 from trilm.testing.launchers import Launcher
 from trilm.testing.processes import Launched, ProcessSet
 from trilm.train.checkpoint import RunDir, complete_steps
+from trilm.train.config import TrainConfig
 
 
 # ---- reading a run directory ------------------------------------------------------------------------
@@ -238,3 +241,149 @@ def kill_node_when(
 def resumed_from(run_dir: Path) -> list[int]:
     """The step of every resume recorded in the run's events, in order."""
     return [e["step"] for e in events(run_dir, "resume")]
+
+
+# ---- a suite's SLURM array --------------------------------------------------------------------------
+@dataclasses.dataclass
+class SuiteCancel:
+    """A suite submitted as one SLURM array, one task ``scancel``led mid-run, the suite launched again:
+    what each command printed, the job states, and where the cancelled run resumed. ``straight`` is the
+    cancelled run's config trained without interruption (one process, as in the array task)."""
+
+    commands: list[str]
+    outputs: list[str]
+    """What each of :attr:`commands` printed."""
+    job: str
+    runs: list[str]
+    array_script: str
+    """The array script the first launch submitted (the second one rewrites it for the runs left)."""
+    cancelled: str
+    last_logged_step: int
+    """The cancelled run's newest logged step when ``scancel`` was sent."""
+    gone_s: float
+    """Seconds from ``scancel`` until ``squeue`` no longer lists the task."""
+    states: dict[str, str]
+    """Every task of the first array: state and exit code."""
+    complete_states: list[int]
+    unfinished: list[str]
+    status: dict[str, str]
+    """``trilm suite status --json``: run → state, after the cancel."""
+    resubmitted_job: str
+    resubmitted_runs: list[str]
+    resubmitted_states: dict[str, str]
+    relaunch_s: float
+    """Seconds from the second ``trilm suite launch`` until its array left the queue."""
+    resumed_from: list[int]
+    run_dir: Path
+    straight: Path
+    straight_code: int
+
+
+def _suite_cli(cluster, args: list[str], timeout: float) -> tuple[str, str]:
+    """``trilm suite ARGS`` as a user submitting to ``cluster`` runs it; returns (command, stdout)."""
+    from trilm.testing.launchers import ROOT, node_env, venv_tool
+
+    cmd = [sys.executable, "-m", "trilm.cli", "suite", *args]
+    done = subprocess.run(
+        cmd,
+        env=cluster.submit_env(node_env({"DEEPSPEED": venv_tool("deepspeed")})),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if done.returncode:
+        raise RuntimeError(
+            f"trilm suite {' '.join(args)} exited {done.returncode}:\n{done.stdout}{done.stderr}"
+        )
+    return "trilm suite " + " ".join(args), done.stdout
+
+
+def _wait_until(predicate: Callable[[], bool], what: str, timeout: float, poll: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        time.sleep(poll)
+
+
+def _state_text(states: dict) -> dict[str, str]:
+    return {job: f"{s.state} {s.exit_code}" for job, s in sorted(states.items())}
+
+
+def cancel_suite_run(
+    cluster, processes: ProcessSet, suite_file: Path, root: Path, *, after_step: int, timeout: float
+) -> SuiteCancel:
+    """``trilm suite launch SUITE --slurm`` on ``cluster`` (``root``: the suite's run root); once the first
+    run has logged ``after_step`` and written a state, ``scancel`` its array task and wait for the array;
+    ``trilm suite status``; launch the suite again (only unfinished runs are resubmitted) and wait. The
+    cancelled run's config also trains straight through meanwhile, for the comparison."""
+    from trilm.testing.launchers import PRETRAIN, ROOT, node_env
+
+    launch = ["launch", str(suite_file), "--slurm", "--no-progress"]
+    commands, outputs = [], []
+
+    def cli(args: list[str]) -> str:
+        command, output = _suite_cli(cluster, args, timeout)
+        commands.append(command)
+        outputs.append(output)
+        return output
+
+    cli(launch)
+    jobs_file = root / "launch" / "jobs.jsonl"
+    first = json.loads(jobs_file.read_text().splitlines()[-1])
+    job, runs = first["job"], first["runs"]
+    array = max((root / "launch").glob("array-*.sbatch"), key=lambda path: path.stat().st_mtime)
+    array_script = array.read_text()
+    cancelled = runs[0]
+    run_dir = root / cancelled
+    straight = root.parent / f"{cancelled}-straight"
+    config = TrainConfig.from_yaml(root / "configs" / f"{cancelled}.yaml")
+    config.replace(run_dir=str(straight)).to_yaml(straight.with_suffix(".yaml"))
+    reference = processes.start(
+        "straight",
+        [sys.executable, str(PRETRAIN), "--config", str(straight.with_suffix(".yaml"))],
+        env=node_env(),
+        cwd=ROOT,
+    )
+    _wait_until(
+        lambda: last_logged_step(run_dir) >= after_step and bool(complete_steps(RunDir(run_dir).state)),
+        f"{cancelled} never logged step {after_step} with a state written",
+        timeout,
+    )
+    logged = last_logged_step(run_dir)
+    task = f"{job}_0"
+    sent = cluster.scancel(task)
+    _wait_until(lambda: not cluster.queue([task]), f"{task} still queued after scancel", timeout)
+    gone = time.monotonic() - sent
+    states = cluster.wait([job], timeout=timeout)
+    complete = [step for step, _ in complete_steps(RunDir(run_dir).state)]
+    unfinished = unfinished_checkpoints(run_dir)
+    status = {r["run"]: r["state"] for r in json.loads(cli(["status", str(suite_file), "--json"]))}
+    started = time.monotonic()
+    cli(launch)
+    second = json.loads(jobs_file.read_text().splitlines()[-1])
+    again = cluster.wait([second["job"]], timeout=timeout)
+    relaunch_s = time.monotonic() - started
+    return SuiteCancel(
+        commands=commands,
+        outputs=outputs,
+        job=job,
+        runs=runs,
+        array_script=array_script,
+        cancelled=cancelled,
+        last_logged_step=logged,
+        gone_s=gone,
+        states=_state_text(states),
+        complete_states=complete,
+        unfinished=unfinished,
+        status=status,
+        resubmitted_job=second["job"],
+        resubmitted_runs=second["runs"],
+        resubmitted_states=_state_text(again),
+        relaunch_s=relaunch_s,
+        resumed_from=resumed_from(run_dir),
+        run_dir=run_dir,
+        straight=straight,
+        straight_code=reference.wait(timeout),
+    )
