@@ -81,6 +81,12 @@ def _key_lines(text: str, limit: int = 8) -> list[str]:
     return found[:limit]
 
 
+def _resume_lines(text: str) -> list[str]:
+    """A relaunched run's log, shortened to where it resumed, how it ended and its last lines."""
+    lines = [line for line in text.splitlines() if "resum" in line or line.startswith("done:")]
+    return lines + [line for line in _tail(text, 3) if line not in lines]
+
+
 def _compare(reference: Path, run: Path) -> dict:
     return dataclasses.asdict(compare_runs(reference, run))
 
@@ -273,7 +279,10 @@ def suite_drill(processes, data, work: Path) -> dict:
             "cluster_start_s": cluster_start_s,
             "accounting": cluster.accounting,
             "commands": drill.commands,
-            "outputs": [_tail(text, 12) for text in drill.outputs],
+            "outputs": [
+                drill.status if "status" in command else _tail(text, 12)
+                for command, text in zip(drill.commands, drill.outputs, strict=True)
+            ],
             "array_script": drill.array_script.splitlines(),
             "job": drill.job,
             "runs": drill.runs,
@@ -292,7 +301,7 @@ def suite_drill(processes, data, work: Path) -> dict:
                 "relaunch_to_end_s": round(drill.relaunch_s, 1),
                 "resumed_from_step": drill.resumed_from[-1] if drill.resumed_from else None,
                 "job_output": _key_lines((logs / f"slurm-{drill.job}_0.out").read_text()),
-                "relaunch_output": _tail((logs / f"slurm-{drill.resubmitted_job}_0.out").read_text(), 10),
+                "relaunch_output": _resume_lines((logs / f"slurm-{drill.resubmitted_job}_0.out").read_text()),
                 "uninterrupted_exit_code": drill.straight_code,
                 "final_equal_to_uninterrupted_run": _compare(drill.straight, drill.run_dir),
             },

@@ -73,6 +73,7 @@ def slurm_suite(directory: Path, prepared: dict[str, Path]) -> Path:
     submit as an array with ``trilm suite launch --slurm``; returns the suite file."""
     from tests.suite.conftest import write_suite
 
+    directory.mkdir(parents=True, exist_ok=True)
     return write_suite(directory, prepared, name="slurmtoy", steps=SUITE_STEPS, sizes=[{"name": "nano"}])
 
 

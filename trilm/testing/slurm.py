@@ -41,7 +41,8 @@ def _which(name: str) -> str | None:
 
 def missing() -> list[str]:
     """Why a loopback SLURM cannot start here (empty when it can)."""
-    reasons = [f"{name} not installed (Debian: slurm-wlm, munge)" for name in BINARIES if not _which(name)]
+    absent = [name for name in BINARIES if not _which(name)]
+    reasons = [f"{', '.join(absent)} not installed (Debian: slurm-wlm, munge)"] if absent else []
     if os.geteuid() != 0:
         reasons.append("slurmd runs jobs as their submitter only when it runs as root")
     return reasons
