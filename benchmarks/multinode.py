@@ -45,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.train.conftest import LAUNCH_TIMEOUT, multinode_config, slurm_suite  # noqa: E402 - the tests' runs
 from trilm.data.pipeline import prepare_embedded  # noqa: E402
+from trilm.store.integrity import complete_steps  # noqa: E402
 from trilm.testing import slurm as loopback_slurm  # noqa: E402
 from trilm.testing import sshd  # noqa: E402
 from trilm.testing.drills import (  # noqa: E402
@@ -58,7 +59,7 @@ from trilm.testing.drills import (  # noqa: E402
 )
 from trilm.testing.launchers import DeepSpeedNoSsh, DeepSpeedSsh, Torchrun, node_env, venv_tool  # noqa: E402
 from trilm.testing.processes import ProcessSet  # noqa: E402
-from trilm.train.checkpoint import RunDir, complete_steps  # noqa: E402
+from trilm.train.checkpoint import RunDir  # noqa: E402
 
 DRILLS = ("torchrun", "deepspeed", "pdsh", "slurm", "hang", "suite")
 SUITE_CANCEL_STEP = 10

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from trilm.store.integrity import complete_steps, verify_directory
 from trilm.testing import run_distributed
 from trilm.testing.drills import (
     compare_runs,
@@ -38,7 +39,7 @@ from trilm.testing.drills import (
 )
 from trilm.testing.launchers import Torchrun
 from trilm.testing.processes import ProcessSet
-from trilm.train.checkpoint import RunDir, complete_steps, verify_directory
+from trilm.train.checkpoint import RunDir
 
 from .conftest import LAUNCH_TIMEOUT, MULTINODE_STEPS, multinode_config
 
@@ -107,7 +108,7 @@ def test_node_failure_and_relaunch(one_node_run, prepared, tmp_path):
     # Each relaunch resumed from the newest complete state the failure left, never from a partial one.
     assert resumed_from(run) == [max(mid_step.complete_states), max(mid_save.complete_states)]
     if 12 not in mid_save.complete_states:  # the kill landed inside the save: its directory is unfinished
-        assert any(name.endswith("step-12") for name in mid_save.unfinished), mid_save
+        assert any(name.startswith("state/.step-12.tmp-") for name in mid_save.unfinished), mid_save
     assert unfinished_checkpoints(run) == []  # the next save cleared what the failure left
     assert _sound(run)[-1] == MULTINODE_STEPS
     survivor_log = mid_step.survivors[0].output()  # whichever rank of node 0 failed first says so

@@ -20,9 +20,11 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
+from trilm.store.integrity import complete_steps
+from trilm.store.layout import step_dir_name
 from trilm.testing.launchers import Launcher
 from trilm.testing.processes import Launched, ProcessSet
-from trilm.train.checkpoint import RunDir, complete_steps
+from trilm.train.checkpoint import RunDir
 from trilm.train.config import TrainConfig
 
 
@@ -56,9 +58,11 @@ def events(run_dir: Path, name: str) -> list[dict]:
 
 
 def state_save_started(run_dir: Path, step: int) -> bool:
-    """The state of ``step`` is being written or has been (its directory exists, temporary or final)."""
+    """The state of ``step`` is being written or has been: its directory exists, final (``step-N``) or
+    staged (``.step-N.tmp-HOST-PID``, :func:`trilm.atomic.temp_path`)."""
     state = RunDir(run_dir).state
-    return state.is_dir() and any(p.name.endswith(f"step-{step}") for p in state.iterdir())
+    name = step_dir_name(step)
+    return state.is_dir() and any(p.name == name or p.name.startswith(f".{name}.") for p in state.iterdir())
 
 
 def unfinished_checkpoints(run_dir: Path) -> list[str]:
