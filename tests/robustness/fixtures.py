@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import struct
 from pathlib import Path
 
@@ -104,7 +105,9 @@ hardware: {{device: cpu, peak_tflops: 0.2, mfu: 0.25, devices_per_node: 1}}
     (rd.state_dir(last) / "COMPLETE").write_text(json.dumps({"step": last}))
     records = [{"step": s, "time": 1.0e9 + s, "loss": 6.0, "tokens_per_s": 100.0} for s in range(1, last + 1)]
     (rd.logs / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    (rd.root / ".lock").write_text("pid 999999 on a-dead-host, started 2026-01-01T00:00:00\n")
+    # What a training SIGKILLed on this host leaves: a lock file naming it that nobody holds. (A lock
+    # recorded by another host may be held there unseen, so status also trusts fresh metrics for that.)
+    (rd.root / ".lock").write_text(f"pid 999999 on {socket.gethostname()}, started 2026-01-01T00:00:00\n")
     configs = root / "runs" / "configs"  # where launch writes them: <suite root>/configs
     configs.mkdir()
     (configs / f"{run.name}.yaml").write_text(f"# written by an earlier launch\n{run.cfg.to_yaml()}")
