@@ -219,6 +219,11 @@ def run_fit_lines(report: Report, markdown: bool = False) -> list[str]:
     return lines
 
 
+def _signed(value: float) -> str:
+    """An interval bound: a bootstrap resample whose fit ran off (few sizes) shows as 1e+30, not 31 digits."""
+    return f"{value:+.4f}" if abs(value) < 100 else f"{value:+.2e}"
+
+
 def comparison_lines(report: Report) -> list[str]:
     """What the fitted curves say, per family against the reference, at equal parameters and equal bits."""
     lines = []
@@ -245,7 +250,7 @@ def comparison_lines(report: Report) -> list[str]:
             change = f"{g['change']:+.4f}"
             if "change_interval" in g:
                 lo, hi = g["change_interval"]
-                change += f" [{lo:+.4f}, {hi:+.4f}]"
+                change += f" [{_signed(lo)}, {_signed(hi)}]"
             lines.append(
                 f"    fitted gap {fam}−{ref}: {g['gap'][0]:+.4f} at {si(g['x'][0])} → {g['gap'][-1]:+.4f}"
                 f" at {si(g['x'][-1])}; change {change}"

@@ -126,6 +126,11 @@ def target_lines(report) -> tuple[bool, list[str]]:
     return met, lines
 
 
+def _bound(value: float) -> str:
+    """An interval bound; a resample whose fit ran off to a huge value shows as such, not as 30 digits."""
+    return f"{value:+.3f}" if abs(value) < 100 else f"{value:+.1e}"
+
+
 def gap_table(report) -> list[str]:
     """The fitted gaps at each size with their paired-bootstrap intervals, and the change across sizes."""
     out = []
@@ -136,10 +141,11 @@ def gap_table(report) -> list[str]:
         name = f"{display_name(c['family'])}−{display_name(c['reference'])}"
         cells = []
         for x, gap, iv in zip(g["x"], g["gap"], g.get("gap_interval") or [None] * len(g["x"])):
-            cells.append(f"{si(x)}: {gap:+.3f}" + (f" [{iv[0]:+.3f}, {iv[1]:+.3f}]" if iv else ""))
+            cells.append(f"{si(x)}: {gap:+.3f}" + (f" [{_bound(iv[0])}, {_bound(iv[1])}]" if iv else ""))
         change = f"{g['change']:+.3f}"
         if "change_interval" in g:
-            change += " [{:+.3f}, {:+.3f}]".format(*g["change_interval"])
+            lo, hi = g["change_interval"]
+            change += f" [{_bound(lo)}, {_bound(hi)}]"
         out.append(f"| {name} | {'; '.join(cells)} | {change} |")
     return out
 
@@ -291,7 +297,7 @@ def render(suite, chosen, missing, result, ladder, mup, walls, span, mup_walls, 
         "",
         f"{len(walls)} full-budget runs of the sweep finished, {sum(walls) / 3600:.1f} hours of run time in"
         f" all (first to last metrics record of each; median {sorted(walls)[len(walls) // 2] / 60:.0f} min), "
-        f"between {_utc(first)} and {_utc(last)} ({(last - first) / 3600:.1f} hours elapsed), two or three "
+        f"between {_utc(first)} and {_utc(last)} ({(last - first) / 3600:.1f} hours elapsed), two to five "
         "single-threaded runs at a time at nice 19 on a 2-core machine shared with other work: they show"
         " what the ladder costs here, not on a quiet machine.",
     ]
