@@ -10,7 +10,7 @@ For each block-linear shape of a model (default ``trilm-190m``: 768→768, 768�
 * ``prepacked_fp32`` / ``prepacked_bf16`` — the same product with the weight reordered once for MKL / oneDNN
   (``mkl._mkl_linear``, ``mkldnn._linear_pointwise``): what weight prepacking would give the float layers;
 * ``int4_bf16`` / ``int4_fp32`` — ``aten._weight_int4pack_mm_for_cpu`` with bf16 / fp32 activations (the
-  layout :mod:`kernels.cpu` converts ternary, binary and int2–4 weights to);
+  layout :mod:`trilm.kernels.cpu` converts ternary, binary and int2–4 weights to);
 * ``int8_bf16`` / ``int8_fp32`` — ``aten._weight_int8pack_mm`` (per-channel int8);
 * ``unpack_fp32`` — what ``QuantLinear(backend="torch")`` did per call before: dequantize the ternary codes,
   then ``F.linear`` (the issue's profile of ``--packed``).
@@ -36,7 +36,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernels.cpu import Int4Weight
+from trilm.kernels.cpu import Int4Weight
+
 from trilm.formats import TernaryWeight
 from trilm.model import preset
 

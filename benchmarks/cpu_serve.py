@@ -13,9 +13,9 @@ Contenders, all at batch 1 (``max_batch=1``):
 
 * trilm FloatLM: fp32 eager, fp32 compiled, bf16 eager with plain ``nn.Linear`` layers, bf16 eager and
   bf16 compiled (``torch.compile``d steps, :mod:`trilm.serve.compiled`) with the float linears prepacked
-  for oneDNN (:mod:`kernels.cpu_dense`, the default in bf16 on CPU);
+  for oneDNN (:mod:`trilm.kernels.cpu_dense`, the default in bf16 on CPU);
 * trilm TriLM: dequantized fp32 eager (the float image γ·Ŵ, the issue's baseline), dequantized bf16 compiled,
-  packed bf16 eager and compiled (torch's int4 CPU kernel, :mod:`kernels.cpu`);
+  packed bf16 eager and compiled (torch's int4 CPU kernel, :mod:`trilm.kernels.cpu`);
 * llama.cpp: F16, Q8_0 (FloatLM GGUF), TQ2_0, TQ1_0 (TriLM GGUF).
 
 Cases: **decode** tokens/s — one sequence after a 32-token prompt, ``--steps`` engine steps (trilm:

@@ -126,7 +126,7 @@ def parse_args(argv):
 
 def bits_table(shape: str) -> None:
     """Markdown table of storage bits/weight per sample kind (docs/kernels.md quotes it)."""
-    from kernels.tools.samples import KINDS, random_packed
+    from benchmarks.kernel_tools.samples import KINDS, random_packed
 
     k, n = (int(v) for v in shape.split("x"))
     print(
@@ -148,8 +148,9 @@ def bits_table(shape: str) -> None:
 
 
 def instructions(args) -> int:
-    """Before/after SASS instructions per weight (kernels.tools.instructions), printed and written as JSON."""
-    from kernels.tools.instructions import print_table
+    """Before/after SASS instructions per weight (benchmarks.kernel_tools.instructions), printed and written
+    as JSON."""
+    from benchmarks.kernel_tools.instructions import print_table
 
     rows = print_table()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -237,9 +238,9 @@ def main(argv=None) -> int:
         return 2
     import triton
     from tqdm import tqdm
+    from trilm.kernels import QuantLinear
 
-    from kernels import QuantLinear
-    from kernels.tools.samples import random_packed
+    from benchmarks.kernel_tools.samples import random_packed
 
     dev = torch.device("cpu" if args.cpu_smoke else "cuda")
     name = "cpu-smoke" if args.cpu_smoke else torch.cuda.get_device_name(dev)
@@ -367,9 +368,9 @@ def _row(label, fmt, shape, m, t_flush, t_graph, nbytes, bits, copy, fp16):
 def _whole_model(args, dev, timer) -> dict:
     """FloatLM bf16, TriLM packed ternary, FloatLM packed int4: one-token forward, eager and graph (ms)."""
     import torch
+    from trilm.kernels import QuantLinear
 
-    from kernels import QuantLinear
-    from kernels.tools.samples import random_packed
+    from benchmarks.kernel_tools.samples import random_packed
     from trilm.infer import InferenceModel
     from trilm.model import preset
 
@@ -402,11 +403,11 @@ def _crossover(args, dev, timer) -> dict:
     """Smallest M (of a doubling sweep) where dequantize + cuBLAS beats the fused GEMM, per format; stored in
     the kernel tuning cache under ``crossover|<device>|<format>|N|K``."""
     import torch
+    from trilm.kernels.affine.plan import affine_matmul, make_plan
+    from trilm.kernels.affine.tuning import shared_cache
+    from trilm.kernels.dispatch import prepare
 
-    from kernels.affine.plan import affine_matmul, make_plan
-    from kernels.affine.tuning import shared_cache
-    from kernels.dispatch import prepare
-    from kernels.tools.samples import random_packed
+    from benchmarks.kernel_tools.samples import random_packed
 
     cache, out = shared_cache(), {}
     for kind in ("ternary", "int4"):

@@ -43,12 +43,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.train.conftest import LAUNCH_TIMEOUT, multinode_config, slurm_suite  # noqa: E402 - the tests' runs
-from trilm.data.pipeline import prepare_embedded  # noqa: E402
-from trilm.store.integrity import complete_steps  # noqa: E402
-from trilm.testing import slurm as loopback_slurm  # noqa: E402
-from trilm.testing import sshd  # noqa: E402
-from trilm.testing.drills import (  # noqa: E402
+from benchmarks.cluster import slurm as loopback_slurm  # noqa: E402
+from benchmarks.cluster import sshd  # noqa: E402
+from benchmarks.cluster.drills import (  # noqa: E402
     cancel_suite_run,
     compare_runs,
     kill_node_when,
@@ -57,8 +54,11 @@ from trilm.testing.drills import (  # noqa: E402
     run_to_end,
     unfinished_checkpoints,
 )
-from trilm.testing.launchers import DeepSpeedNoSsh, DeepSpeedSsh, Torchrun, node_env, venv_tool  # noqa: E402
-from trilm.testing.processes import ProcessSet  # noqa: E402
+from benchmarks.cluster.launchers import DeepSpeedNoSsh, DeepSpeedSsh, Torchrun, node_env, venv_tool  # noqa: E402
+from benchmarks.cluster.processes import ProcessSet  # noqa: E402
+from tests.train.conftest import LAUNCH_TIMEOUT, multinode_config, slurm_suite  # noqa: E402 - the tests' runs
+from trilm.data.pipeline import prepare_embedded  # noqa: E402
+from trilm.store.integrity import complete_steps  # noqa: E402
 from trilm.train.checkpoint import RunDir  # noqa: E402
 
 DRILLS = ("torchrun", "deepspeed", "pdsh", "slurm", "hang", "suite")

@@ -16,12 +16,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from transformers import LlamaForCausalLM
 
+from benchmarks.cluster import run_distributed
 from trilm.model import build_model, preset
 from trilm.parallel import ParallelConfig, init_parallel, shutdown_parallel
 from trilm.store import load_model, save_model
 from trilm.store.hf import write_hf_files
 from trilm.store.open import open_model
-from trilm.testing import run_distributed
 
 
 def import_hf(path, family=None):

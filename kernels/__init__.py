@@ -1,28 +1,27 @@
 """Low-bit kernels for trilm's packed formats, their PyTorch references and ``QuantLinear``.
 
-``from kernels import QuantLinear, replace_linears`` is all the model side needs. The package has three
+``from trilm.kernels import QuantLinear, replace_linears`` is all the model side needs. The package has two
 parts:
 
-* **runtime dispatch** — :mod:`kernels.linear` (``QuantLinear``), :mod:`kernels.dispatch` (which backend a
-  layer runs on, from its format's kernel id), :mod:`kernels.cpu` (torch's int4 CPU kernel),
-  :mod:`kernels.cpu_dense` (float linears prepacked for oneDNN in bf16, for CPU serving),
-  :mod:`kernels.reference` (the PyTorch reference), :mod:`kernels.triton_runtime`;
-* **the Triton kernels per family** — :mod:`kernels.affine` (ternary, binary, int) and
-  :mod:`kernels.general` (every format), with the helpers they share in :mod:`kernels.jit_common`. They run on
-  CUDA, or on CPU under Triton's interpreter (``TRITON_INTERPRET=1``);
-* **offline tools** — :mod:`kernels.tools` (ahead-of-time compilation and instruction counts for a GPU
-  target without a GPU, random packed weights for tests and benchmarks).
+* **runtime dispatch** — :mod:`trilm.kernels.linear` (``QuantLinear``), :mod:`trilm.kernels.dispatch`
+  (which backend a layer runs on, from its format's kernel id), :mod:`trilm.kernels.cpu` (torch's int4 CPU
+  kernel), :mod:`trilm.kernels.cpu_dense` (float linears prepacked for oneDNN in bf16, for CPU serving),
+  :mod:`trilm.kernels.reference` (the PyTorch reference), :mod:`trilm.kernels.triton_runtime`;
+* **the Triton kernels per family** — :mod:`trilm.kernels.affine` (ternary, binary, int) and
+  :mod:`trilm.kernels.general` (every format), with the helpers they share in
+  :mod:`trilm.kernels.jit_common`. They run on CUDA, or on CPU under Triton's interpreter
+  (``TRITON_INTERPRET=1``).
 
-This package shares its import name with Hugging Face's ``kernels`` distribution, which transformers probes
-for; it defines no ``__version__`` so that probe finds no compatible version (tested alongside transformers).
+The source folder is the repository's top-level ``kernels/``; it installs as ``trilm.kernels`` because the
+top-level name ``kernels`` belongs to Hugging Face's distribution, which transformers probes for.
 """
 
-from kernels.affine.tuning import GEMV_MAX_M
-from kernels.dispatch import BACKENDS, prepare, resolve_backend, triton_matmul
-from kernels.general.launch import KernelWeight
-from kernels.linear import QuantLinear, replace_linears
-from kernels.reference import reference_matmul
-from kernels.triton_runtime import interpreting
+from trilm.kernels.affine.tuning import GEMV_MAX_M
+from trilm.kernels.dispatch import BACKENDS, prepare, resolve_backend, triton_matmul
+from trilm.kernels.general.launch import KernelWeight
+from trilm.kernels.linear import QuantLinear, replace_linears
+from trilm.kernels.reference import reference_matmul
+from trilm.kernels.triton_runtime import interpreting
 
 __all__ = [
     "BACKENDS",

@@ -3,11 +3,11 @@
 Backends:
 
 * ``triton`` — CUDA, or Triton's CPU interpreter (``TRITON_INTERPRET=1``): the affine kernels
-  (:mod:`kernels.affine`) for decodes that have an affine form, the general kernels
-  (:mod:`kernels.general`) for the rest;
+  (:mod:`trilm.kernels.affine`) for decodes that have an affine form, the general kernels
+  (:mod:`trilm.kernels.general`) for the rest;
 * ``cpu`` — torch's weight-only int4 CPU kernel for affine weights with bf16 activations, every other case
-  dequantized once (:mod:`kernels.cpu`);
-* ``torch`` — the reference: dequantize with the codec and matmul, per call (:mod:`kernels.reference`).
+  dequantized once (:mod:`trilm.kernels.cpu`);
+* ``torch`` — the reference: dequantize with the codec and matmul, per call (:mod:`trilm.kernels.reference`).
 
 The choice reads the weight's own :meth:`~trilm.formats.PackedWeight.decode_args` (its kernel id and tensors
 by role); nothing here asks which class a weight is.
@@ -18,10 +18,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from trilm.kernels.affine import plan as affine
+from trilm.kernels.general.launch import KernelWeight, general_matmul
+from trilm.kernels.triton_runtime import interpreting
 
-from kernels.affine import plan as affine
-from kernels.general.launch import KernelWeight, general_matmul
-from kernels.triton_runtime import interpreting
 from trilm.formats import PackedWeight
 
 BACKENDS = ("auto", "triton", "cpu", "torch")

@@ -2,9 +2,9 @@
 
 Only core builtins are used — not the ``@jit`` helpers of ``triton.language.standard`` (``tl.sum``,
 ``tl.zeros``, ``tl.cdiv``): those are decorated when triton is first imported, so they break the interpreter
-whenever ``TRITON_INTERPRET=1`` is set after that. :func:`kernels.triton_runtime.kernel_module` re-imports
-this module (before the kernel modules) when ``TRITON_INTERPRET`` changes, because ``@triton.jit`` picks
-interpreter or compiler at import.
+whenever ``TRITON_INTERPRET=1`` is set after that. :func:`trilm.kernels.triton_runtime.kernel_module`
+re-imports this module (before the kernel modules) when ``TRITON_INTERPRET`` changes, because ``@triton.jit``
+picks interpreter or compiler at import.
 """
 
 from __future__ import annotations

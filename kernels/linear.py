@@ -2,7 +2,7 @@
 
 The model code swaps its linears for QuantLinear (see :func:`replace_linears`) and does not care which
 format a layer has: forward is ``x @ W^T (+ bias)`` for x of shape (..., K), on the backend
-:func:`kernels.dispatch.resolve_backend` picks. The packed tensors are buffers,
+:func:`trilm.kernels.dispatch.resolve_backend` picks. The packed tensors are buffers,
 so ``.to(device)``, ``state_dict()`` and ``load_state_dict()`` work as usual; the format's meta travels as
 the module's extra state, and loading a state dict of another format or shape rebuilds the buffers.
 Inference only: the Triton path has no backward.
@@ -16,12 +16,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from trilm.kernels.affine import plan as plans
+from trilm.kernels.cpu import CpuLinearState
+from trilm.kernels.dispatch import BACKENDS, prepare, resolve_backend, triton_matmul
+from trilm.kernels.general.launch import GENERAL_GEMV_MAX_M, KernelWeight
+from trilm.kernels.triton_runtime import interpreting
 
-from kernels.affine import plan as plans
-from kernels.cpu import CpuLinearState
-from kernels.dispatch import BACKENDS, prepare, resolve_backend, triton_matmul
-from kernels.general.launch import GENERAL_GEMV_MAX_M, KernelWeight
-from kernels.triton_runtime import interpreting
 from trilm.formats import FORMATS, IntWeight, PackedWeight, from_tensors
 
 

@@ -1,9 +1,9 @@
 """What every Triton launch path shares: interpreter detection, kernel-module (re)import, device facts.
 
 ``@triton.jit`` decides between interpreter and compiler when a kernel module is imported, so
-:func:`kernel_module` re-imports one (with the shared helpers of :mod:`kernels.jit_common` first) whenever
-the ``TRITON_INTERPRET`` setting has changed since, and tells the launch code that caches kernels built over
-a module (:func:`on_reload`).
+:func:`kernel_module` re-imports one (with the shared helpers of :mod:`trilm.kernels.jit_common` first)
+whenever the ``TRITON_INTERPRET`` setting has changed since, and tells the launch code that caches kernels
+built over a module (:func:`on_reload`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from types import ModuleType
 
 import torch
 
-JIT_COMMON = "kernels.jit_common"
+JIT_COMMON = "trilm.kernels.jit_common"
 _reload_hooks: list[Callable[[], None]] = []
 
 

@@ -23,16 +23,15 @@ with N contiguous (:mod:`trilm.formats.packing`). The design (issue 11):
 
 Act-order int weights gather their activations inside the kernel (``x[perm[k]]``), so no extra launch.
 All arithmetic after a load is fp32 except the dot operands. Only core builtins are used (see
-:mod:`kernels.jit_common` why), and :func:`kernels.triton_runtime.kernel_module` reloads this module when
-``TRITON_INTERPRET`` changes.
+:mod:`trilm.kernels.jit_common` why), and :func:`trilm.kernels.triton_runtime.kernel_module` reloads this
+module when ``TRITON_INTERPRET`` changes.
 """
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
-
-from kernels.jit_common import (
+from trilm.kernels.jit_common import (
     FMT_BINARY,
     FMT_TERNARY,
     INTERPRET,  # noqa: F401 - kernel_module compares it with the setting

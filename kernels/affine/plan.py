@@ -1,12 +1,12 @@
 """Launch plans for the affine kernels: config resolved once, then one cached launch per call.
 
 A :class:`LaunchPlan` is built the first time a layer sees a (batch rows, dtype, device): it resolves the
-config (tuning cache or default, see :mod:`kernels.affine.tuning`), the grid, the split-K depth, and every
-argument that does not depend on the input. On CUDA its first launch compiles through Triton's normal path
-and keeps the compiled kernel; every later call goes straight to the compiled kernel's launcher with the
+config (tuning cache or default, see :mod:`trilm.kernels.affine.tuning`), the grid, the split-K depth, and
+every argument that does not depend on the input. On CUDA its first launch compiles through Triton's normal
+path and keeps the compiled kernel; every later call goes straight to the compiled kernel's launcher with the
 argument list already laid out — no binder, no specialization key, no autotuner. The split-K workspace and
-its counters are shared per (device, stream) and left zeroed by every launch (see :mod:`kernels.affine.jit`),
-so the call is one kernel and can be captured in a CUDA graph.
+its counters are shared per (device, stream) and left zeroed by every launch (see
+:mod:`trilm.kernels.affine.jit`), so the call is one kernel and can be captured in a CUDA graph.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from typing import Any, ClassVar
 
 import torch
 import triton
+from trilm.kernels.affine import tuning
+from trilm.kernels.triton_runtime import current_stream, kernel_module, sm_count
 
-from kernels.affine import tuning
-from kernels.triton_runtime import current_stream, kernel_module, sm_count
 from trilm.formats import DecodeArgs, KernelId
 
-KERNELS = "kernels.affine.jit"
+KERNELS = "trilm.kernels.affine.jit"
 
 
 @dataclasses.dataclass
@@ -364,8 +364,8 @@ def affine_matmul(
 ) -> torch.Tensor:
     """x (M, K) @ W^T (+ bias) for an affine weight, one launch (cuBLAS path: dequantize + matmul).
 
-    Builds a plan each call: layers keep theirs (:class:`kernels.QuantLinear`); this entry point is for tests
-    and one-off products. ``config`` pins a launch config, e.g. ``{"BLOCK_R": 8, "BLOCK_N": 128,
+    Builds a plan each call: layers keep theirs (:class:`trilm.kernels.QuantLinear`); this entry point is for
+    tests and one-off products. ``config`` pins a launch config, e.g. ``{"BLOCK_R": 8, "BLOCK_N": 128,
     "SPLIT_K": 3, "num_warps": 4}``."""
     m = x.shape[0]
     path = path or affine_path(m)

@@ -50,9 +50,9 @@ GEMV_CANDIDATES: dict[int, list[dict[str, Any]]] = {
     ],
 }
 """Per BM (batch rows padded to a power of two), for 16 codes per unit (2-bit); formats with 32 codes per
-unit (binary, 3-bit) take half the rows (:func:`kernels.affine.plan.candidates`). A thread holds BLOCK_R
+unit (binary, 3-bit) take half the rows (:func:`trilm.kernels.affine.plan.candidates`). A thread holds BLOCK_R
 rows × BLOCK_N / threads columns of words and BM times as many fp32 accumulators, so larger batches take fewer
-rows; registers and spills per candidate: ``python -m kernels.tools.compile_check``."""
+rows; registers and spills per candidate: ``python -m benchmarks.kernel_tools.compile_check``."""
 
 GEMM_CANDIDATES: dict[int, list[dict[str, Any]]] = {
     16: [

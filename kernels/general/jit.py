@@ -10,16 +10,15 @@ When a K tile lies inside one scale group (``ALIGNED``) the scale is applied onc
 the reduction — ``Σ_k q·x · s`` (+ ``Σ_k x · μ`` for binary means) — so ``q`` stays exact in fp16/bf16 for
 ``tl.dot``; otherwise the tile is dequantized per element. All arithmetic after a load is fp32 (the
 interpreter's bf16 is unreliable and fp32 accumulation is the contract). Only core builtins are used (see
-:mod:`kernels.jit_common` why), and :func:`kernels.triton_runtime.kernel_module` reloads this module when
-``TRITON_INTERPRET`` changes, because ``@triton.jit`` picks interpreter or compiler at import.
+:mod:`trilm.kernels.jit_common` why), and :func:`trilm.kernels.triton_runtime.kernel_module` reloads this
+module when ``TRITON_INTERPRET`` changes, because ``@triton.jit`` picks interpreter or compiler at import.
 """
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
-
-from kernels.jit_common import (
+from trilm.kernels.jit_common import (
     FMT_BINARY,
     FMT_INT,
     FMT_LUT,

@@ -1,9 +1,9 @@
 """The general Triton kernels: every format's decode, zero + kernel + cast per call, autotuned on a GPU.
 
 N:M binary, multi-plane binary and PB-LLM weights run here (ternary, binary and int weights run on the
-affine kernels of :mod:`kernels.affine`, unless :func:`kernels.dispatch.prepare` is asked for the general
-baseline). :class:`KernelWeight` is the argument set, built from any format's ``decode_args()`` without
-looking at its class. Under the CPU interpreter (``TRITON_INTERPRET=1``), which cannot autotune,
+affine kernels of :mod:`trilm.kernels.affine`, unless :func:`trilm.kernels.dispatch.prepare` is asked for the
+general baseline). :class:`KernelWeight` is the argument set, built from any format's ``decode_args()``
+without looking at its class. Under the CPU interpreter (``TRITON_INTERPRET=1``), which cannot autotune,
 fixed large-block configs are used.
 """
 
@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import triton
+from trilm.kernels.triton_runtime import interpreting, kernel_module, on_reload, sm_count
 
-from kernels.triton_runtime import interpreting, kernel_module, on_reload, sm_count
 from trilm.formats import DecodeArgs, KernelId
 
 if TYPE_CHECKING:
-    from kernels.affine.plan import AffineSpec
+    from trilm.kernels.affine.plan import AffineSpec
 
-KERNELS = "kernels.general.jit"
+KERNELS = "trilm.kernels.general.jit"
 GENERAL_GEMV_MAX_M = 4
 """The general GEMV runs one program row per input row; above this the general GEMM is used."""
 
@@ -32,8 +32,8 @@ GENERAL_GEMV_MAX_M = 4
 class KernelWeight:
     """Everything a launch needs for one packed weight, in kernel layout (built once per layer and device).
 
-    ``affine`` holds the same weight in the affine kernels' form when it has one (:func:`kernels.dispatch.
-    prepare`); the general kernels read the rest."""
+    ``affine`` holds the same weight in the affine kernels' form when it has one
+    (:func:`trilm.kernels.dispatch. prepare`); the general kernels read the rest."""
 
     n: int
     k: int
@@ -228,7 +228,7 @@ def general_matmul(
     accumulate: str = "fp32",
 ) -> torch.Tensor:
     """x (M, K) @ W^T → (M, N) in x's dtype on the general kernels, GEMV (M ≤ GENERAL_GEMV_MAX_M) or GEMM;
-    checked and routed by :func:`kernels.dispatch.triton_matmul`."""
+    checked and routed by :func:`trilm.kernels.dispatch.triton_matmul`."""
     interp = interpreting()
     m = x.shape[0]
     mod = kernel_module(KERNELS)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trilm.data.build_corpus import HOLDOUT_EVERY, Doc, html_text, select
+from train.build_corpus import HOLDOUT_EVERY, Doc, html_text, select
 
 PAGE = """<html><head><title>T</title><style>p {color: red}</style></head><body>
 <div class="nosearch"><a href="index.html">Home</a> menu</div>

@@ -1,7 +1,8 @@
 """Kernel tests run in Triton's CPU interpreter unless marked ``gpu``; GPU tests run compiled on CUDA.
 
-``TRITON_INTERPRET`` is set per test (and restored after), and :func:`kernels.triton_runtime.kernel_module`
-re-imports the kernel modules when the setting changes, so interpreter and GPU tests can share one session.
+``TRITON_INTERPRET`` is set per test (and restored after), and
+:func:`trilm.kernels.triton_runtime.kernel_module` re-imports the kernel modules when the setting changes, so
+interpreter and GPU tests can share one session.
 """
 
 import pytest

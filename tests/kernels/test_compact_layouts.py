@@ -4,8 +4,8 @@ dequantized weight; the torch path dequantizes them directly."""
 
 import pytest
 import torch
+from trilm.kernels import QuantLinear, reference_matmul
 
-from kernels import QuantLinear, reference_matmul
 from tests.formats.test_compact_formats import partial_output, residual_output
 from trilm.formats import PartialBinaryWeight, ResidualBinaryWeight
 

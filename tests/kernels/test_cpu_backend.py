@@ -9,10 +9,10 @@ run on the weight dequantized once: exact in that dtype.
 
 import pytest
 import torch
+from trilm.kernels import QuantLinear, reference_matmul
+from trilm.kernels.cpu import CpuLinearState, Int4Weight
 
-from kernels import QuantLinear, reference_matmul
-from kernels.cpu import CpuLinearState, Int4Weight
-from kernels.tools.samples import KINDS, random_packed
+from benchmarks.kernel_tools.samples import KINDS, random_packed
 from trilm.formats import PartialBinaryWeight, ResidualBinaryWeight, TernaryWeight
 
 AFFINE = {"ternary", "binary", "binary_mean", "nm2:4", "nm4:8", "int2", "int3", "int4", "int4_act"}

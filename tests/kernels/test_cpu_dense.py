@@ -9,8 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-from kernels.cpu_dense import PrepackedLinear, prepack_float_linears, supported
+from trilm.kernels.cpu_dense import PrepackedLinear, prepack_float_linears, supported
 
 pytestmark = pytest.mark.skipif(not supported(), reason="oneDNN's bf16 linear is unavailable on this CPU")
 

@@ -9,11 +9,11 @@ unaligned path), bf16 1e-2 (output rounding 2^-8).
 
 import pytest
 import torch
+from trilm.kernels import QuantLinear, prepare, reference_matmul, triton_matmul
+from trilm.kernels.affine.plan import candidates
+from trilm.kernels.general.launch import GPU_GEMM, GPU_GEMV, m_bucket
 
-from kernels import QuantLinear, prepare, reference_matmul, triton_matmul
-from kernels.affine.plan import candidates
-from kernels.general.launch import GPU_GEMM, GPU_GEMV, m_bucket
-from kernels.tools.samples import KINDS, random_packed
+from benchmarks.kernel_tools.samples import KINDS, random_packed
 
 pytestmark = pytest.mark.gpu
 
@@ -83,7 +83,7 @@ def test_every_gpu_config(kind):
 def test_autotuned_quant_linear_is_correct_and_repeatable(kind):
     """The first call per batch bucket tunes (affine formats: candidates timed, the winner persisted to the
     tuning cache); later calls, and a fresh layer reading the cache, give the same result."""
-    from kernels.affine.tuning import TuningCache, default_cache_path
+    from trilm.kernels.affine.tuning import TuningCache, default_cache_path
 
     weight = random_packed(kind, N, K, device="cuda", seed=5)
     layer = QuantLinear(weight)

@@ -11,12 +11,12 @@ import json
 
 import pytest
 import torch
+from trilm.kernels import QuantLinear, prepare, reference_matmul
+from trilm.kernels.affine import plan as plans
+from trilm.kernels.affine.tuning import GEMV_CANDIDATES, TuningCache
 from triton.runtime.interpreter import InterpretedFunction
 
-from kernels import QuantLinear, prepare, reference_matmul
-from kernels.affine import plan as plans
-from kernels.affine.tuning import GEMV_CANDIDATES, TuningCache
-from kernels.tools.samples import random_packed
+from benchmarks.kernel_tools.samples import random_packed
 
 EXTRA_KERNEL_OPS = ("aten::zero_", "aten::zeros", "aten::fill_", "aten::copy_", "aten::_to_copy", "aten::add")
 
@@ -65,7 +65,9 @@ def test_one_launch_per_call(kind, m, launches):
 
 def test_split_k_call_is_still_one_launch(launches, monkeypatch):
     """With K split across programs the reduction happens in the same kernel (no zeroing, no cast)."""
-    monkeypatch.setattr("kernels.affine.tuning.AFFINE_INTERP_GEMV", {**GEMV_CANDIDATES[1][0], "SPLIT_K": 4})
+    monkeypatch.setattr(
+        "trilm.kernels.affine.tuning.AFFINE_INTERP_GEMV", {**GEMV_CANDIDATES[1][0], "SPLIT_K": 4}
+    )
     layer = QuantLinear(random_packed("ternary", 64, 512, seed=2))
     x = torch.randn(1, 512)
     y = layer(x)

@@ -7,12 +7,12 @@ difference ``2^bits·ΣA − (2^bits + z)·ΣX`` of two sums of the size of the 
 
 import pytest
 import torch
+from trilm.kernels import prepare, reference_matmul, triton_matmul
+from trilm.kernels.affine.plan import affine_matmul
+from trilm.kernels.affine.tuning import GEMM_CANDIDATES, GEMV_CANDIDATES
+from trilm.kernels.general.launch import GENERAL_INTERP_GEMV, GPU_GEMM, GPU_GEMV
 
-from kernels import prepare, reference_matmul, triton_matmul
-from kernels.affine.plan import affine_matmul
-from kernels.affine.tuning import GEMM_CANDIDATES, GEMV_CANDIDATES
-from kernels.general.launch import GENERAL_INTERP_GEMV, GPU_GEMM, GPU_GEMV
-from kernels.tools.samples import KINDS, random_packed
+from benchmarks.kernel_tools.samples import KINDS, random_packed
 
 FP32_TOL = dict.fromkeys(KINDS, 4e-6)
 AFFINE_KINDS = ("ternary", "binary", "binary_mean", "int2", "int3", "int4", "int4_act")
@@ -76,7 +76,7 @@ def test_affine_gpu_configs_in_interpreter(kind):
 
 
 def test_split_k_counters_are_left_zeroed_for_the_next_call():
-    from kernels.affine.plan import Workspace
+    from trilm.kernels.affine.plan import Workspace
 
     weight = random_packed("ternary", 96, 320, seed=2)
     spec = prepare(weight).affine
@@ -157,7 +157,7 @@ def test_cpu_without_interpreter_refuses_triton(monkeypatch):
 
 def test_gpu_autotuners_build():
     """The autotuner objects validate key / reset names against the kernel signature at construction."""
-    from kernels.general.launch import _tuned
+    from trilm.kernels.general.launch import _tuned
 
     for kind in ("gemv", "gemm"):
         tuner = _tuned(kind)

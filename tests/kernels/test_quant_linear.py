@@ -5,9 +5,9 @@ import io
 import pytest
 import torch
 from torch import nn
+from trilm.kernels import QuantLinear, reference_matmul, replace_linears
 
-from kernels import QuantLinear, reference_matmul, replace_linears
-from kernels.tools.samples import KINDS, random_packed
+from benchmarks.kernel_tools.samples import KINDS, random_packed
 from trilm.formats import IntWeight, TernaryWeight, load_packed, save_packed
 
 TOL = 2e-6

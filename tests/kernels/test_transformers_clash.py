@@ -18,8 +18,8 @@ import torch
 
 assert kernels.__file__.startswith({repo!r}), kernels.__file__
 assert not is_kernels_available(), "transformers mistook trilm's kernels for Hugging Face's"
-from kernels import QuantLinear
-from kernels.tools.samples import random_packed
+from trilm.kernels import QuantLinear
+from benchmarks.kernel_tools.samples import random_packed
 
 cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                   num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=16)

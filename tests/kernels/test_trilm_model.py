@@ -8,8 +8,8 @@ FloatLM: block linears packed to int2/3/4 compute exactly their dequantized weig
 
 import pytest
 import torch
+from trilm.kernels import QuantLinear
 
-from kernels import QuantLinear
 from trilm.infer import from_state_dict
 from trilm.model import build_model, preset
 

@@ -3,10 +3,10 @@
 import pytest
 import torch
 
+from benchmarks.cluster import run_distributed
 from trilm.model import build_model, preset
 from trilm.parallel import ParallelConfig, init_parallel
 from trilm.store import load_model, save_model
-from trilm.testing import run_distributed
 
 pytestmark = pytest.mark.distributed
 

@@ -45,7 +45,8 @@ def quantize(snapshot, data, out, *extra):
     ],
 )
 def test_quantize_cli_binary_methods(small_snapshot, embedded_data, tmp_path, capsys, method, args, fmt):
-    from kernels import QuantLinear
+    from trilm.kernels import QuantLinear
+
     from trilm.infer import load_inference_model
     from trilm.posthoc.evaluate import validation_loss
 

@@ -40,7 +40,7 @@ def windows(n: int = 8, seq: int = 32) -> torch.Tensor:
 
 def through_quant_linear(model, layers, monkeypatch):
     """Logits of ``model`` with every block linear replaced by QuantLinear over the packed layers."""
-    from kernels import QuantLinear
+    from trilm.kernels import QuantLinear
 
     ids = windows(2, 16)
     expected = model(ids)

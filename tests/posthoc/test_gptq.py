@@ -55,7 +55,7 @@ def test_gptq_proxy_loss_below_rtn(bits, group):
 
 @pytest.mark.parametrize("static", [False, True])
 def test_act_order_is_undone_and_g_idx_matches_the_packed_layer(static):
-    from kernels import QuantLinear
+    from trilm.kernels import QuantLinear
 
     W, H = weight(k=128), correlated_hessian(128, seed=3)
     result = quantize_layer("gptq", W, H, bits=4, group_size=32, act_order=True, static_groups=static)

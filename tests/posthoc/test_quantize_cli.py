@@ -60,7 +60,8 @@ def test_quantlm_layout_and_metadata(gptq_quantlm, float_snapshot):
 
 
 def test_quantlm_loads_and_evaluates(gptq_quantlm, embedded_data):
-    from kernels import QuantLinear
+    from trilm.kernels import QuantLinear
+
     from trilm.infer import load_inference_model
     from trilm.posthoc.evaluate import validation_loss
 
@@ -91,7 +92,7 @@ def test_quantlm_computes_the_in_process_quantized_model(gptq_quantlm, float_sna
 
 
 def test_packed_layers_through_quantlinear_torch_and_interpreter(gptq_quantlm, monkeypatch):
-    from kernels import QuantLinear
+    from trilm.kernels import QuantLinear
 
     packed = open_model(gptq_quantlm).weights.packed_layers()
     x = torch.randn(3, 256, generator=torch.Generator().manual_seed(0))

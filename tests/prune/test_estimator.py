@@ -5,7 +5,7 @@ import itertools
 import pytest
 import torch
 
-from trilm.prune.estimator import MovingBaseline, cosine_lr, pg_gradient, project_to_budget
+from trilm.prune.estimator import MovingBaseline, pg_gradient, project_to_budget
 
 
 def _quadratic(n: int, seed: int = 0):
@@ -107,10 +107,3 @@ def test_projection_keeps_the_order():
     s = torch.tensor([0.9, 0.1, 0.5, 0.7, 0.3], dtype=torch.float64)
     p = project_to_budget(s, 1.0)
     assert torch.equal(torch.argsort(p[p > 0], descending=True), torch.argsort(s[p > 0], descending=True))
-
-
-def test_cosine_schedule():
-    assert cosine_lr(0, 100, 1.0) == 1.0
-    assert cosine_lr(99, 100, 1.0, floor=0.1) == pytest.approx(0.1)
-    assert cosine_lr(0, 100, 1.0, warmup=10) == pytest.approx(0.1)
-    assert cosine_lr(10, 100, 1.0, warmup=10) == 1.0

@@ -8,9 +8,9 @@ import json
 import numpy as np
 import pytest
 
+from tests.scaling.synthetic import SPECTRA_SIZES, synthetic_suite
 from trilm.cli import main
 from trilm.scaling import FitError, analyze, read_table, write_table
-from trilm.scaling.synthetic import SPECTRA_SIZES, synthetic_suite
 
 LAWS = {
     "floatlm": {"E": 1.75, "A": 300.0, "alpha": 0.3, "B": 600.0, "beta": 0.3},

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.scaling.synthetic import synthetic_suite
 from trilm.scaling import analyze, write_table
 from trilm.scaling.compare import crossings_theta, matched_x
 from trilm.scaling.fit import FORMS
-from trilm.scaling.synthetic import synthetic_suite
 
 # FloatLM: 2.0 + 100/N^0.3. TriLM: lower E, larger A, chosen so the curves cross at N* = 1e9 exactly.
 N_STAR = 1e9

@@ -9,10 +9,10 @@ import re
 import numpy as np
 import pytest
 
+from tests.scaling.synthetic import SPECTRA_SIZES, synthetic_suite
 from trilm.scaling import analyze, write_table
 from trilm.scaling import plots as plots_module
 from trilm.scaling.identify import identify, new_lows
-from trilm.scaling.synthetic import SPECTRA_SIZES, synthetic_suite
 from trilm.suite.analyse import fit_lines, run_fit_lines, summary_text
 
 FIVE = dict(list(SPECTRA_SIZES.items())[:5])

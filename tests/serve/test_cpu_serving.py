@@ -8,9 +8,9 @@ its layers dequantized, in the same dtype.
 
 import pytest
 import torch
+from trilm.kernels.cpu_dense import PrepackedLinear
+from trilm.kernels.cpu_dense import supported as prepack_supported
 
-from kernels.cpu_dense import PrepackedLinear
-from kernels.cpu_dense import supported as prepack_supported
 from tests.serve.conftest import VOCAB, nano, random_state, write_snapshot
 from trilm.config import ConfigError
 from trilm.infer import from_state_dict

@@ -78,8 +78,8 @@ def slurm_suite(directory: Path, prepared: dict[str, Path]) -> Path:
 
 
 def _launch_to_end(tmp_path_factory, prepared, name: str, launcher_factory) -> Path:
-    from trilm.testing.drills import run_to_end
-    from trilm.testing.processes import ProcessSet
+    from benchmarks.cluster.drills import run_to_end
+    from benchmarks.cluster.processes import ProcessSet
 
     root = tmp_path_factory.mktemp(name)
     config = multinode_config(prepared, root / "run")
@@ -92,7 +92,7 @@ def _launch_to_end(tmp_path_factory, prepared, name: str, launcher_factory) -> P
 @pytest.fixture(scope="session")
 def one_node_run(tmp_path_factory, prepared) -> Path:
     """The reference: 1 node × 4 processes (torchrun), TP 2 × DP 2; its run directory."""
-    from trilm.testing.launchers import Torchrun
+    from benchmarks.cluster.launchers import Torchrun
 
     return _launch_to_end(tmp_path_factory, prepared, "one-node", lambda: Torchrun(1, 4))
 
@@ -100,6 +100,6 @@ def one_node_run(tmp_path_factory, prepared) -> Path:
 @pytest.fixture(scope="session")
 def two_node_run(tmp_path_factory, prepared) -> Path:
     """The same run on 2 loopback nodes × 2 processes (torchrun, TP inside a node); its run directory."""
-    from trilm.testing.launchers import Torchrun
+    from benchmarks.cluster.launchers import Torchrun
 
     return _launch_to_end(tmp_path_factory, prepared, "two-nodes", lambda: Torchrun(2, 2))

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import pytest
 
-from trilm.testing import sshd
-from trilm.testing.drills import compare_runs, events, run_to_end
-from trilm.testing.launchers import DeepSpeedNoSsh, DeepSpeedSsh
-from trilm.testing.processes import ProcessSet
+from benchmarks.cluster import sshd
+from benchmarks.cluster.drills import compare_runs, events, run_to_end
+from benchmarks.cluster.launchers import DeepSpeedNoSsh, DeepSpeedSsh
+from benchmarks.cluster.processes import ProcessSet
 
 from .conftest import LAUNCH_TIMEOUT, MULTINODE_STEPS, multinode_config
 

@@ -23,9 +23,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from trilm.store.integrity import complete_steps, verify_directory
-from trilm.testing import run_distributed
-from trilm.testing.drills import (
+from benchmarks.cluster import run_distributed
+from benchmarks.cluster.drills import (
     compare_runs,
     events,
     final_weights,
@@ -37,8 +36,9 @@ from trilm.testing.drills import (
     state_save_started,
     unfinished_checkpoints,
 )
-from trilm.testing.launchers import Torchrun
-from trilm.testing.processes import ProcessSet
+from benchmarks.cluster.launchers import Torchrun
+from benchmarks.cluster.processes import ProcessSet
+from trilm.store.integrity import complete_steps, verify_directory
 from trilm.train.checkpoint import RunDir
 
 from .conftest import LAUNCH_TIMEOUT, MULTINODE_STEPS, multinode_config

@@ -3,12 +3,13 @@ import math
 import pytest
 
 from trilm.config import ConfigError
-from trilm.train.config import CheckpointConfig, OptimConfig, ScheduleConfig, TrainConfig
-from trilm.train.schedule import Schedule, snapshot_steps, state_steps
+from trilm.schedule import Schedule, ScheduleConfig
+from trilm.train.config import CheckpointConfig, OptimConfig, TrainConfig
+from trilm.train.save_steps import snapshot_steps, state_steps
 
 
 def test_spectra_events_fire_at_their_steps():
-    sched = Schedule(
+    sched = Schedule.for_optimizer(
         OptimConfig(lr=1e-3, weight_decay=0.1, min_lr_ratio=0.1),
         ScheduleConfig(
             warmup=10, decay="cosine", lr_drop_at=0.5, lr_drop_factor=0.5, weight_decay_off_at=2 / 3
@@ -28,15 +29,15 @@ def test_spectra_events_fire_at_their_steps():
 
 def test_lr_shapes():
     optim = OptimConfig(lr=1.0, min_lr_ratio=0.1)
-    cos = Schedule(optim, ScheduleConfig(warmup=0.1, decay="cosine"), 100)
+    cos = Schedule.for_optimizer(optim, ScheduleConfig(warmup=0.1, decay="cosine"), 100)
     assert cos.warmup_steps == 10
     assert cos.lr(0) == pytest.approx(0.1) and cos.lr(9) == pytest.approx(1.0)
     assert cos.lr(10) == pytest.approx(1.0)
     assert cos.lr(55) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.5)))
     assert cos.lr(100) == pytest.approx(0.1)
-    lin = Schedule(optim, ScheduleConfig(warmup=0, decay="linear"), 100)
+    lin = Schedule.for_optimizer(optim, ScheduleConfig(warmup=0, decay="linear"), 100)
     assert lin.lr(50) == pytest.approx(0.55)
-    const = Schedule(optim, ScheduleConfig(warmup=0, decay="constant"), 100)
+    const = Schedule.for_optimizer(optim, ScheduleConfig(warmup=0, decay="constant"), 100)
     assert const.lr(99) == 1.0
 
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import pytest
 
-from trilm.testing import slurm
-from trilm.testing.drills import cancel_suite_run, compare_runs, events
-from trilm.testing.launchers import ROOT, node_env, venv_tool
-from trilm.testing.processes import ProcessSet
+from benchmarks.cluster import slurm
+from benchmarks.cluster.drills import cancel_suite_run, compare_runs, events
+from benchmarks.cluster.launchers import ROOT, node_env, venv_tool
+from benchmarks.cluster.processes import ProcessSet
 
 from .conftest import LAUNCH_TIMEOUT, MULTINODE_STEPS, SUITE_STEPS, multinode_config, slurm_suite
 

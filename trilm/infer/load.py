@@ -74,7 +74,7 @@ def from_state_dict(
             )
         float_state[name] = dequantize_latent(cfg, name, tensor.float())
     if packed_layers:
-        from kernels import QuantLinear
+        from trilm.kernels import QuantLinear
 
         for name, weight in packed_layers.items():
             full = f"{name}.weight"

@@ -4,7 +4,7 @@ Training needs megatron-core's tensor-parallel layers; inference, post-hoc calib
 serving need one process and as little Python per token as possible. This module is that second model
 class. Module paths equal the canonical names of a snapshot (``layers.0.attn.wq.weight`` is
 ``model.layers[0].attn.wq.weight``), so a float model's ``state_dict()`` *is* a canonical state and any
-linear can be swapped for a ``kernels.QuantLinear`` by name. The math is the training decoder's
+linear can be swapped for a ``trilm.kernels.QuantLinear`` by name. The math is the training decoder's
 (pre-norm RMSNorm in fp32, rotate-half RoPE, SDPA, SwiGLU); a test holds the logits of the two within 1e-5.
 
 Serving adds one seam: :meth:`InferenceModel.forward_cached` runs the same blocks with explicit token

@@ -10,9 +10,8 @@ computes exactly the PTQ model) and per-row α, μ (initialized to PB-GPTQ's) as
 the backward of sign is the identity (STE), as in trilm's BiLM training. Nothing else trains (embeddings,
 norms and head stay as they are).
 
-The loop reuses the training code's pieces — :class:`trilm.train.config.OptimConfig` /
-:class:`~trilm.train.config.ScheduleConfig` and the step-indexed :class:`trilm.train.schedule.Schedule`
-(warmup, cosine decay), AdamW with gradient clipping — on the plain-PyTorch inference model: the binary
+The loop steps through trilm's one schedule (:class:`trilm.schedule.Schedule`: warmup, cosine decay) with
+AdamW and gradient clipping, on the plain-PyTorch inference model: the binary
 part of a QuantLM is not a megatron model, so the DeepSpeed trainer has nothing to train here. Batches are
 ``batch`` windows of seq_len + 1 tokens drawn from the training text with a seed per step.
 """
@@ -83,6 +82,8 @@ class QATSettings:
     seed: int = 0
     warmup: float = 0.05
     grad_clip: float = 1.0
+    betas: tuple[float, float] = (0.9, 0.95)
+    """AdamW's betas: pretraining's defaults (:class:`trilm.train.config.OptimConfig`)."""
 
 
 def train_binary_part(
@@ -102,8 +103,7 @@ def train_binary_part(
     from tqdm.auto import tqdm
 
     from trilm.data.text_source import sample_windows
-    from trilm.train.config import OptimConfig, ScheduleConfig
-    from trilm.train.schedule import Schedule
+    from trilm.schedule import Schedule, ScheduleConfig
 
     device = torch.device(device)
     originals = {name: model.linear_modules()[f"{name}.weight"] for name in layers}
@@ -114,9 +114,10 @@ def train_binary_part(
         model.set_linear(f"{name}.weight", module)
     model.to(device)
     params = [p for m in trainers.values() for p in m.parameters()]
-    optim = OptimConfig(lr=settings.lr, weight_decay=0.0, grad_clip=settings.grad_clip)
-    schedule = Schedule(optim, ScheduleConfig(warmup=settings.warmup, decay="cosine"), settings.steps)
-    optimizer = torch.optim.AdamW(params, lr=optim.lr, betas=(optim.beta1, optim.beta2), weight_decay=0.0)
+    schedule = Schedule(
+        ScheduleConfig(warmup=settings.warmup, decay="cosine"), settings.steps, peak_lr=settings.lr
+    )
+    optimizer = torch.optim.AdamW(params, lr=settings.lr, betas=settings.betas, weight_decay=0.0)
     losses: list[float] = []
     bar = tqdm(range(settings.steps), desc="pbllm qat", unit="step", disable=not progress)
     try:

@@ -6,7 +6,7 @@ A QuantLM is a packed snapshot (:func:`trilm.store.snapshot.write_snapshot_files
 every option, the bits per weight (as the paper counts them and as stored), the calibration source and seed,
 timings and memory. The source is opened (and its weights verified) by :func:`trilm.store.open_model`.
 The QuantLM is written into a staging directory (:mod:`trilm.atomic`), optionally evaluated from there
-through ``trilm.infer.load_inference_model`` (so through ``kernels.QuantLinear``), and only then renamed
+through ``trilm.infer.load_inference_model`` (so through ``trilm.kernels.QuantLinear``), and only then renamed
 into place with its ``COMPLETE`` manifest: an error at any point leaves nothing behind and never touches
 an existing model, and what a killed run left is removed by the next one.
 """

@@ -11,7 +11,7 @@ The result is an ordinary snapshot with per-layer shapes (``layer_kv_heads`` / `
 See docs/pruning.md.
 """
 
-from trilm.prune.estimator import MovingBaseline, cosine_lr, pg_gradient, project_to_budget
+from trilm.prune.estimator import MovingBaseline, pg_gradient, project_to_budget
 from trilm.prune.masks import UnitMasks
 from trilm.prune.metrics import METRICS, CalibrationStats, collect_stats, unit_scores
 from trilm.prune.run import METHODS, PruneConfig, PruneReport, prune
@@ -33,7 +33,6 @@ __all__ = [
     "UnitMasks",
     "WindowSampler",
     "collect_stats",
-    "cosine_lr",
     "kept_count",
     "pg_gradient",
     "pg_search",

@@ -15,8 +15,6 @@ the direction is the same. Both are checked by exact enumeration in tests/prune/
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 EPS = 1e-7
@@ -92,12 +90,3 @@ def project_to_budget(scores: torch.Tensor, budget: float, *, max_iter: int = 20
         if lo <= exact <= hi:
             v = exact
     return (s - v).clamp(0, 1).to(scores.dtype)
-
-
-def cosine_lr(step: int, steps: int, peak: float, warmup: int = 0, floor: float = 0.0) -> float:
-    """Linear warmup over ``warmup`` steps, then cosine from ``peak`` to ``floor`` at the last step."""
-    if warmup and step < warmup:
-        return peak * (step + 1) / warmup
-    span = max(steps - warmup - 1, 1)
-    t = min(max(step - warmup, 0) / span, 1.0)
-    return floor + (peak - floor) * 0.5 * (1 + math.cos(math.pi * t))

@@ -26,13 +26,13 @@ from trilm.infer.model import InferenceModel
 from trilm.memory import PeakMemory, measure_peak
 from trilm.prune.estimator import (
     MovingBaseline,
-    cosine_lr,
     entropy_penalty_gradient,
     pg_gradient,
     project_to_budget,
 )
 from trilm.prune.masks import UnitMasks
 from trilm.prune.units import UnitGroup, kept_count
+from trilm.schedule import Schedule, ScheduleConfig
 
 LR_DEFAULTS = {"head": 0.5, "channel": 0.02, "layer": 0.5}
 """Peak learning rates per granularity for the CPU-sized default budget (the reference: 2e-3 for 15,000
@@ -224,15 +224,17 @@ def pg_search(
         from tqdm.auto import tqdm
 
         bar = tqdm(total=cfg.steps, desc="pg search", unit="step", dynamic_ncols=True)
+    cosine = ScheduleConfig(warmup=cfg.warmup, decay="cosine")
+    schedules = {
+        name: Schedule(cosine, cfg.steps, peak_lr=cfg.lr_for(name), min_lr_ratio=cfg.min_lr_ratio)
+        for name in scores
+    }
     start = time.perf_counter()
     with UnitMasks(model, groups) as masker, torch.inference_mode():
 
         def one_step(step: int) -> None:
             nonlocal skipped
-            lrs = {}
-            for name in scores:
-                peak_lr = cfg.lr_for(name)
-                lrs[name] = cosine_lr(step, cfg.steps, peak_lr, cfg.warmup, peak_lr * cfg.min_lr_ratio)
+            lrs = {name: schedules[name].lr(step) for name in scores}
             batch = sampler.next().to(device)
             sampled = {name: [] for name in scores}
             step_losses = []

@@ -8,14 +8,14 @@ Each default is decided in one function here, so ``Engine.load``, the CLI and th
   intra-op pool gets every CPU; inductor bakes the count into compiled code, so it is set before compiling.
 * **device / dtype** — CUDA when available; bf16 on CUDA, fp32 on CPU — except a packed model on CPU
   (``packed=True``, CPU backend), which runs in bf16 because torch's int4 CPU kernel is vectorized for bf16
-  only (:mod:`kernels.cpu`); in fp32 its layers are dequantized once and run as float layers.
+  only (:mod:`trilm.kernels.cpu`); in fp32 its layers are dequantized once and run as float layers.
 * **tokenizer** — the model's own, chosen by the store's one policy (:mod:`trilm.store.tokenizer`), unless
   one is given.
 * **model** — :func:`trilm.infer.load_inference_model`; ``packed=True`` on a model with nothing to pack is
   refused by name, and packed layers are converted for the CPU backend at load, not on the first request.
   On CPU in bf16 the float linears (block linears a model keeps in float, and the head) are reordered once
-  for oneDNN (:mod:`kernels.cpu_dense`, ``prepack=False`` keeps ``nn.Linear``): the same product, 1.7–2.3×
-  as fast per layer at one row (1.75× the 190m FloatLM's decode).
+  for oneDNN (:mod:`trilm.kernels.cpu_dense`, ``prepack=False`` keeps ``nn.Linear``): the same product,
+  1.7–2.3× as fast per layer at one row (1.75× the 190m FloatLM's decode).
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def resolve_dtype(
 
 
 def _interpreting() -> bool:
-    from kernels import interpreting
+    from trilm.kernels import interpreting
 
     return interpreting()
 
@@ -103,8 +103,8 @@ def load_model(
 ) -> tuple[InferenceModel, list[str]]:
     """The inference model on ``device`` in ``dtype`` and notes for the user (what ``packed`` and
     ``prepack`` did)."""
-    from kernels import QuantLinear
     from trilm.infer import load_inference_model
+    from trilm.kernels import QuantLinear
 
     model = load_inference_model(path, device=device, dtype=dtype, packed=packed, backend=backend)
     path = path.given if isinstance(path, ModelDir) else path
@@ -126,7 +126,7 @@ def load_model(
         kernel = "torch's int4 CPU kernel" if dtype == torch.bfloat16 else "dequantized once (float layers)"
         notes.append(f"{len(layers)} packed layers on CPU in {str(dtype).removeprefix('torch.')}: {kernel}")
     if prepack and device.type == "cpu" and dtype == torch.bfloat16:
-        from kernels.cpu_dense import prepack_float_linears
+        from trilm.kernels.cpu_dense import prepack_float_linears
 
         names = [n.removesuffix(".weight") for n in model.linear_modules()] + ["head"]
         count = prepack_float_linears(model, names)

@@ -92,10 +92,10 @@ def analyse_suite(
 
 def warmup_fraction(suite: Suite) -> float:
     """The largest fraction of a run that is warm-up, over the suite's runs (L(D) is fitted after it)."""
-    from trilm.train.schedule import Schedule
+    from trilm.schedule import Schedule
 
     fractions = [
-        Schedule(r.cfg.optim, r.cfg.schedule, r.cfg.steps).warmup_steps / max(r.cfg.steps, 1)
+        Schedule.for_optimizer(r.cfg.optim, r.cfg.schedule, r.cfg.steps).warmup_steps / max(r.cfg.steps, 1)
         for r in suite.runs
     ]
     return min(max(fractions, default=0.0), 0.9)

@@ -17,7 +17,7 @@ import dataclasses
 from trilm.model.flops import flops_per_token, parameter_counts
 from trilm.suite.config import HardwareConfig, Suite, SuiteRun, shown_path
 from trilm.suite.text import hours, nbytes, si, table
-from trilm.train.schedule import snapshot_steps, state_steps
+from trilm.train.save_steps import snapshot_steps, state_steps
 
 
 def uses_bf16(run: SuiteRun, hardware: HardwareConfig) -> bool:

@@ -9,6 +9,7 @@ from trilm.config import Config, ConfigError, require
 from trilm.data.sampler import DataConfig
 from trilm.model.config import ModelConfig, preset
 from trilm.parallel import ParallelConfig
+from trilm.schedule import ScheduleConfig
 
 
 @dataclasses.dataclass
@@ -34,31 +35,6 @@ class OptimConfig(Config):
         require(0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, "beta1/beta2: must be in [0, 1)")
         require(self.weight_decay >= 0, f"weight_decay: must be >= 0, got {self.weight_decay}")
         require(self.grad_clip >= 0, f"grad_clip: must be >= 0, got {self.grad_clip}")
-
-
-@dataclasses.dataclass
-class ScheduleConfig(Config):
-    """Learning-rate shape and Spectra's step-indexed events (positions are fractions of the run).
-
-    Spectra's TriLM loss drops visibly halfway through training; the authors attribute it to a peak-LR drop
-    at ~½ and weight decay switched off at ~⅔ (spectra.md marks both [U]: reported, factors not published).
-    """
-
-    warmup: float = 0.01
-    """Warmup length: a fraction of the run when < 1, else a number of steps."""
-    decay: Literal["cosine", "linear", "constant"] = "cosine"
-    lr_drop_at: float | None = None
-    """Fraction of the run at which the learning rate is multiplied by ``lr_drop_factor`` (TriLM: 0.5)."""
-    lr_drop_factor: float = 0.5
-    weight_decay_off_at: float | None = None
-    """Fraction of the run from which weight decay is 0 (TriLM: 2/3)."""
-
-    def validate(self) -> None:
-        require(self.warmup >= 0, f"warmup: must be >= 0, got {self.warmup}")
-        for key in ("lr_drop_at", "weight_decay_off_at"):
-            value = getattr(self, key)
-            require(value is None or 0 < value < 1, f"{key}: must be a fraction in (0, 1), got {value}")
-        require(0 < self.lr_drop_factor <= 1, f"lr_drop_factor: must be in (0, 1], got {self.lr_drop_factor}")
 
 
 @dataclasses.dataclass

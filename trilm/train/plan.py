@@ -17,9 +17,10 @@ from __future__ import annotations
 import dataclasses
 
 from trilm.model.flops import flops_per_token, parameter_counts
+from trilm.schedule import Schedule
 from trilm.train.config import TrainConfig
 from trilm.train.engine import use_bf16
-from trilm.train.schedule import Schedule, snapshot_steps, state_steps
+from trilm.train.save_steps import snapshot_steps, state_steps
 
 
 @dataclasses.dataclass
@@ -81,7 +82,7 @@ class RunPlan:
         cfg = self.cfg
         counts = parameter_counts(cfg.model)
         fpt = flops_per_token(cfg.model, cfg.sequence_length)
-        sched = Schedule(cfg.optim, cfg.schedule, cfg.steps)
+        sched = Schedule.for_optimizer(cfg.optim, cfg.schedule, cfg.steps)
         snaps = snapshot_steps(cfg.checkpoint, cfg.steps)
         states = state_steps(cfg.checkpoint, cfg.steps)
         mem = self.memory_gb()

@@ -23,6 +23,7 @@ from trilm.model.flops import flops_per_token, parameter_counts
 from trilm.model.snapshot import SnapshotMeta
 from trilm.model.transformer import Decoder
 from trilm.parallel import dp_group, init_parallel, node_id, placement
+from trilm.schedule import Schedule
 from trilm.store.integrity import complete_steps, latest_complete
 from trilm.store.layout import COMPLETE, TOKENIZER_FILE
 from trilm.store.open import open_model
@@ -38,7 +39,7 @@ from trilm.train.engine import (
 )
 from trilm.train.metrics import MetricsLogger, Throughput, memory_gb
 from trilm.train.plan import RunPlan
-from trilm.train.schedule import Schedule, snapshot_steps, state_steps
+from trilm.train.save_steps import snapshot_steps, state_steps
 from trilm.train.state import (
     ResumePoint,
     find_resume_point,
@@ -74,7 +75,7 @@ class Trainer:
         self.accumulation = self.plan.accumulation
         self.model_cfg = cfg.model.resolved(self.info.tp_size)
         self._check_vocab()
-        self.schedule = Schedule(cfg.optim, cfg.schedule, cfg.steps)
+        self.schedule = Schedule.for_optimizer(cfg.optim, cfg.schedule, cfg.steps)
         self.is_main = self.info.rank == 0
         self.step: int | None = None
         """The step being computed (None outside the training loop)."""

@@ -20,10 +20,10 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
+from benchmarks.cluster.launchers import Launcher
+from benchmarks.cluster.processes import Launched, ProcessSet
 from trilm.store.integrity import complete_steps
 from trilm.store.layout import step_dir_name
-from trilm.testing.launchers import Launcher
-from trilm.testing.processes import Launched, ProcessSet
 from trilm.train.checkpoint import RunDir
 from trilm.train.config import TrainConfig
 
@@ -285,7 +285,7 @@ class SuiteCancel:
 
 def _suite_cli(cluster, args: list[str], timeout: float) -> tuple[str, str]:
     """``trilm suite ARGS`` as a user submitting to ``cluster`` runs it; returns (command, stdout)."""
-    from trilm.testing.launchers import ROOT, node_env, venv_tool
+    from benchmarks.cluster.launchers import ROOT, node_env, venv_tool
 
     cmd = [sys.executable, "-m", "trilm.cli", "suite", *args]
     done = subprocess.run(
@@ -322,7 +322,7 @@ def cancel_suite_run(
     run has logged ``after_step`` and written a state, ``scancel`` its array task and wait for the array;
     ``trilm suite status``; launch the suite again (only unfinished runs are resubmitted) and wait. The
     cancelled run's config also trains straight through meanwhile, for the comparison."""
-    from trilm.testing.launchers import PRETRAIN, ROOT, node_env
+    from benchmarks.cluster.launchers import PRETRAIN, ROOT, node_env
 
     launch = ["launch", str(suite_file), "--slurm", "--no-progress"]
     commands, outputs = [], []

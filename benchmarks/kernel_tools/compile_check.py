@@ -1,6 +1,7 @@
 """Compile the GPU kernels ahead of time for an NVIDIA target, without a GPU (Triton bundles ptxas).
 
-Usage: ``python -m kernels.tools.compile_check [--cc 90] [--kinds ternary int3 ...] [--dtypes fp16 bf16]``
+Usage: ``python -m benchmarks.kernel_tools.compile_check [--cc 90] [--kinds ternary int3 ...]
+[--dtypes fp16 bf16]``
        ``python benchmarks/kernels.py --instructions``   (SASS instructions per weight, before vs after)
 
 Every (format, GEMV/GEMM config, activation dtype) a GPU run can pick is lowered to PTX and assembled to a
@@ -23,12 +24,12 @@ import time
 from typing import Any
 
 import torch
+from trilm.kernels.affine.tuning import GEMM_CANDIDATES, GEMV_CANDIDATES
+from trilm.kernels.dispatch import prepare
+from trilm.kernels.general.launch import GPU_GEMM, GPU_GEMV, KERNELS, KernelWeight, _aligned
+from trilm.kernels.triton_runtime import kernel_module
 
-from kernels.affine.tuning import GEMM_CANDIDATES, GEMV_CANDIDATES
-from kernels.dispatch import prepare
-from kernels.general.launch import GPU_GEMM, GPU_GEMV, KERNELS, KernelWeight, _aligned
-from kernels.tools.samples import KINDS, random_packed
-from kernels.triton_runtime import kernel_module
+from benchmarks.kernel_tools.samples import KINDS, random_packed
 from trilm.dtypes import ALIASES, parse_dtype
 
 TORCH_TO_TRITON = {
@@ -124,8 +125,8 @@ def compile_jit(fn, args: dict[str, Any], const: dict[str, Any], options: dict[s
 
 def compile_affine(spec, path: str, config: dict[str, Any], x_dtype: torch.dtype, m: int, cc: int = 90):
     """One affine kernel variant as a plan would launch it for ``m`` rows on a 132-SM GPU."""
-    from kernels.affine.plan import KERNELS as AFFINE_KERNELS
-    from kernels.affine.plan import LaunchPlan, kernel_for
+    from trilm.kernels.affine.plan import KERNELS as AFFINE_KERNELS
+    from trilm.kernels.affine.plan import LaunchPlan, kernel_for
 
     mod = kernel_module(AFFINE_KERNELS)
     fn = mod.affine_gemv_kernel if path == "gemv" else mod.affine_gemm_kernel

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 
-from trilm.testing.processes import ProcessSet
-from trilm.testing.slurm import JobState, LoopbackSlurm
+from benchmarks.cluster.processes import ProcessSet
+from benchmarks.cluster.slurm import JobState, LoopbackSlurm
 
 
 def test_states_from_scontrol_when_there_is_no_accounting(tmp_path, monkeypatch):

@@ -18,8 +18,8 @@ import signal
 import sys
 from pathlib import Path
 
-from trilm.testing import free_port
-from trilm.testing.processes import TAG_VAR, Launched, ProcessSet, signal_tagged
+from benchmarks.cluster import free_port
+from benchmarks.cluster.processes import TAG_VAR, Launched, ProcessSet, signal_tagged
 
 ROOT = Path(__file__).resolve().parents[2]
 PRETRAIN = ROOT / "train" / "pretrain.py"
@@ -148,7 +148,7 @@ class DeepSpeedNoSsh(Launcher):
 
 class DeepSpeedSsh(Launcher):
     """The DeepSpeed launcher's default path: one command on the first host, which reaches every host
-    of the hostfile through pdsh and ssh (here an sshd on loopback, see :mod:`trilm.testing.sshd`).
+    of the hostfile through pdsh and ssh (here an sshd on loopback, see :mod:`benchmarks.cluster.sshd`).
 
     Processes started over ssh do not inherit the launcher's environment; DeepSpeed passes on the
     variables listed in its ``.deepspeed_env`` file (``DS_ENV_FILE``), which carries the thread count

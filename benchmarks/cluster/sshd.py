@@ -15,8 +15,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from trilm.testing import free_port
-from trilm.testing.processes import ProcessSet
+from benchmarks.cluster import free_port
+from benchmarks.cluster.processes import ProcessSet
 
 SSHD = "/usr/sbin/sshd"
 

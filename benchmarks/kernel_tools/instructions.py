@@ -1,12 +1,12 @@
 """SASS instructions per weight of the batch-1 GEMV (and batch-16 GEMM), before vs after issue 11, on CPU.
 
-"Before" is the general kernel of :mod:`kernels.general.jit` — what every format ran on at commit 52262e2
-(still the kernel of N:M, multi-plane and PB-LLM weights) — at the config the autotuner chose on the H200
-(``../shared/reference/h200-2026-12-01/``; the first GPU config where that run had none). "After" is the
+"Before" is the general kernel of :mod:`trilm.kernels.general.jit` — what every format ran on at commit
+52262e2 (still the kernel of N:M, multi-plane and PB-LLM weights) — at the config the autotuner chose on the
+H200 (``../shared/reference/h200-2026-12-01/``; the first GPU config where that run had none). "After" is the
 kernel a QuantLinear launches now, at its default config. Both are compiled for sm_90 as Triton's JIT
-specializes an 8192 × 8192 layer, disassembled, and counted with :mod:`kernels.tools.sass`. These are issue
-slots per weight per thread, an upper bound (predicated-off instructions count); the H200 profile of the
-old ternary GEMV found it bound by instruction issue, which is what this number measures.
+specializes an 8192 × 8192 layer, disassembled, and counted with :mod:`benchmarks.kernel_tools.sass`. These
+are issue slots per weight per thread, an upper bound (predicated-off instructions count); the H200 profile of
+the old ternary GEMV found it bound by instruction issue, which is what this number measures.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ import dataclasses
 from typing import Any
 
 import torch
+from trilm.kernels.affine.plan import candidates
+from trilm.kernels.dispatch import prepare
+from trilm.kernels.general.launch import GPU_GEMV, KERNELS
+from trilm.kernels.triton_runtime import kernel_module
 
-from kernels.affine.plan import candidates
-from kernels.dispatch import prepare
-from kernels.general.launch import GPU_GEMV, KERNELS
-from kernels.tools.compile_check import TORCH_TO_TRITON, compile_affine, compile_jit
-from kernels.tools.samples import random_packed
-from kernels.tools.sass import per_weight, sass_listing
-from kernels.triton_runtime import kernel_module
+from benchmarks.kernel_tools.compile_check import TORCH_TO_TRITON, compile_affine, compile_jit
+from benchmarks.kernel_tools.samples import random_packed
+from benchmarks.kernel_tools.sass import per_weight, sass_listing
 
 N = K = 8192
 H200_GEMV = {  # format → (BLOCK_N, BLOCK_K, K_ITERS, num_warps) the H200 autotuner picked at 8192², M = 1

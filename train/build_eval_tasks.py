@@ -1,6 +1,6 @@
 """Regenerate the offline lm-eval tasks' data from the embedded corpus's *test* split (never trained on).
 
-    python -m trilm.eval.tasks.build          # rewrites trilm/eval/tasks/*.jsonl (deterministic, seed 0)
+    python train/build_eval_tasks.py          # rewrites trilm/eval/tasks/*.jsonl (deterministic, seed 0)
 
 - ``trilm_cloze`` (multiple choice): a sentence without its last word; the true word against three last
   words of other sentences.
@@ -18,7 +18,7 @@ import random
 import re
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+TASKS_DIR = Path(__file__).resolve().parents[1] / "trilm" / "eval" / "tasks"
 _WORD = re.compile(r"^[A-Za-z]{3,}$")
 
 
@@ -48,7 +48,7 @@ def _sentences(docs: list[str]) -> list[str]:
 
 def _write(name: str, rows: list[dict]) -> None:
     text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
-    (HERE / f"{name}.jsonl").write_text(text, encoding="utf-8")
+    (TASKS_DIR / f"{name}.jsonl").write_text(text, encoding="utf-8")
     print(f"{name}.jsonl: {len(rows)} examples")
 
 
