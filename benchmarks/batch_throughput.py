@@ -1,7 +1,7 @@
 """What a CPU budget buys: training tokens per CPU-second per model size and batch size.
 
-    python benchmarks/batch_throughput.py --out benchmarks/results          # the ladder's shapes
-    python benchmarks/batch_throughput.py --shapes 64x2,192x4 --batches 8,32 --threads 2
+    python -m benchmarks.batch_throughput --out benchmarks/results          # the ladder's shapes
+    python -m benchmarks.batch_throughput --shapes 64x2,192x4 --batches 8,32 --threads 2
 
 A small model on a CPU pays a fixed cost per optimizer step (the optimizer over every tensor, gradient
 clipping, Python and DeepSpeed bookkeeping) on top of the matmuls, so halving the batch does not halve the
@@ -18,8 +18,6 @@ else 32·k heads: the ladder's rule, ``configs/suites/ladder.yaml``); batches ar
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
 import statistics
 import sys
@@ -28,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import today, write_result
 
 
 def shape_fields(spec: str) -> dict:
@@ -134,10 +132,7 @@ def main() -> int:
             print(f"{shape:>7} fixed cost per step ≈ {(my - slope * mx) * 1e3:.1f} ms, per sequence"
                   f" {slope * 1e3:.2f} ms")  # fmt: skip
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        date = datetime.date.today().isoformat()
-        path = out / f"batch-throughput-{args.family}-{date}.json"
+        path = Path(args.out) / f"batch-throughput-{args.family}-{today()}.json"
         meta = {
             "family": args.family,
             "seq": args.seq,
@@ -145,10 +140,8 @@ def main() -> int:
             "rounds": args.rounds,
             "steps_per_round": args.steps,
             "timing": "process CPU time, median of rounds (the machine is shared)",
-            "torch": torch.__version__,
-            "date": date,
         }
-        path.write_text(json.dumps({"config": meta, "results": results}, indent=1) + "\n")
+        write_result(path, {"config": meta, "results": results}, module=__spec__.name)
         print(f"wrote {path}")
     return 0
 

@@ -1,6 +1,6 @@
 """Which CPU kernel serves packed layers: torch's weight-only low-bit kernels against dense matmuls, one run.
 
-    python benchmarks/cpu_kernels.py --out benchmarks/results            # 190m layer shapes, 1 and 2 threads
+    python -m benchmarks.cpu_kernels --out benchmarks/results            # 190m layer shapes, 1 and 2 threads
 
 For each block-linear shape of a model (default ``trilm-190m``: 768→768, 768→2048, 2048→768) at batch 1 and
 4, times ``y = x @ W^T`` by:
@@ -23,9 +23,6 @@ its speed-up over ``dense_fp32`` and ``dense_bf16``, and writes JSON.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
-import platform
 import statistics
 import sys
 import time
@@ -33,11 +30,10 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from trilm.kernels.cpu import Int4Weight
+from trilm.kernels.cpu_dense import supported as bf16_prepack_supported
 
+from benchmarks.common import today, write_result
 from trilm.formats import TernaryWeight
 from trilm.model import preset
 
@@ -52,14 +48,12 @@ def kernels_for(n: int, k: int, m: int, seed: int = 0) -> dict[str, callable]:
     xb = x32.to(torch.bfloat16)
     int4 = Int4Weight.convert(ternary)
     mkl = torch.ops.mkl._mkl_reorder_linear_weight(w32, m)
-    onednn = torch.ops.mkldnn._reorder_linear_weight(wb, m)
     w8 = codes.contiguous()
     s8 = torch.full((n,), 0.02)
-    return {
+    fns = {
         "dense_fp32": lambda: F.linear(x32, w32),
         "dense_bf16": lambda: F.linear(xb, wb),
         "prepacked_fp32": lambda: torch.ops.mkl._mkl_linear(x32, mkl, w32, None, m),
-        "prepacked_bf16": lambda: torch.ops.mkldnn._linear_pointwise(xb, onednn, None, "none", [], ""),
         "int4_bf16": lambda: int4(xb),
         "int4_fp32": lambda: torch.ops.aten._weight_int4pack_mm_for_cpu(
             x32, int4.packed, int4.group, int4.scale_zeros.float()
@@ -68,6 +62,10 @@ def kernels_for(n: int, k: int, m: int, seed: int = 0) -> dict[str, callable]:
         "int8_fp32": lambda: torch.ops.aten._weight_int8pack_mm(x32, w8, s8),
         "unpack_fp32": lambda: F.linear(x32, ternary.dequantize(torch.float32)),
     }
+    if bf16_prepack_supported():  # oneDNN's bf16 reorder needs AVX-512 (BW/VL/DQ) or AVX-NE-CONVERT
+        onednn = torch.ops.mkldnn._reorder_linear_weight(wb, m)
+        fns["prepacked_bf16"] = lambda: torch.ops.mkldnn._linear_pointwise(xb, onednn, None, "none", [], "")
+    return fns
 
 
 def time_us(fn, reps: int) -> float:
@@ -126,23 +124,14 @@ def main(argv: list[str] | None = None) -> int:
                     ),
                     flush=True,
                 )
-    result = {
-        "benchmark": "cpu_kernels",
-        "command": "python benchmarks/cpu_kernels.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "date": datetime.date.today().isoformat(),
-        "machine": {
-            "platform": platform.platform(),
-            "processor": platform.processor(),
-            "torch": torch.__version__,
-            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        },
-        "model": args.model,
-        "rows": rows,
-    }
+    if not bf16_prepack_supported():
+        print(
+            "prepacked_bf16 not measured: no oneDNN bf16 linear on this CPU (needs AVX-512 or AVX-NE-CONVERT)"
+        )
+    result = {"benchmark": "cpu_kernels", "model": args.model, "rows": rows}
     if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        path = args.out / f"cpu-kernels-{args.model}-{result['date']}.json"
-        path.write_text(json.dumps(result, indent=1) + "\n")
+        path = args.out / f"cpu-kernels-{args.model}-{today()}.json"
+        write_result(path, result, module=__spec__.name, argv=argv)
         print(f"wrote {path}")
     return 0
 

@@ -1,7 +1,7 @@
 """trilm's engine against llama.cpp on the same CPU and the same weights, side by side in one run.
 
-    python benchmarks/cpu_serve.py --out benchmarks/results          # tiny and 190m, 1 and 2 threads
-    python benchmarks/cpu_serve.py --models tiny --threads 1 --rounds 3      # quick look
+    python -m benchmarks.cpu_serve --out benchmarks/results          # tiny and 190m, 1 and 2 threads
+    python -m benchmarks.cpu_serve --models tiny --threads 1 --rounds 3      # quick look
 
 Weights: per model size a FloatLM and a TriLM snapshot with random weights (fan-in scaled; the TriLM's latent
 weights become ternary through its own quantizer) and a small SentencePiece tokenizer, written once under
@@ -30,11 +30,9 @@ evaluated and printed.
 from __future__ import annotations
 
 import argparse
-import datetime
 import itertools
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -44,8 +42,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
+from benchmarks.common import CHECKOUT, today, write_result
 from trilm.model import preset
 from trilm.model.config import ModelConfig
 
@@ -407,23 +404,16 @@ def main(argv: list[str] | None = None) -> int:
             continue
         base.append(a)
     for threads in (int(t) for t in args.threads.split(",")):
-        cmd = [sys.executable, __file__, *base, "--one-thread-count", str(threads)]
+        cmd = [sys.executable, "-m", __spec__.name, *base, "--one-thread-count", str(threads)]
         print(f"threads={threads}: {' '.join(cmd[1:])}", flush=True)
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True)  # progress on stderr
+        proc = subprocess.run(  # progress on stderr
+            cmd, stdout=subprocess.PIPE, text=True, check=True, cwd=CHECKOUT
+        )
         rows += json.loads(proc.stdout.strip().splitlines()[-1])
     result = {
         "benchmark": "cpu_serve",
-        "command": "python benchmarks/cpu_serve.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "date": datetime.date.today().isoformat(),
-        "machine": {
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "torch": torch.__version__,
-            "load_average_before": load_before,
-            "load_average_after": list(os.getloadavg()),
-            "cpu_affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-            "conditions": args.conditions,
-        },
+        "conditions": args.conditions,
+        "load_average_before": load_before,
         "llama_cpp": _llama_version(),
         "models": {m: _describe(m) for m in args.models.split(",")},
         "rows": rows,
@@ -434,9 +424,8 @@ def main(argv: list[str] | None = None) -> int:
         verdict = "not measured" if t["ratio"] is None else ("met" if t["met"] else "MISSED")
         print(f"  {t['target']:50s} {t['ratio']}  {verdict}")
     if args.out is not None and str(args.out) != os.devnull:
-        args.out.mkdir(parents=True, exist_ok=True)
-        path = args.out / f"cpu-serve-{result['date']}-t{args.threads.replace(',', '-')}.json"
-        path.write_text(json.dumps(result, indent=1) + "\n")
+        path = args.out / f"cpu-serve-{today()}-t{args.threads.replace(',', '-')}.json"
+        write_result(path, result, module=__spec__.name, argv=argv)
         print(f"wrote {path}")
     return 0
 

@@ -2,8 +2,8 @@
 
 Usage::
 
-    python benchmarks/data.py                   # embedded train split, copied 3× (~8.7M tokens), 2 trials
-    python benchmarks/data.py --copies 1 --trials 1 --json out.json
+    python -m benchmarks.data                   # embedded train split, copied 3× (~8.7M tokens), 2 trials
+    python -m benchmarks.data --copies 1 --trials 1 --json out.json
 
 Measured side by side, best of ``--trials`` each (the machine may be shared):
 
@@ -23,7 +23,6 @@ spent on their files.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import shutil
@@ -32,8 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
+from benchmarks.common import write_result
 from trilm.data import embedded_corpus_dir
 from trilm.data.pipeline import TokenizerConfig
 from trilm.data.prepare import PrepareConfig, prepare
@@ -143,9 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, value in ratios.items():
         print(f"  {name:<32} {value:6.2f}")
     if args.json:
-        args.json.write_text(
-            json.dumps({"results": results, "ratios": ratios, "load_average": load}, indent=1) + "\n"
-        )
+        result = {"results": results, "ratios": ratios, "load_average_before_after": load}
+        write_result(args.json, result, module=__spec__.name, argv=argv)
     return 0
 
 

@@ -2,8 +2,8 @@
 
 Launch::
 
-    python benchmarks/export.py                         # both parts, prints tables, writes JSON
-    python benchmarks/export.py --sizes 99m,1.1b --json out.json --skip-parity
+    python -m benchmarks.export                         # both parts, prints tables, writes JSON
+    python -m benchmarks.export --sizes 99m,1.1b --json out.json --skip-parity
 
 Part 1, sizes (TriLM at its training TP): bytes of the packed export (one layer of each matrix packed by the
 codec, times the layers, plus fp16 embedding, head and norms) and of GGUF TQ2_0/TQ1_0 (block bytes from
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import tempfile
 import time
@@ -28,15 +27,13 @@ from pathlib import Path
 
 import torch
 
-HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]  # 'import kernels' = the package
-sys.path.insert(0, str(HERE.parent))
-
-from trilm.model import preset  # noqa: E402
-from trilm.model.config import SPECTRA_SIZES  # noqa: E402
-from trilm.model.flops import parameter_counts  # noqa: E402
-from trilm.model.spec import LINEARS  # noqa: E402
-from trilm.store import save_model  # noqa: E402
+import trilm.eval.tasks
+from benchmarks.common import write_result
+from trilm.model import preset
+from trilm.model.config import SPECTRA_SIZES
+from trilm.model.flops import parameter_counts
+from trilm.model.spec import LINEARS
+from trilm.train.models import save_model
 
 
 def ladder_sizes(sizes: list[str]) -> list[dict]:
@@ -131,7 +128,7 @@ def parity() -> dict:
         root = Path(tmp)
         tok = train_tokenizer(_corpus_texts(60), root / "tok/tokenizer.model", vocab_size=512)
         ids = torch.randint(0, 512, (2, 48), generator=torch.Generator().manual_seed(0))
-        task_file = HERE.parent / "trilm/eval/tasks/trilm_lastword.jsonl"
+        task_file = Path(trilm.eval.tasks.__file__).parent / "trilm_lastword.jsonl"
         prompts = [json.loads(line) for line in task_file.read_text().splitlines()][:20]
         for family in ("floatlm", "trilm"):
             cfg = preset(f"{family}-nano", vocab_size=512, hidden=256, ffn=512, layers=2, context=64,
@@ -170,13 +167,13 @@ def main() -> int:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     start = time.perf_counter()
-    result = {"machine": platform.machine(), "torch": torch.__version__}
+    result: dict = {}
     result["sizes"] = ladder_sizes([s for s in args.sizes.split(",") if s])
     if not args.skip_parity:
         result["parity"] = parity()
     result["seconds"] = time.perf_counter() - start
     if args.json:
-        args.json.write_text(json.dumps(result, indent=1) + "\n")
+        write_result(args.json, result, module=__spec__.name)
         print(f"wrote {args.json}")
     return 0
 

@@ -29,7 +29,7 @@ fi
   $PY -c "import torch, triton, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
 } 2>&1 | tee "$OUT/gpu_info.txt"
 echo "== 1/4 kernel benchmark"
-timeout "${KERNEL_LIMIT:-240}" $PY benchmarks/kernels.py --formats ternary binary int2 int3 int4 \
+timeout "${KERNEL_LIMIT:-240}" $PY -m benchmarks.kernels --formats ternary binary int2 int3 int4 \
     --shapes 8192x8192 --batches 1 16 --out "$OUT" > "$OUT/kernels_bench.log" 2>&1
 echo "exit $?"; tail -n 30 "$OUT/kernels_bench.log"
 echo "== 2/4 GPU tests"
@@ -37,9 +37,9 @@ timeout "${TEST_LIMIT:-130}" $PY -m pytest -m gpu tests -q -p no:cacheprovider \
     > "$OUT/gpu_tests.log" 2>&1
 echo "exit $?"; tail -n 15 "$OUT/gpu_tests.log"
 echo "== 3/4 training benchmark"
-timeout "${TRAIN_LIMIT:-150}" $PY benchmarks/train.py --engine --contenders "${TRAIN_CONTENDERS:-matrix}" \
+timeout "${TRAIN_LIMIT:-150}" $PY -m benchmarks.train --engine --contenders "${TRAIN_CONTENDERS:-matrix}" \
     --timeout 120 --out "$OUT" > "$OUT/train_bench.log" 2>&1
 echo "exit $?"; grep -v "^\[20" "$OUT/train_bench.log" | tail -n 30
 echo "== 4/4 serving benchmark"
-timeout "${SERVE_LIMIT:-150}" $PY benchmarks/serve.py --device cuda --size 3.9b --out "$OUT" > "$OUT/serve_bench.log" 2>&1
+timeout "${SERVE_LIMIT:-150}" $PY -m benchmarks.serve --device cuda --size 3.9b --out "$OUT" > "$OUT/serve_bench.log" 2>&1
 echo "exit $?"; tail -n 30 "$OUT/serve_bench.log"

@@ -1,11 +1,11 @@
 """Low-bit kernel benchmark on one GPU: per format, layer shape and batch — µs, GB/s, % of the copy bandwidth
 measured in the same run and speedup over fp16 ``F.linear``, plus a whole-model single-token forward.
 
-    python benchmarks/kernels.py                 # every format × 2 shapes × batch 1/16, + model (~4 min)
-    python benchmarks/kernels.py --formats ternary int4 --shapes 8192x8192 --batches 1 --no-model
-    python benchmarks/kernels.py --crossover     # GEMM vs dequantize + cuBLAS over M; stores the crossover
-    python benchmarks/kernels.py --instructions  # CPU: SASS instructions per weight, before vs after
-    python benchmarks/kernels.py --bits-table 4096x4096  # CPU: storage bits/weight per format
+    python -m benchmarks.kernels                 # every format × 2 shapes × batch 1/16, + model (~4 min)
+    python -m benchmarks.kernels --formats ternary int4 --shapes 8192x8192 --batches 1 --no-model
+    python -m benchmarks.kernels --crossover     # GEMM vs dequantize + cuBLAS over M; stores the crossover
+    python -m benchmarks.kernels --instructions  # CPU: SASS instructions per weight, before vs after
+    python -m benchmarks.kernels --bits-table 4096x4096  # CPU: storage bits/weight per format
 
 Two timings per case, both streaming weights from HBM: **flushed** — ``triton.testing.do_bench`` (256 MB
 L2 flush before every run, normal launch: host overhead included) — and **graph** — one CUDA graph that
@@ -21,20 +21,14 @@ weights; ``trilm.infer.InferenceModel``), one token, eager and CUDA graph. gemli
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import math
-import platform
 import re
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-# This file is named like the `kernels` package it benchmarks: drop its own folder from the import path
-# (Python puts it first) so `import kernels` finds the package at the repository root.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-sys.path.insert(0, str(ROOT))
+from benchmarks.common import CHECKOUT, today, write_result
 
 SHAPES = ["8192x8192", "4096x11008"]
 BATCHES = [1, 16]
@@ -100,7 +94,7 @@ def parse_args(argv):
     p.add_argument("--warmup-ms", type=int, default=10)
     p.add_argument("--rep-ms", type=int, default=40)
     p.add_argument("--l2-multiple", type=float, default=4.0, help="graph mode: layer copies ≥ this × L2")
-    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    p.add_argument("--out", type=Path, default=CHECKOUT / "benchmarks" / "results")
     p.add_argument(
         "--cpu-smoke",
         action="store_true",
@@ -116,6 +110,7 @@ def parse_args(argv):
         help="only print the storage bits/weight of every format at this shape (CPU, no GPU needed)",
     )
     args = p.parse_args(argv)
+    args.argv = argv
     if args.cpu_smoke:
         args.shapes, args.batches, args.gemlite, args.model = ["256x192"], [1, 16], False, False
     for s in args.shapes:
@@ -157,7 +152,8 @@ def instructions(args) -> int:
     import triton
 
     path = args.out / f"instructions-sm90-triton{triton.__version__}.json"
-    path.write_text(json.dumps({"triton": triton.__version__, "shape": "8192x8192", "rows": rows}, indent=1))
+    result = {"triton": triton.__version__, "shape": "8192x8192", "rows": rows}
+    write_result(path, result, module=__spec__.name, argv=args.argv)
     print(f"\nwrote {path}")
     return 0
 
@@ -246,26 +242,20 @@ def main(argv=None) -> int:
     name = "cpu-smoke" if args.cpu_smoke else torch.cuda.get_device_name(dev)
     act_dtype = torch.float32 if args.cpu_smoke else torch.float16
     timer = Timer(args, dev)
-    date = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
     slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
-    args.out.mkdir(parents=True, exist_ok=True)
-    out_path = args.out / f"kernels-{slug}-{date}.json"
+    out_path = args.out / f"kernels-{slug}-{today()}.json"
     copy = timer.copy_gbps()
     report = {
-        "device": name,
-        "date": date,
+        "kernel_device": name,
         "copy_gbps": round(copy, 1) if copy else None,
         "l2_bytes": timer.l2,
-        "torch": torch.__version__,
         "triton": triton.__version__,
-        "cuda": torch.version.cuda,
-        "python": platform.python_version(),
-        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "argv"},
         "results": [],
     }
 
     def save():
-        out_path.write_text(json.dumps(report, indent=1))
+        write_result(out_path, report, module=__spec__.name, argv=args.argv)
 
     if args.crossover:
         report["crossover"] = _crossover(args, dev, timer)
@@ -476,8 +466,12 @@ def _gemlite_rows(shape, k, n, xs, timer, copy, fp16):
 
 
 def _print_table(report):
-    r0 = report
-    print(f"\n{r0['device']}  copy {r0['copy_gbps']} GB/s  torch {r0['torch']}  triton {r0['triton']}")
+    import torch
+
+    r0, torch_version = report, torch.__version__
+    print(
+        f"\n{r0['kernel_device']}  copy {r0['copy_gbps']} GB/s  torch {torch_version}  triton {r0['triton']}"
+    )
     cols = ("format", "shape", "M", "bits", "µs", "µs graph", "GB/s graph", "%copy", "x fp16", "x graph")
     widths = (14, 11, 3, 6, 8, 9, 10, 6, 7, 8)
     print(" ".join(f"{c:>{w}s}" if i else f"{c:{w}s}" for i, (c, w) in enumerate(zip(cols, widths))))

@@ -2,8 +2,8 @@
 the losses and final weights against the 1-node 4-process run, and the failure timeline (kill → survivor
 exit → resume step).
 
-    python benchmarks/multinode.py --out benchmarks/results                    # every launcher available
-    python benchmarks/multinode.py --drills torchrun,hang --out /tmp/drills    # a subset
+    python -m benchmarks.multinode --out benchmarks/results                    # every launcher available
+    python -m benchmarks.multinode --drills torchrun,hang --out /tmp/drills    # a subset
 
 Drills (the run is the multi-node tests' own, ``tests/train/conftest.py``: the tiny TriLM at TP 2 × DP 2
 under ZeRO-1, 16 steps, on two loopback nodes × two processes, gloo):
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import json
 import os
 import shutil
@@ -40,12 +39,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.cluster import slurm as loopback_slurm  # noqa: E402
-from benchmarks.cluster import sshd  # noqa: E402
-from benchmarks.cluster.drills import (  # noqa: E402
+from benchmarks.cluster import slurm as loopback_slurm
+from benchmarks.cluster import sshd
+from benchmarks.cluster.drills import (
     cancel_suite_run,
     compare_runs,
     kill_node_when,
@@ -54,12 +50,13 @@ from benchmarks.cluster.drills import (  # noqa: E402
     run_to_end,
     unfinished_checkpoints,
 )
-from benchmarks.cluster.launchers import DeepSpeedNoSsh, DeepSpeedSsh, Torchrun, node_env, venv_tool  # noqa: E402
-from benchmarks.cluster.processes import ProcessSet  # noqa: E402
-from tests.train.conftest import LAUNCH_TIMEOUT, multinode_config, slurm_suite  # noqa: E402 - the tests' runs
-from trilm.data.pipeline import prepare_embedded  # noqa: E402
-from trilm.store.integrity import complete_steps  # noqa: E402
-from trilm.train.checkpoint import RunDir  # noqa: E402
+from benchmarks.cluster.launchers import DeepSpeedNoSsh, DeepSpeedSsh, Torchrun, node_env, venv_tool
+from benchmarks.cluster.processes import ProcessSet
+from benchmarks.cluster.runs import LAUNCH_TIMEOUT, multinode_config, slurm_suite
+from benchmarks.common import CHECKOUT, command, today, write_result
+from trilm.data.pipeline import prepare_embedded
+from trilm.store.integrity import complete_steps
+from trilm.train.checkpoint import RunDir
 
 DRILLS = ("torchrun", "deepspeed", "pdsh", "slurm", "hang", "suite")
 SUITE_CANCEL_STEP = 10
@@ -169,7 +166,7 @@ def hang_drill(processes, data, work: Path, reference: Path, timeout: float = 30
 def _slurm_job(cluster, config: Path, out: Path) -> str:
     return cluster.sbatch(
         ["--nodes=2", "--gpus-per-node=0", f"--output={out}", "configs/launch/pretrain.sbatch", str(config)],
-        cwd=ROOT,
+        cwd=CHECKOUT,
         env=node_env({"PROCS_PER_NODE": "2", "DEEPSPEED": venv_tool("deepspeed")}),
     )
 
@@ -345,15 +342,10 @@ def main() -> None:
         parser.error(f"unknown drills {unknown}")
     work = args.work or Path(tempfile.mkdtemp(prefix="trilm-multinode-"))
     args.out.mkdir(parents=True, exist_ok=True)
-    date = datetime.date.today().isoformat()
-    out = args.out / f"multinode-loopback-{date}.json"
-    script = "python benchmarks/multinode.py " + " ".join(sys.argv[1:])
+    out = args.out / f"multinode-loopback-{today()}.json"
+    script = command(__spec__.name)
     report = {
-        "date": date,
-        "script": script,
-        "cpus": os.cpu_count(),
-        "load_average_at_start": os.getloadavg(),
-        "run": "multinode_config (tests/train/conftest.py): trilm-nano, TP 2 × DP 2, ZeRO-1, 16 steps",
+        "run": "multinode_config (benchmarks/cluster/runs.py): trilm-nano, TP 2 × DP 2, ZeRO-1, 16 steps",
         "drills": {},
     }
     if args.update and out.exists():
@@ -367,14 +359,14 @@ def main() -> None:
             (str(work), "$WORK"),
             (str(venv.resolve()), ".venv"),
             (str(venv), ".venv"),
-            (str(ROOT.resolve()), "."),
-            (str(ROOT), "."),
+            (str(CHECKOUT.resolve()), "."),
+            (str(CHECKOUT), "."),
         },
         key=lambda pair: -len(pair[0]),
     )
 
     def save() -> None:
-        out.write_text(json.dumps(portable(report, replacements), indent=1) + "\n")
+        write_result(out, portable(report, replacements), module=__spec__.name)
 
     data = prepare_embedded(work / "data", vocab_size=512, workers=1, progress=False)
     with ProcessSet(work / "logs") as processes:

@@ -1,27 +1,27 @@
 """Parity errors of the tensor-parallel and Hugging Face paths, measured (fp32, CPU, gloo).
 
-    python benchmarks/parity.py
+    python -m benchmarks.parity [--json benchmarks/results/parity.json]
 
 Prints max |Δlogits| for: TP=2 vs TP=1 from the same full weights per family; a TriLM/BiLM trained at TP=2
 loaded at TP=1; export to transformers' LlamaForCausalLM and import back. The tests assert ≤ 1e-5; this script
 prints the actual values quoted in the docs.
 """
 
+import argparse
 import sys
 import tempfile
 from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from transformers import LlamaForCausalLM
 
 from benchmarks.cluster import run_distributed
+from benchmarks.common import write_result
 from trilm.model import build_model, preset
 from trilm.parallel import ParallelConfig, init_parallel, shutdown_parallel
-from trilm.store import load_model, save_model
 from trilm.store.hf import write_hf_files
 from trilm.store.open import open_model
+from trilm.train.models import load_model, save_model
 
 
 def import_hf(path, family=None):
@@ -44,7 +44,16 @@ def tp2(cfg, state, ids, snap):
     return out
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path, default=None, help="also write the errors here")
+    args = parser.parse_args(argv)
+    errors: dict[str, float] = {}
+
+    def report(label: str, value: torch.Tensor) -> None:
+        errors[label] = float(value)
+        print(f"{label} max|dlogit| = {float(value):.2e}")
+
     ids = torch.randint(0, 256, (2, 32), generator=torch.Generator().manual_seed(0))
     for fam in ("floatlm", "trilm", "bilm"):
         cfg = preset(f"{fam}-tiny", vocab_size=256, quant={"partitions": 1})
@@ -52,7 +61,7 @@ if __name__ == "__main__":
         with torch.no_grad():
             want = ref(ids)
         got = run_distributed(tp2, 2, cfg, ref.full_state_dict(), ids, None)[0]
-        print(f"{fam}: TP=2 vs TP=1 (same full weights, P=1) max|dlogit| = {(got - want).abs().max():.2e}")
+        report(f"{fam}: TP=2 vs TP=1 (same full weights, P=1)", (got - want).abs().max())
         shutdown_parallel()
     for fam in ("trilm", "bilm"):
         with tempfile.TemporaryDirectory() as d:
@@ -61,9 +70,7 @@ if __name__ == "__main__":
             m = load_model(d, tp=1)
             with torch.no_grad():
                 want = m(ids)
-            print(
-                f"{fam}: trained-at-TP=2 snapshot loaded at TP=1 max|dlogit| = {(got - want).abs().max():.2e}"
-            )
+            report(f"{fam}: trained-at-TP=2 snapshot loaded at TP=1", (got - want).abs().max())
             shutdown_parallel()
     for fam in ("floatlm", "trilm", "bilm"):
         with tempfile.TemporaryDirectory() as d:
@@ -77,8 +84,14 @@ if __name__ == "__main__":
             m2.load_full_state_dict(st)
             with torch.no_grad():
                 c = m2(ids)
-            print(
-                f"{fam}: export->transformers max|dlogit| = {(a - b).abs().max():.2e}; "
-                f"import back = {(a - c).abs().max():.2e}"
-            )
+            report(f"{fam}: export->transformers", (a - b).abs().max())
+            report(f"{fam}: export->transformers->import back", (a - c).abs().max())
         shutdown_parallel()
+    if args.json:
+        write_result(args.json, {"max_abs_logit_error": errors}, module=__spec__.name, argv=argv)
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

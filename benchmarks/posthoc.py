@@ -1,7 +1,7 @@
 """Evidence for post-hoc quantization: FP, RTN, GPTQ and OmniQuant at W4g128, W3g128 and W2g128.
 
-    python benchmarks/posthoc.py --run-dir runs/posthoc --model quickstart
-    python benchmarks/posthoc.py --run-dir runs/posthoc                    # the posthoc-floatlm model
+    python -m benchmarks.posthoc --run-dir runs/posthoc --model quickstart
+    python -m benchmarks.posthoc --run-dir runs/posthoc                    # the posthoc-floatlm model
 
 1. The FloatLM (``benchmarks/posthoc_model.py``: trained if missing) is evaluated on its validation split.
 2. Every (method, setting) goes through the same path as ``trilm quantize``: the same calibration windows
@@ -24,10 +24,7 @@ shared machine are noisy; the ratios in step 3 are measured side by side in one 
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import math
-import os
 import shutil
 import statistics
 import sys
@@ -36,12 +33,10 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.posthoc_model import prepare_posthoc_model  # noqa: E402
-from trilm.store.hf import write_hf_files  # noqa: E402
-from trilm.store.snapshot import read_snapshot_config  # noqa: E402
+from benchmarks.common import CHECKOUT, today, write_result
+from benchmarks.posthoc_model import prepare_posthoc_model
+from trilm.store.hf import write_hf_files
+from trilm.store.snapshot import read_snapshot_config
 
 SETTINGS = {"W4g128": (4, 128), "W3g128": (3, 128), "W2g128": (2, 128)}
 METHODS = ("rtn", "gptq", "omniquant")
@@ -310,10 +305,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     parser.add_argument("--skip", default="", help="comma list of steps to skip: quantize,timing,hf")
     parser.add_argument("--also", default="", help="extra steps: fit (calibration fit of written QuantLMs)")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    parser.add_argument("--out", default=str(CHECKOUT / "benchmarks" / "results"))
     parser.add_argument("--tag", default="", help="suffix of the results file (parallel partial runs)")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
+    args.argv = argv
     if args.threads:
         torch.set_num_threads(args.threads)
     skip = {s for s in args.skip.split(",") if s}
@@ -323,8 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     out_root = Path(args.run_dir) / "quantlms" / args.model
     out_root.mkdir(parents=True, exist_ok=True)
     result: dict = {
-        "date": datetime.date.today().isoformat(),
-        "machine": f"{os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}, shared with other jobs",
+        "machine_note": "shared with other jobs",
         "model": {
             "snapshot": str(model.snapshot),
             "config": cfg.to_dict(),
@@ -381,8 +376,8 @@ def _save(result: dict, args, markdown) -> Path:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     tag = f"-{args.tag}" if args.tag else ""
-    path = out / f"posthoc-{args.model}{tag}-{result['date']}.json"
-    path.write_text(json.dumps({**result, "table": markdown or None}, indent=2))
+    path = out / f"posthoc-{args.model}{tag}-{today()}.json"
+    write_result(path, {**result, "table": markdown or None}, module=__spec__.name, argv=args.argv, indent=2)
     return path
 
 

@@ -1,7 +1,7 @@
 """Evidence for the binary post-hoc methods: plain binarization, PB-LLM (PTQ and QAT), BiLLM, STBLLM.
 
-    python benchmarks/posthoc_binary.py --run-dir runs/posthoc --model quickstart
-    python benchmarks/posthoc_binary.py --run-dir runs/posthoc          # the posthoc-floatlm model
+    python -m benchmarks.posthoc_binary --run-dir runs/posthoc --model quickstart
+    python -m benchmarks.posthoc_binary --run-dir runs/posthoc          # the posthoc-floatlm model
 
 The same FloatLM, data and evaluation as ``benchmarks/posthoc.py`` (``benchmarks/posthoc_model.py``): every
 row goes through ``trilm quantize``'s path (:func:`trilm.posthoc.quantlm.quantize_to_quantlm`: calibration
@@ -23,10 +23,8 @@ shared machine (noisy); compare them within one run only.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
-import os
 import shutil
 import sys
 import time
@@ -34,13 +32,11 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.posthoc import evaluate  # noqa: E402
-from benchmarks.posthoc_model import prepare_posthoc_model  # noqa: E402
-from trilm.store.hf import write_hf_files  # noqa: E402
-from trilm.store.snapshot import read_snapshot_config, write_snapshot  # noqa: E402
+from benchmarks.common import CHECKOUT, today, write_result
+from benchmarks.posthoc import evaluate
+from benchmarks.posthoc_model import prepare_posthoc_model
+from trilm.store.hf import write_hf_files
+from trilm.store.snapshot import read_snapshot_config, write_snapshot
 
 ROWS = {
     # name: (method, settings)
@@ -181,7 +177,7 @@ def hf_rows(model, args, out_root: Path) -> dict:
     return out
 
 
-FIXTURES = ROOT / "tests" / "reference" / "quantizers" / "ref_fixtures.npz"
+FIXTURES = CHECKOUT / "tests" / "reference" / "quantizers" / "ref_fixtures.npz"
 
 
 def fixture_comparison() -> dict:
@@ -283,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--qat-batch", type=int, default=8)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    parser.add_argument("--out", default=str(CHECKOUT / "benchmarks" / "results"))
     parser.add_argument("--hf", action="store_true", help="also quantize the exported HF Llama directory")
     parser.add_argument("--fixtures", action="store_true", help="reference vs corrected on the fixture layer")
     parser.add_argument("--no-progress", action="store_true")
@@ -299,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg, meta = read_snapshot_config(model.snapshot)
     out_root = Path(args.run_dir) / "quantlms-binary" / args.model
     out_root.mkdir(parents=True, exist_ok=True)
-    path = Path(args.out) / f"posthoc-binary-{args.model}-{datetime.date.today().isoformat()}.json"
+    path = Path(args.out) / f"posthoc-binary-{args.model}-{today()}.json"
     previous = json.loads(path.read_text()) if path.is_file() else {}
     eval_setting = {
         "split": str(model.validation),
@@ -307,8 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         "seq_len": model.seq_len,
     }
     result: dict = {
-        "date": datetime.date.today().isoformat(),
-        "machine": f"{os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}, shared with other jobs",
+        "machine_note": "shared with other jobs",
         "model": {"snapshot": str(model.snapshot), "config": cfg.to_dict(), "params": meta.params},
         "calibration": {"split": str(model.train), "samples": args.samples, "seq_len": model.seq_len},
         "eval": eval_setting,
@@ -348,11 +343,11 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         result["directions"] = directions(result["rows"])
-        _save(path, result)
+        _save(path, result, argv)
     if args.hf:
         result["hf"] = hf_rows(model, args, out_root)
         print(f"Hugging Face Llama directory: {result['hf']}", flush=True)
-        _save(path, result)
+        _save(path, result, argv)
     print(table(result["fp"], result["rows"]))
     for label, c in result["directions"].items():
         print(
@@ -362,9 +357,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _save(path: Path, result: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({**result, "table": table(result["fp"], result["rows"])}, indent=2))
+def _save(path: Path, result: dict, argv: list[str] | None) -> None:
+    payload = {**result, "table": table(result["fp"], result["rows"])}
+    write_result(path, payload, module=__spec__.name, argv=argv, indent=2)
 
 
 if __name__ == "__main__":

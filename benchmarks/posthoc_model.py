@@ -1,6 +1,6 @@
 """The FloatLM that the post-hoc benchmarks compress, prepared once and reused.
 
-``python benchmarks/posthoc_model.py --run-dir runs/posthoc`` tokenizes the embedded
+``python -m benchmarks.posthoc_model --run-dir runs/posthoc`` tokenizes the embedded
 corpus into ``RUN_DIR/data`` and trains ``configs/train/posthoc-floatlm.yaml`` into ``RUN_DIR/floatlm``.
 Rerunning it reuses what is finished (prepared shards are kept, a finished run has nothing left to do, an
 interrupted one resumes). Other benchmarks import :func:`prepare_posthoc_model` and get the paths back::
@@ -17,10 +17,11 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.common import CHECKOUT
+
 CONFIGS = {
-    "posthoc": ROOT / "configs" / "train" / "posthoc-floatlm.yaml",
-    "quickstart": ROOT / "configs" / "train" / "quickstart-floatlm.yaml",
+    "posthoc": CHECKOUT / "configs" / "train" / "posthoc-floatlm.yaml",
+    "quickstart": CHECKOUT / "configs" / "train" / "quickstart-floatlm.yaml",
 }
 """Which FloatLM: the post-hoc evidence model, or the quickstart's FloatLM-tiny on the same data."""
 VOCAB_SIZE = 2048
@@ -130,5 +131,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
     sys.exit(main())

@@ -6,7 +6,7 @@ every block over them) only to throw them away. This script times both paths on 
 model's architecture (``configs/train/posthoc-floatlm.yaml``: hidden 256, 6 blocks, context 256) with random
 weights — RTN's cost does not depend on the weight values — and checks that they write the same layers::
 
-    python benchmarks/posthoc_rtn.py --calib runs/quickstart/data/train [--samples 128] [--repeats 3]
+    python -m benchmarks.posthoc_rtn --calib runs/quickstart/data/train [--samples 128] [--repeats 3]
 
 ``--calib`` is any source ``trilm quantize`` reads (a prepared split of a 2,048-token vocabulary here). The
 "with calibration" path is what the pipeline did before: :func:`~trilm.posthoc.calibration.load_calibration`
@@ -21,12 +21,11 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import torch
 
-import torch  # noqa: E402
+from benchmarks.common import CHECKOUT, write_result
 
-CONFIG = ROOT / "configs" / "train" / "posthoc-floatlm.yaml"
+CONFIG = CHECKOUT / "configs" / "train" / "posthoc-floatlm.yaml"
 
 
 def model_config():
@@ -58,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--group-size", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3, help="runs of each path (the median is reported)")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--json", type=Path, default=None, help="also write the timings here")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
@@ -98,6 +98,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"  data-free:                           {after:.2f} s")
     print(f"  {before / after:.1f}x faster; identical packed layers")
+    if args.json:
+        result = {
+            "model": cfg.name,
+            "parameters": params,
+            "bits": args.bits,
+            "group_size": args.group_size,
+            "windows": [args.samples, seq],
+            "with_calibration_s": with_calib,
+            "reading_windows_s": load,
+            "data_free_s": data_free,
+            "median_speedup": before / after,
+            "identical_layers": True,
+        }
+        write_result(args.json, result, module=__spec__.name, argv=argv)
+        print(f"wrote {args.json}")
     return 0
 
 

@@ -2,9 +2,9 @@
 
 Launch::
 
-    python benchmarks/pruning.py --snapshot runs/posthoc/floatlm/snapshots/step-192 \\
+    python -m benchmarks.pruning --snapshot runs/posthoc/floatlm/snapshots/step-192 \\
         --data-dir runs/posthoc/data --work-dir runs/pruning-bench
-    python benchmarks/pruning.py --quick ...          # tiny budgets: a smoke run of every path
+    python -m benchmarks.pruning --quick ...          # tiny budgets: a smoke run of every path
 
 For every granularity (KV-head groups, MLP channels, blocks) and keep ratio (0.9, 0.8, 0.7) it prunes the
 model with each method through :func:`trilm.prune.prune` — PG (initialised from Wanda-SP for heads and
@@ -22,20 +22,15 @@ the memory ratios are not (they count allocator bytes, not wall time).
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import math
-import os
-import platform
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import torch
 import torch.nn.functional as F
 
+from benchmarks.common import RESULTS, today, write_result
 from trilm.data.sampler import ValidationSet
 from trilm.data.shards import TokenShards
 from trilm.infer import load_inference_model
@@ -213,14 +208,8 @@ def main(argv: list[str] | None = None) -> int:
                 )
     result = {
         "benchmark": "pruning",
-        "date": datetime.date.today().isoformat(),
-        "machine": {
-            "platform": platform.platform(),
-            "threads": args.threads,
-            "cpu_count": os.cpu_count(),
-            "load_average": os.getloadavg(),
-            "note": "shared machine: wall times are noisy; memory is allocator bytes",
-        },
+        "threads": args.threads,
+        "machine_note": "shared machine: wall times are noisy; memory is allocator bytes",
         "snapshot": str(snapshot),
         "model": cfg.name,
         "dense": {
@@ -236,11 +225,10 @@ def main(argv: list[str] | None = None) -> int:
         "direction": direction,
         "seconds": time.perf_counter() - started,
     }
-    path = args.json or Path(__file__).parent / "results" / f"pruning-cpu-{result['date']}.json"
+    path = args.json or RESULTS / f"pruning-cpu-{today()}.json"
     if args.quick and args.json is None:
         path = work / "pruning-quick.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2))
+    write_result(path, result, module=__spec__.name, argv=argv, indent=2)
     mib = 2**20
     print(
         f"memory on one search batch ({pg.batch_size}×{pg.seq_len}): "

@@ -2,9 +2,9 @@
 
 Launch::
 
-    python benchmarks/scaling.py                    # full 4,500-start grid for every method (a few minutes)
-    python benchmarks/scaling.py --starts 450       # a random tenth of the grid, same for every method
-    python benchmarks/scaling.py --csv PATH --json out.json
+    python -m benchmarks.scaling                    # full 4,500-start grid for every method (a few minutes)
+    python -m benchmarks.scaling --starts 450       # a random tenth of the grid, same for every method
+    python -m benchmarks.scaling --csv PATH --json out.json
 
 Both methods minimize the same objective (Huber δ = 1e-3 on log-loss residuals, summed, log-sum-exp
 parametrization) from the same starts and keep the best:
@@ -22,6 +22,7 @@ every resample from a screened grid.
 
 from __future__ import annotations
 
+# ruff: noqa: E402 - the thread variables must be set before numpy and scipy load BLAS
 import os
 
 # One BLAS thread for everyone: scipy's L-BFGS-B calls BLAS on tiny matrices, where OpenBLAS's extra thread
@@ -29,25 +30,25 @@ import os
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import platform  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
+import argparse
+import sys
+import time
+from pathlib import Path
 
-import numpy as np  # noqa: E402
-from scipy.optimize import minimize  # noqa: E402
+import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from trilm.scaling.bootstrap import bootstrap_fit  # noqa: E402
-from trilm.scaling.chinchilla import EPOCH_ESTIMATES, default_csv_path, load_chinchilla  # noqa: E402
-from trilm.scaling.fit import FORMS, HUBER_DELTA, fit_law, validate_inputs  # noqa: E402
+from benchmarks.common import cpu_model, write_result
+from trilm.scaling.bootstrap import bootstrap_fit
+from trilm.scaling.chinchilla import EPOCH_ESTIMATES, default_csv_path, load_chinchilla
+from trilm.scaling.fit import FORMS, HUBER_DELTA, fit_law, validate_inputs
 
 
 def scipy_multistart(log_n, log_d, log_l, starts, analytic: bool):
     """Loop over starts with scipy's L-BFGS-B; theta order [a, α, b, β, e] as trilm's ND form."""
+    try:
+        from scipy.optimize import minimize
+    except ImportError as exc:  # the baseline only: trilm's own fit needs no scipy
+        raise SystemExit("benchmarks.scaling compares against scipy: pip install '.[bench]'") from exc
 
     def objective(theta):
         # The same objective as trilm's, as one vectorized numpy expression per call (cheaper per call than
@@ -119,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     log_x, log_y = validate_inputs(form, {"N": data.N, "D": data.D}, data.loss)
     print(
         f"Chinchilla (Epoch): {data.loss.size} points; {len(starts)} grid starts; {os.cpu_count()} CPUs;"
-        f" numpy {np.__version__}; {platform.processor() or platform.machine()}"
+        f" numpy {np.__version__}; {cpu_model()}"
     )
 
     # Wall and CPU seconds: on a shared machine the CPU time of this process is the steadier measure.
@@ -191,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
             "speedup": ratios,
             "bootstrap": {k: {"wall_s": v[0], "cpu_s": v[1]} for k, v in boots.items()},
         }
-        args.json.write_text(json.dumps(out, indent=1) + "\n")
+        write_result(args.json, out, module=__spec__.name, argv=argv)
     return 0
 
 

@@ -1,8 +1,8 @@
 """Serving speed, measured side by side in one run: time to first token, decode tokens/s, peak memory.
 
-    python benchmarks/serve.py --out benchmarks/results                  # CPU (tiny model, 1 thread)
-    python benchmarks/serve.py --size small --out benchmarks/results     # CPU, a larger shape
-    python benchmarks/serve.py --device cuda --size 3.9b --out benchmarks/results   # the H200 targets
+    python -m benchmarks.serve --out benchmarks/results                  # CPU (tiny model, 1 thread)
+    python -m benchmarks.serve --size small --out benchmarks/results     # CPU, a larger shape
+    python -m benchmarks.serve --device cuda --size 3.9b --out benchmarks/results   # the H200 targets
 
 Contenders share one model shape and random weights (speed does not depend on the values): **FloatLM**
 (float ``nn.Linear``), **TriLM** (packed ternary ``QuantLinear``) and **QuantLMs** (packed int4 / int2
@@ -28,10 +28,8 @@ tokens/s in the same engine. Both are computed and printed when run on CUDA; on 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -40,8 +38,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
+from benchmarks.common import CHECKOUT, today, write_result
 from trilm.dtypes import DTYPE_NAMES, parse_dtype
 from trilm.infer import InferenceModel, prepare_for_inference
 from trilm.model import preset
@@ -292,10 +289,11 @@ def memory_probe(args) -> None:
 def memory_probe_subprocess(args, kind: str) -> tuple[float | None, str]:
     import subprocess
 
-    cmd = [sys.executable, __file__, "--memory-probe", kind, "--size", args.size, "--vocab", str(args.vocab)]
+    cmd = [sys.executable, "-m", __spec__.name, "--memory-probe", kind, "--size", args.size]
+    cmd += ["--vocab", str(args.vocab)]
     cmd += ["--steps", str(args.steps), "--threads", str(args.threads), "--ttft", *map(str, args.ttft)]
     cmd += ["--depths", *map(str, args.depths), "--batches", *map(str, args.batches)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, cwd=CHECKOUT)
     method = "peak RSS rise over the built model, in a fresh process per contender"
     if out.returncode != 0:
         print(f"memory probe of {kind} failed: {out.stderr[-2000:]}", file=sys.stderr)
@@ -541,12 +539,6 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
     results = run(args)
     report = {
-        "script": "benchmarks/serve.py",
-        "date": datetime.date.today().isoformat(),
-        "device": torch.cuda.get_device_name()
-        if cuda
-        else f"CPU ({platform.processor() or platform.machine()})",
-        "torch": torch.__version__,
         "config": {k: v for k, v in vars(args).items() if k not in ("out", "label")},
         "machine_note": None
         if cuda
@@ -560,11 +552,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     print_table(results)
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
         label = args.label or f"{'cuda' if cuda else 'cpu'}-{args.size}"
-        path = out / f"serve-{label}-{report['date']}.json"
-        path.write_text(json.dumps(report, indent=2) + "\n")
+        path = Path(args.out) / f"serve-{label}-{today()}.json"
+        write_result(path, report, module=__spec__.name, argv=argv, indent=2)
         print(f"wrote {path}")
     return 0
 

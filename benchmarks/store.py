@@ -1,7 +1,7 @@
 """What integrity costs at load time: verified vs unverified loading of a large snapshot, side by side.
 
-    python benchmarks/store.py                       # floatlm-1.1b (4.4 GB fp32), under runs/store-bench
-    python benchmarks/store.py --preset trilm-3.9b   # needs ~2× the snapshot in free memory
+    python -m benchmarks.store                       # floatlm-1.1b (4.4 GB fp32), under runs/store-bench
+    python -m benchmarks.store --preset trilm-3.9b   # needs ~2× the snapshot in free memory
 
 Writes a snapshot of the preset with random weights through the store's one writer (``COMPLETE`` with the
 size and CRC-32 of every file), then loads its weights repeatedly, alternating:
@@ -25,9 +25,7 @@ figure, and the ratio is taken per repeat (verified and unverified run back to b
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -35,8 +33,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
+from benchmarks.common import write_result
 from trilm.model.config import preset
 from trilm.model.flops import parameter_counts
 from trilm.model.snapshot import SnapshotMeta
@@ -169,16 +166,9 @@ def main(argv: list[str] | None = None) -> int:
             "median": round(statistics.median(model_paired), 3),
             "per_repeat": [round(x, 3) for x in model_paired],
         },
-        "machine": {
-            "cpus": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(),
-            "python": platform.python_version(),
-            "load_average_1m_at_start_and_end": [round(load_start, 2), round(os.getloadavg()[0], 2)],
-        },
-        "command": "python benchmarks/store.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "load_average_1m_at_start_and_end": [round(load_start, 2), round(os.getloadavg()[0], 2)],
     }
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=1) + "\n")
+    write_result(args.json, result, module=__spec__.name, argv=argv)
     print(f"wrote {args.json}")
     return 0
 

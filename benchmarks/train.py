@@ -1,7 +1,7 @@
 """Training-speed and memory ratios measured side by side in one run.
 
-    python benchmarks/train.py                       # CPU: TriLM/FloatLM step time, trilm vs HF Llama
-    python benchmarks/train.py --engine --out benchmarks/results   # the trainer's engine, every lever
+    python -m benchmarks.train                       # CPU: TriLM/FloatLM step time, trilm vs HF Llama
+    python -m benchmarks.train --engine --out benchmarks/results   # the trainer's engine, every lever
 
 Plain loop (default; targets): TriLM step time / FloatLM step time ≤ 1.10 (fake-quant must be cheap); trilm
 FloatLM training tokens/s ÷ transformers' ``LlamaForCausalLM`` with the same shape, batch and threads ≥ 1.0.
@@ -20,7 +20,6 @@ by a time limit still leaves its results.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import shutil
@@ -33,8 +32,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
+from benchmarks.common import CHECKOUT, today, write_result
 from trilm.model import build_model, flops_per_token, preset
 from trilm.store.hf import write_hf_files
 
@@ -291,9 +289,12 @@ def engine_benchmark(args, out_path: Path | None) -> dict:
             env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
             if not cuda:
                 env["OMP_NUM_THREADS"] = str(args.threads)
-            cmd = [sys.executable, __file__, "--worker", json.dumps(spec), "--threads", str(args.threads)]
+            cmd = [sys.executable, "-m", __spec__.name, "--worker", json.dumps(spec)]
+            cmd += ["--threads", str(args.threads)]
             try:
-                proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
+                proc = subprocess.run(
+                    cmd, capture_output=True, text=True, env=env, timeout=args.timeout, cwd=CHECKOUT
+                )
                 line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
                 if proc.returncode or not line:
                     raise RuntimeError(f"exit {proc.returncode}: {proc.stderr[-1500:]}")
@@ -312,10 +313,10 @@ def engine_benchmark(args, out_path: Path | None) -> dict:
             res["results"] = {k: _median_run(v) for k, v in runs.items()}
             res["ratios"] = _ratios(res["results"])
             if out_path is not None:
-                out_path.write_text(json.dumps(res, indent=2))
+                write_result(out_path, res, module=__spec__.name, indent=2)
     shutil.rmtree(cache, ignore_errors=True)
     if out_path is not None:
-        out_path.write_text(json.dumps(res, indent=2))
+        write_result(out_path, res, module=__spec__.name, indent=2)
     return res
 
 
@@ -381,10 +382,8 @@ def main() -> int:
     if args.worker:
         print("RESULT " + json.dumps(run_contender(json.loads(args.worker))), flush=True)
         return 0
-    date = datetime.date.today().isoformat()
+    date = today()
     out = Path(args.out) if args.out else None
-    if out:
-        out.mkdir(parents=True, exist_ok=True)
     if args.engine:
         from trilm.train.metrics import device_name
 
@@ -404,9 +403,8 @@ def main() -> int:
     print(f"TriLM / FloatLM step time:       {res['trilm_over_floatlm_step_time']:.3f} (target ≤ 1.10)")
     print(f"trilm FloatLM / HF Llama tok/s:  {res['floatlm_over_hf_tokens_per_s']:.3f} (target ≥ 1.0)")
     if out:
-        res["date"] = date
         path = out / f"train-cpu-cpu-{date}.json"
-        path.write_text(json.dumps(res, indent=2))
+        write_result(path, res, module=__spec__.name, indent=2)
         print(f"wrote {path}")
     return 0
 

@@ -10,9 +10,6 @@ The same as ``trilm export hf`` / ``trilm import hf``: TriLM/BiLM weights are wr
 from __future__ import annotations
 
 import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from trilm.cli import main as trilm_main
 

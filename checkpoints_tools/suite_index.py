@@ -14,8 +14,6 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from trilm.atomic import write_json
 from trilm.eval.suite import suite_rows, write_suite_table
 from trilm.store.integrity import complete_steps

@@ -10,7 +10,7 @@ captured (the default is used and not stored).
 The cuBLAS crossover: from ``CUBLAS_MIN_M`` rows on, the weight is dequantized to the activation dtype by one
 kernel and the product handed to cuBLAS, which wins once the product is compute-bound and the dequantized
 copy (2·N·K bytes) is small next to it. 512 is a guess from the roofline (the GEMM decodes each weight tile
-once per BLOCK_M rows). Measure it with ``python benchmarks/kernels.py --crossover`` on the GPU, which times
+once per BLOCK_M rows). Measure it with ``python -m benchmarks.kernels --crossover`` on the GPU, which times
 both paths over M and stores the measured crossover per device and format in the same cache file.
 """
 

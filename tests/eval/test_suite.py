@@ -11,9 +11,9 @@ from trilm.cli import main
 from trilm.config import ConfigError
 from trilm.eval.suite import SuiteEvalConfig, evaluate_suite, write_rows, write_suite_table
 from trilm.scaling.table import read_table
-from trilm.store import load_model
 from trilm.store.integrity import complete_marker
 from trilm.store.snapshot import read_snapshot_config, write_snapshot
+from trilm.train.models import load_model
 
 
 @pytest.fixture

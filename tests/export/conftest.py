@@ -10,7 +10,7 @@ import pytest
 from trilm.data import embedded_corpus_dir
 from trilm.data.slimpajama import read_documents, split_files
 from trilm.data.tokenizer import Tokenizer, train_tokenizer
-from trilm.store import save_model
+from trilm.train.models import save_model
 
 
 def corpus_texts(split: str, limit: int) -> list[str]:

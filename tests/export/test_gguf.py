@@ -11,7 +11,7 @@ from gguf import GGMLQuantizationType, GGUFReader, quants
 from trilm.cli import main
 from trilm.config import ConfigError
 from trilm.export.gguf import export_snapshot_gguf
-from trilm.store import load_model
+from trilm.train.models import load_model
 
 WIDE = dict(hidden=256, ffn=768, heads=4, kv_heads=2, layers=2, context=64)
 

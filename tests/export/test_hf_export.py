@@ -11,7 +11,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from trilm.cli import main
 from trilm.config import ConfigError
 from trilm.export.hf import export_snapshot_hf
-from trilm.store import load_model
+from trilm.train.models import load_model
 
 
 def _ids():

@@ -12,9 +12,9 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from trilm.cli import main
 from trilm.config import ConfigError
 from trilm.export.hf import export_snapshot_hf, import_snapshot_hf
-from trilm.store import load_model
 from trilm.store.open import open_model
 from trilm.store.snapshot import read_snapshot_config
+from trilm.train.models import load_model
 
 
 def import_hf(path, family=None):

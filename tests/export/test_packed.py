@@ -11,9 +11,9 @@ from trilm.export.hf import export_snapshot_hf
 from trilm.export.packed import export_snapshot_packed
 from trilm.formats import BinaryWeight, IntWeight, TernaryWeight
 from trilm.infer import load_inference_model
-from trilm.store import load_model
 from trilm.store.open import open_model
 from trilm.store.snapshot import read_snapshot_config, write_snapshot
+from trilm.train.models import load_model
 
 
 def _ids():

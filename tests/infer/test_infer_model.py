@@ -9,9 +9,9 @@ from trilm.infer import from_state_dict, load_inference_model, load_with_meta
 from trilm.model import build_model, parameter_counts, preset
 from trilm.model.snapshot import SnapshotMeta
 from trilm.model.spec import canonical_shapes
-from trilm.store import load_model, save_model
 from trilm.store.hf import write_hf_files
 from trilm.store.snapshot import read_snapshot_config, write_snapshot
+from trilm.train.models import load_model, save_model
 
 TOL = 1e-5
 

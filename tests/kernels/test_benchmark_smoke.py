@@ -1,4 +1,4 @@
-"""benchmarks/kernels.py runs end to end (CPU smoke mode: interpreter kernels, tiny shape), writes JSON."""
+"""`python -m benchmarks.kernels` end to end (CPU smoke mode: interpreter kernels, tiny shape) writes JSON."""
 
 import json
 import os
@@ -10,10 +10,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_benchmark_script_cpu_smoke(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(REPO), "TRITON_INTERPRET": "1"}
-    cmd = [sys.executable, str(REPO / "benchmarks" / "kernels.py"), "--cpu-smoke", "--out", str(tmp_path)]
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    cmd = [sys.executable, "-m", "benchmarks.kernels", "--cpu-smoke", "--out", str(tmp_path)]
     cmd += ["--formats", "ternary", "int3", "pbllm"]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=REPO)
     assert out.returncode == 0, out.stderr[-3000:]
     (path,) = tmp_path.glob("kernels-cpu-smoke-*.json")
     report = json.loads(path.read_text())
@@ -24,3 +24,5 @@ def test_benchmark_script_cpu_smoke(tmp_path):
     }
     assert all(r["max_rel_err"] < 1e-5 and r["bits_per_weight"] < 16 for r in rows)
     assert "targets" in report and "wrote" in out.stdout
+    assert report["command"].startswith("python -m benchmarks.kernels --cpu-smoke")
+    assert report["device"]["cpus"] >= 1 and report["date"]

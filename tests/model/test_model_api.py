@@ -6,7 +6,7 @@ import torch
 from trilm.cli import main as trilm_main
 from trilm.config import ConfigError
 from trilm.model import build_model, parameter_counts, preset
-from trilm.store import load_model, save_model
+from trilm.train.models import load_model, save_model
 
 
 @pytest.mark.parametrize("family", ["floatlm", "trilm", "bilm"])

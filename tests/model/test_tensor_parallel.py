@@ -6,7 +6,7 @@ import torch
 from benchmarks.cluster import run_distributed
 from trilm.model import build_model, preset
 from trilm.parallel import ParallelConfig, init_parallel
-from trilm.store import load_model, save_model
+from trilm.train.models import load_model, save_model
 
 pytestmark = pytest.mark.distributed
 

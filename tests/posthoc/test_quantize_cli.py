@@ -216,3 +216,24 @@ def test_output_directory_with_another_model_is_left_alone(float_snapshot, embed
     junk.mkdir()
     (junk / "notes.txt").write_text("mine")
     refused(capsys, float_snapshot, embedded_data, junk, "--method", "rtn", "--bits", "4", match="not empty")
+
+
+def test_the_source_is_opened_once(float_snapshot, tmp_path, monkeypatch):
+    """``trilm quantize`` reads the source's context length before building the job, and the job reuses
+    that opened model: one open (one COMPLETE check, one config parse) of the source per command."""
+    import trilm.posthoc.quantlm as quantlm
+    import trilm.store.open as store_open
+
+    opened: list[Path] = []
+    real = store_open.open_model
+
+    def counting(path, *args, **kwargs):
+        opened.append(Path(path).resolve())
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(quantlm, "open_model", counting)
+    monkeypatch.setattr(store_open, "open_model", counting)
+    out = tmp_path / "rtn"
+    args = ["quantize", str(float_snapshot), "--out", str(out), "--method", "rtn", "--bits", "4"]
+    assert main([*args, "--group-size", "64", "--no-progress"]) == 0
+    assert opened.count(float_snapshot.resolve()) == 1, opened

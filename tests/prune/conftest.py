@@ -9,7 +9,7 @@ import torch
 
 from trilm.infer import from_state_dict
 from trilm.model import build_model, preset
-from trilm.store import save_model
+from trilm.train.models import save_model
 
 VOCAB = 300
 

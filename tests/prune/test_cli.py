@@ -11,9 +11,9 @@ from trilm.model import parameter_counts
 from trilm.model.snapshot import SnapshotMeta
 from trilm.prune.masks import UnitMasks
 from trilm.prune.units import unit_group
-from trilm.store import load_model, save_model
 from trilm.store.hf import write_hf_files
 from trilm.store.snapshot import read_snapshot_config, write_snapshot
+from trilm.train.models import load_model, save_model
 
 from .conftest import FAST_PG, cli, tiny_model
 

@@ -9,10 +9,10 @@ import torch
 from trilm.config import ConfigError
 from trilm.infer import load_inference_model
 from trilm.model.config import ModelConfig
-from trilm.store import load_model
 from trilm.store.hf import write_hf_files
 from trilm.store.snapshot import read_snapshot_config
 from trilm.train.config import TrainConfig
+from trilm.train.models import load_model
 
 from .conftest import FAST_PG, cli
 

@@ -7,8 +7,8 @@ from trilm.config import ConfigError
 from trilm.infer import load_inference_model
 from trilm.model import build_model
 from trilm.prune.slicing import check_sliceable
-from trilm.store import load_model, save_model
 from trilm.store.snapshot import read_snapshot_config
+from trilm.train.models import load_model, save_model
 
 from .conftest import FAST_PG, cli, tiny_cfg, token_ids
 

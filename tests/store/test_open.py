@@ -8,9 +8,10 @@ import torch
 from tests.robustness.fixtures import flip_exponent_bit
 from trilm.config import ConfigError
 from trilm.model.snapshot import SnapshotMeta
-from trilm.store import IntegrityError, StoreError, open_model, save_model
+from trilm.store import IntegrityError, StoreError, open_model
 from trilm.store import snapshot as store
 from trilm.store.integrity import verify_directory
+from trilm.train.models import save_model
 
 
 def test_kinds(tmp_path, make_snapshot, tokenizer):
@@ -33,7 +34,10 @@ def test_kinds(tmp_path, make_snapshot, tokenizer):
     meta = SnapshotMeta(family="floatlm", extra={"quant": {"method": "rtn"}}, tokenizer_hash=tokenizer.hash)
     q = store.write_snapshot(tmp_path / "q", m.config, meta, rest, packed, tokenizer=tokenizer.path)
     quantlm = open_model(q)
-    assert quantlm.kind == "quantlm" and quantlm.is_packed and quantlm.tokenizer.source == "model"
+    assert quantlm.kind == "quantlm" and quantlm.stored_packed and quantlm.tokenizer.source == "model"
+    with pytest.warns(DeprecationWarning, match="stored_packed"):
+        assert quantlm.is_packed  # the old name, kept as an alias
+    assert not m.stored_packed  # a run snapshot holds latent weights
     assert set(quantlm.weights.packed_layers()) == set(packed)
     pruned = store.write_snapshot(tmp_path / "p", m.config, SnapshotMeta(extra={"pruning": {}}), state)
     assert open_model(pruned).kind == "pruned" and open_model(pruned).tokenizer.tokenizer is None
@@ -112,7 +116,7 @@ def test_truncated_flipped_and_non_finite_weights_are_named(tmp_path, make_snaps
 
 
 def test_fingerprint_and_save_model_refuses_to_overwrite(tmp_path, make_snapshot):
-    from trilm.store import load_model
+    from trilm.train.models import load_model
 
     snap = make_snapshot("floatlm")
     a = open_model(snap).fingerprint()

@@ -34,7 +34,7 @@ def test_run_tokenizer_own_copy_override_and_none(tmp_path, make_snapshot, token
 
 def test_a_tokenizer_larger_than_the_model_is_refused(tmp_path, tokenizer):
     from trilm.model import build_model, preset
-    from trilm.store import save_model
+    from trilm.train.models import save_model
 
     small = save_model(build_model(preset("floatlm-nano", vocab_size=300), tp=1), tmp_path / "small")
     with pytest.raises(StoreError, match=r"has 512 tokens, more than the model's vocabulary \(300"):

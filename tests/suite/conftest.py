@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 
+from benchmarks.cluster.runs import write_suite
 from trilm.data.pipeline import prepare_embedded
 
 REPO = Path(__file__).resolve().parents[2]
@@ -16,47 +16,6 @@ REPO = Path(__file__).resolve().parents[2]
 def prepared(tmp_path_factory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("suite-data")
     return prepare_embedded(out, vocab_size=512, workers=1, progress=False)
-
-
-def write_suite(
-    directory: Path,
-    prepared: dict[str, Path],
-    *,
-    name: str = "toy",
-    families: tuple[str, ...] = ("trilm", "floatlm"),
-    steps: int = 8,
-    **extra,
-) -> Path:
-    """A suite of 1-2 layer models on 64-token sequences: a few seconds per run on one CPU core."""
-    data = {
-        "name": name,
-        "root": str(directory / "runs"),
-        "families": [
-            {"name": f, "config": str(REPO / f"configs/train/quickstart-{f}.yaml")} for f in families
-        ],
-        "sizes": [
-            {"name": "pico", "preset": "nano", "model": {"hidden": 32, "ffn": 96, "heads": 2, "layers": 1}},
-            {"name": "nano"},
-        ],
-        "tokens": [1024 * steps],
-        "seq_len": 64,
-        "checkpoint": {"snapshot_every": 4, "log_spaced_until": 2, "state_every": 4, "keep_last": 2},
-        "overrides": {
-            "model": {"vocab_size": 512},
-            "batch_tokens": 1024,
-            "micro_batch": 16,
-            "data": {"valid_sequences": 16},
-            "schedule": {"warmup": 1},
-            "log": {"every": 2, "tensorboard": False, "progress": False},
-        },
-        "data": {k: str(prepared[v]) for k, v in (("train_dir", "train"), ("valid_dir", "validation"))}
-        | {"tokenizer": str(prepared["tokenizer"])},
-        "hardware": {"device": "cpu", "peak_tflops": 0.2, "mfu": 0.25, "devices_per_node": 1},
-    }
-    data.update(extra)
-    path = directory / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
 
 
 @pytest.fixture(scope="session")

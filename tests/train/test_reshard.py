@@ -87,3 +87,23 @@ def test_zero1_resumes_2_to_1_to_2(prepared, tmp_path):
     b = load_file(str(chain / "snapshots/step-24/model.safetensors"))
     for key in a:  # Adam moments and fp32 master weights came through both conversions
         torch.testing.assert_close(b[key], a[key], rtol=0, atol=2e-4, msg=key)
+
+
+def test_universal_layout_facts_come_from_the_block_spec():
+    """The row-parallel and replicated patterns handed to DeepSpeed's converter pick out exactly the
+    training decoder's row-parallel linears (split along inputs) and its norm gains (whole on every rank):
+    read from trilm.model.spec, so a renamed or added linear cannot be merged along the wrong axis."""
+    import re
+
+    from trilm.model import build_model
+    from trilm.model.spec import LINEARS
+    from trilm.train.reshard import UNIVERSAL_INFO
+
+    names = [n for n, _ in build_model("trilm-nano", tp=1).named_parameters()]
+    (row,) = UNIVERSAL_INFO["parameter_with_row_parallelism_patterns"]
+    (replicated,) = UNIVERSAL_INFO["tp_replicated_parameter_patterns"]
+    rows = {lin.leaf for lin in LINEARS if lin.parallel == "row"}
+    assert rows == {"wo", "w_down"}
+    assert {n for n in names if re.match(row, n)} == {n for n in names if n.split(".")[-2] in rows}
+    assert {n for n in names if re.match(replicated, n)} == {n for n in names if n.endswith("norm.weight")}
+    assert any(re.match(replicated, n) for n in names if n == "norm.weight")

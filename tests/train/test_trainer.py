@@ -9,9 +9,9 @@ from safetensors.torch import load_file
 
 from trilm.cli import main as trilm_main
 from trilm.config import ConfigError
-from trilm.store import load_model
 from trilm.store.integrity import complete_steps, latest_complete
 from trilm.store.layout import COMPLETE
+from trilm.train.models import load_model
 from trilm.train.trainer import Trainer, TrainingAborted
 
 from .conftest import tiny_config

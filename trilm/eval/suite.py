@@ -74,7 +74,7 @@ def _row(ck: Checkpoint, eval_name: str, loss: float, extra: dict[str, Any]) -> 
     params = int(meta.params or counts.total)
     linear = int(meta.linear_params or counts.linear)
     value_bits, stored_bits = snapshot_linear_bits({**meta.to_dict(), "family": ck.family})
-    if stored_bits is None and ck.model.is_packed:
+    if stored_bits is None and ck.model.stored_packed:
         layers = ck.model.weights.packed_layers()
         stored_bits = stored_linear_bits(layers) if layers else None
     if value_bits is None:

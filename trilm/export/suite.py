@@ -136,7 +136,7 @@ def export_checkpoint(ck, target: Path, cfg: SuiteExportConfig) -> dict[str, Any
         export_snapshot_hf(src.path, tmp / "hf", dtype=cfg.hf_dtype, src=src)
         paths["hf"] = "hf"
         if cfg.packed:
-            if src.config.family == "floatlm" and not src.is_packed:
+            if src.config.family == "floatlm" and not src.stored_packed:
                 notes["packed"] = "a FloatLM has no ternary/binary codes to pack"
             else:
                 export_snapshot_packed(src.path, tmp / "packed", src=src)

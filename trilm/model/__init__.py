@@ -6,8 +6,9 @@ Public API::
     model = build_model("trilm-tiny")          # single process, TP=1 unless parallel state says otherwise
     logits = model(input_ids)                  # [batch, seq, padded_vocab]
 
-Snapshots on disk are the store's (``from trilm.store import save_model, load_model, open_model``): this
-package describes models and never opens a directory.
+Snapshots on disk are the store's (``trilm.store.open_model``; a training model to and from a directory:
+``trilm.train.models.load_model``/``save_model``): this package describes models and never opens a
+directory.
 
 The training decoder imports megatron-core; configs, counts and snapshot metadata do not. The names that
 need megatron are imported on first use, so inference, post-hoc and evaluation code (``trilm.infer``) can

@@ -112,9 +112,12 @@ BY_NAME: dict[str, BlockLinear] = {lin.name: lin for lin in LINEARS}
 SITES: tuple[str, ...] = tuple(dict.fromkeys(lin.site for lin in LINEARS))
 """Input sites in forward order: ``attn_in``, ``attn_out``, ``mlp_in``, ``mlp_act``."""
 
+FINAL_NORM = "norm"
+"""The norm before the head (canonical ``norm.weight``)."""
+
 TOP_TENSORS: dict[str, tuple[str, str]] = {
     "embed.weight": ("model.embed_tokens.weight", "token_embd.weight"),
-    "norm.weight": ("model.norm.weight", "output_norm.weight"),
+    f"{FINAL_NORM}.weight": ("model.norm.weight", "output_norm.weight"),
     "head.weight": ("lm_head.weight", "output.weight"),
 }
 """The tensors outside the blocks: canonical name → (Hugging Face name, GGUF name)."""

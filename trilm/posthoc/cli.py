@@ -124,7 +124,8 @@ def job_from_args(args) -> Any:
         values = mode_config(args.mode).to_dict()
     values.update(given)
     config = method.config(**values)
-    cfg = open_source(args.model, args.tokenizer).config
+    opened = open_source(args.model, args.tokenizer)  # once: the job below reuses it
+    cfg = opened.config
     seq_len = args.seq_len or min(2048, cfg.context)
     calib = None  # a data-free method reads none (quantize_to_quantlm names --calib when one is missing)
     if args.calib is not None and not method.data_free:
@@ -150,6 +151,7 @@ def job_from_args(args) -> Any:
         eval_split=args.eval,
         eval_sequences=args.eval_sequences,
         eval_seq_len=seq_len,
+        opened=opened,
     )
 
 

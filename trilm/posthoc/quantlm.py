@@ -57,6 +57,9 @@ class QuantizeJob:
     eval_sequences: int = 0
     eval_seq_len: int | None = None
     """Tokens per validation sequence (None: the calibration length, else min(2048, context))."""
+    opened: ModelDir | None = None
+    """The source as the caller already opened it (``trilm quantize`` reads its context length first): the
+    job uses it instead of opening the directory again."""
 
 
 @dataclasses.dataclass
@@ -75,7 +78,7 @@ def open_source(path: Path, tokenizer: Path | None = None) -> ModelDir:
 def check_source(src: ModelDir, method: str) -> None:
     """Float methods quantize float weights: refuse TriLM/BiLM checkpoints and models already packed."""
     cfg = src.config
-    if src.is_packed:
+    if src.stored_packed:
         raise ConfigError(
             f"{src.given}: already a packed model ({src.kind}: QuantLM or packed export); quantize its float "
             "source"
@@ -146,7 +149,7 @@ def quantize_to_quantlm(job: QuantizeJob) -> QuantizeSummary:
         job = dataclasses.replace(job, calib=None, eval_seq_len=job.eval_seq_len or job.calib.seq_len)
     if method.unwritable is not None and (why := method.unwritable(job.config)):
         raise ConfigError(f"--method {job.method}: {why}")
-    src = open_source(job.source, job.tokenizer)
+    src = job.opened if job.opened is not None else open_source(job.source, job.tokenizer)
     cfg, src_meta = src.config, src.meta
     check_source(src, job.method)
     check_shapes(cfg, job.config)

@@ -7,7 +7,8 @@
                       calib="data/train", out="pruned/"))
 
 The result is an ordinary snapshot with per-layer shapes (``layer_kv_heads`` / ``layer_ffn``) and
-``meta.extra["pruning"]``; it loads with ``trilm.infer.load_inference_model`` and ``trilm.model.load_model``.
+``meta.extra["pruning"]``; it loads with ``trilm.infer.load_inference_model`` and
+``trilm.train.models.load_model``.
 See docs/pruning.md.
 """
 

@@ -33,7 +33,7 @@ class Source:
 def open_prunable(path: str | Path) -> ModelDir:
     """The opened model, refused when it cannot be pruned (weights not loaded: bad input fails early)."""
     opened = open_model(path)
-    if opened.is_packed:
+    if opened.stored_packed:
         method = opened.meta.extra.get("quant", {}).get("method", "packed")
         raise ConfigError(
             f"{opened.given}: a packed snapshot ({method} QuantLM or packed export) holds quantized codes, "

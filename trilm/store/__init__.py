@@ -11,8 +11,10 @@ Modules: :mod:`~trilm.store.layout` (file names), :mod:`~trilm.store.integrity` 
 manifest), :mod:`~trilm.store.tensors` (safetensors with named errors), :mod:`~trilm.store.snapshot`
 (the snapshot writer), :mod:`~trilm.store.tokenizer` (the one tokenizer policy, BOS),
 :mod:`~trilm.store.hf` (HF directories), :mod:`~trilm.store.open` (``open_model``),
-:mod:`~trilm.store.discovery` (checkpoints of runs and suites), :mod:`~trilm.store.training` (megatron
-models to and from snapshots). Files are written through :mod:`trilm.atomic`.
+:mod:`~trilm.store.discovery` (checkpoints of runs and suites). Files are written through
+:mod:`trilm.atomic`. The store needs no megatron: a training model to and from a directory is
+:mod:`trilm.train.models` (``load_model``, ``save_model``); an inference model is
+:func:`trilm.infer.load_inference_model`.
 """
 
 from trilm.store.discovery import Checkpoint, discover
@@ -20,7 +22,6 @@ from trilm.store.errors import IntegrityError, StoreError
 from trilm.store.integrity import complete_steps, latest_complete
 from trilm.store.open import KINDS, ModelDir, open_model
 from trilm.store.snapshot import read_snapshot_config, write_snapshot
-from trilm.store.training import load_model, save_model
 
 __all__ = [
     "KINDS",
@@ -31,9 +32,7 @@ __all__ = [
     "complete_steps",
     "discover",
     "latest_complete",
-    "load_model",
     "open_model",
     "read_snapshot_config",
-    "save_model",
     "write_snapshot",
 ]

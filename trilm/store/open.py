@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import warnings
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -139,8 +140,17 @@ class ModelDir:
         return self.path.parent.parent if self.kind == "run-snapshot" else None
 
     @property
-    def is_packed(self) -> bool:
+    def stored_packed(self) -> bool:
+        """Its block linears are stored as packed codes (a QuantLM or a packed export), so there are no
+        latent or float weights to train, quantize or pack again. ("packed" elsewhere — ``--packed``,
+        ``load_inference_model(packed=True)`` — means packing latent weights at load time.)"""
         return self.kind in ("quantlm", "packed")
+
+    @property
+    def is_packed(self) -> bool:
+        """Deprecated name of :attr:`stored_packed`."""
+        warnings.warn("ModelDir.is_packed is now ModelDir.stored_packed", DeprecationWarning, stacklevel=2)
+        return self.stored_packed
 
     @property
     def step(self) -> int | None:

@@ -151,7 +151,7 @@ class TrainConfig(Config):
         opened = open_model(self.init_from)
         snap = opened.config
         require(
-            not opened.is_packed,
+            not opened.stored_packed,
             f"init_from: {self.init_from} is a packed snapshot ({opened.kind}); it has no weights to train",
         )
         require(

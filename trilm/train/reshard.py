@@ -6,8 +6,9 @@ checkpoint (``deepspeed.checkpoint.ds_to_universal``) rewrites the shards as one
 state (``zero/<name>/{fp32,exp_avg,exp_avg_sq,step}.pt``), which an engine built with
 ``checkpoint.load_universal`` slices again for its own DP (and TP) layout.
 
-What trilm adds: the layout facts DeepSpeed needs to merge tensor-parallel slices (norm gains are
-replicated over TP ranks; ``wo``/``w_down`` are split along inputs, everything else along outputs), and
+What trilm adds: the layout facts DeepSpeed needs to merge tensor-parallel slices, read from the block
+spec (:mod:`trilm.model.spec`): norm gains are replicated over TP ranks, the row-parallel linears (``wo``,
+``w_down``) are split along inputs, everything else along outputs; and
 the removal of megatron-core's ``_extra_state`` placeholders (None, which the converter cannot read). The
 conversion goes to ``state/.universal-step-N`` and is deleted once loaded; the state itself is not touched.
 """
@@ -18,15 +19,28 @@ import argparse
 import contextlib
 import io
 import os
+import re
 import shutil
 from pathlib import Path
 
 import torch
 
+from trilm.model.spec import FINAL_NORM, LINEARS, SUB_BLOCKS
+
+ROW_PARALLEL = tuple(lin.leaf for lin in LINEARS if lin.parallel == "row")
+"""Module names of the linears split along their inputs (``wo``, ``w_down``)."""
+REPLICATED = (*(sub.norm for sub in SUB_BLOCKS), FINAL_NORM)
+"""Module names of the norms, whose gains every tensor-parallel rank holds whole."""
+
+
+def _names_pattern(names: tuple[str, ...]) -> str:
+    return rf"^(.*\.)?({'|'.join(re.escape(n) for n in names)})\.weight$"
+
+
 UNIVERSAL_INFO = {
     "universal_checkpoint_version": 0.4,
-    "tp_replicated_parameter_patterns": [r".*norm\.weight$"],
-    "parameter_with_row_parallelism_patterns": [r".*\.(wo|w_down)\.weight$"],
+    "tp_replicated_parameter_patterns": [_names_pattern(REPLICATED)],
+    "parameter_with_row_parallelism_patterns": [_names_pattern(ROW_PARALLEL)],
 }
 
 

@@ -11,11 +11,11 @@ trilm data embedded --out runs/ladder/data --vocab-size 2048
 mkdir -p runs/ladder-mup && ln -sfn ../ladder/data runs/ladder-mup/data
 
 # 1. What a budget buys: CPU time per step by size and batch, one thread; and one thread against two.
-python benchmarks/batch_throughput.py --shapes 64x2,96x3,128x4,192x4,256x6 --batches 4,8,16,32,64 \
+python -m benchmarks.batch_throughput --shapes 64x2,96x3,128x4,192x4,256x6 --batches 4,8,16,32,64 \
     --rounds 3 --steps 2 --out runs/pilots
-python benchmarks/batch_throughput.py --shapes 64x2,128x4 --batches 8 --rounds 3 --steps 3 --threads 1 \
+python -m benchmarks.batch_throughput --shapes 64x2,128x4 --batches 8 --rounds 3 --steps 3 --threads 1 \
     --out runs/pilots/threads1
-OMP_NUM_THREADS=2 python benchmarks/batch_throughput.py --shapes 64x2,128x4 --batches 8 --rounds 3 --steps 3 \
+OMP_NUM_THREADS=2 python -m benchmarks.batch_throughput --shapes 64x2,128x4 --batches 8 --rounds 3 --steps 3 \
     --threads 2 --out runs/pilots/threads2
 
 # 2. Pilot 1: batch size x peak rate, FloatLM, 1,048,576 tokens, 5% warm-up (the old recipe's), width 128 and 64.

@@ -1,5 +1,8 @@
 """Training models (megatron-core tensor parallel) to and from model directories.
 
+The store (:mod:`trilm.store`) opens, verifies and writes directories and knows nothing of megatron; this
+module puts a training :class:`~trilm.model.transformer.Decoder` on either side of it.
+
 Snapshots hold the *latent* weights and the resolved config (including the number of scale partitions), so
 they load at any tensor-parallel degree and reproduce the logits of the run that wrote them.
 """
@@ -45,7 +48,7 @@ def load_model(
     from trilm.model.io import build_model
 
     opened = open_model(directory)
-    if opened.is_packed:
+    if opened.stored_packed:
         raise StoreError(
             f"{directory}: a packed snapshot (QuantLM or packed export) has no latent weights to train; "
             "load it for inference with trilm.infer.load_inference_model"
