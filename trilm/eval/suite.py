@@ -81,6 +81,9 @@ def _row(ck: Checkpoint, eval_name: str, loss: float, extra: dict[str, Any]) -> 
         value_bits = stored_bits if stored_bits is not None else 16.0
     if stored_bits is not None:
         extra = {**extra, "stored_bits_per_param": bits_per_param(params, linear, stored_bits)}
+    branch = meta.extra.get("branch")
+    if isinstance(branch, dict) and branch.get("parent"):
+        extra = {**extra, "parent": branch["parent"], "branch_step": branch.get("step")}
     return ResultRow(
         run=ck.run,
         family=ck.family,

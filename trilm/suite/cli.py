@@ -7,6 +7,7 @@
     trilm suite launch spectra --hostfile hosts       # DeepSpeed launcher over a hostfile, run by run
     trilm suite status minisuite                      # state, step, tokens, checkpoints, losses, ETA
     trilm suite analyse minisuite                     # results table → fits, family comparison → report
+    trilm suite cooldown cooldown --at 0.25,0.5,1.0 --fraction 0.2   # cooldown branches of WSD runs
 
 SUITE is a name in ``configs/suites/`` or a path to a suite YAML (``docs/suites.md``).
 """
@@ -36,7 +37,9 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser(parser: argparse.ArgumentParser, command: str = "suite") -> None:
-    sub = parser.add_subparsers(dest="action", required=True, metavar="{plan,launch,status,analyse,sweep}")
+    sub = parser.add_subparsers(
+        dest="action", required=True, metavar="{plan,launch,status,analyse,sweep,cooldown}"
+    )
     plan = sub.add_parser("plan", help="per-run cost: params, FLOPs, tokens, steps, GPUs, GPU-hours, disk")
     _common(plan)
     plan.add_argument("--device", default=None, help="price on this device (H100, H200, A100, V100, …)")
@@ -98,6 +101,32 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "suite") -> Non
     sweep.add_argument("--dry-run", action="store_true", help="write the configs; train nothing")
     sweep.add_argument("--jobs", type=int, default=1, help="train this many runs at once (single-threaded)")
     sweep.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+    cool = sub.add_parser(
+        "cooldown",
+        help="cooldown branches of the suite's WSD runs: each ends at a fraction of its parent's budget",
+    )
+    _common(cool)
+    cool.add_argument(
+        "--at",
+        default="",
+        help="comma-separated fractions of the parent's budget where branches end, e.g. 0.25,0.5,1.0"
+        " (default: the suite's cooldown.at)",
+    )
+    cool.add_argument(
+        "--fraction",
+        type=float,
+        default=None,
+        help="the cooldown's share of each branch's length (default: the suite's cooldown.fraction)",
+    )
+    cool.add_argument("--shape", choices=["1-sqrt", "linear"], default=None, help="cooldown shape")
+    cool.add_argument("--runs", default="", help="comma-separated parent runs (default: all)")
+    cool.add_argument("--dry-run", action="store_true", help="write the branch configs; train nothing")
+    cool.add_argument("--force", action="store_true", help="start branches that look like they are running")
+    cool.add_argument(
+        "--jobs", type=int, default=1, help="train this many branches at once (single-threaded)"
+    )
+    cool.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     for name in ("analyse", "analyze"):
         ana = sub.add_parser(
@@ -184,14 +213,40 @@ def run(args: argparse.Namespace) -> int:
             )
             print(result.render())
         return 0
+    if args.action == "cooldown":
+        from trilm.suite.cooldown import cooldown_branches, run_cooldown
+
+        try:
+            at = [float(x) for x in _split(args.at)]
+        except ValueError:
+            raise ConfigError(f"--at: expected comma-separated fractions, got {args.at!r}") from None
+        branches = cooldown_branches(
+            suite, at=at or None, fraction=args.fraction, shape=args.shape, parents=_split(args.runs) or None
+        )
+        outcomes = run_cooldown(
+            suite,
+            branches,
+            jobs=args.jobs,
+            progress=not args.no_progress,
+            dry_run=args.dry_run,
+            force=args.force,
+        )
+        print(f"suite {suite.name}: {len(branches)} cooldown branches; " + _count(outcomes))
+        return 1 if any(o.action in ("failed", "missing") for o in outcomes) else 0
     if args.action == "status":
+        from trilm.suite.cooldown import branch_records, cooldown_branches, render_branches
         from trilm.suite.status import render_status, suite_status
 
         statuses = suite_status(suite, stale_after=args.stale_after)
+        branches = cooldown_branches(suite) if suite.config.cooldown.at else []
         if args.json:
-            print(json.dumps([s.to_dict() for s in statuses], indent=1))
+            records = [s.to_dict() for s in statuses]
+            data = {"runs": records, "branches": branch_records(branches)} if branches else records
+            print(json.dumps(data, indent=1))
         else:
             print(render_status(suite, statuses))
+            if branches:
+                print("\n" + render_branches(branches))
         return 0
     from trilm.suite.analyse import analyse_suite, other_notes, summary_text
 

@@ -153,6 +153,30 @@ class SuiteAnalysisConfig(Config):
 
 
 @dataclasses.dataclass
+class SuiteCooldownConfig(Config):
+    """Cooldown branches of the suite's WSD runs (``trilm suite cooldown``; the command's flags override it).
+
+    Every run (the *parent*) gets one branch per fraction in ``at``: a run that ends at that fraction of the
+    parent's tokens, with a cooldown over its last ``fraction``, started from the parent's state where that
+    cooldown begins. The parents keep their states at those steps (``checkpoint.keep_states_at``), so one
+    run per size gives a point at every budget in ``at`` (Hägele et al. 2024).
+    """
+
+    at: list[float] = dataclasses.field(default_factory=list)
+    """Where branches end, as fractions of the parent's budget in (0, 1]; empty = no branches."""
+    fraction: float = 0.2
+    """The cooldown's share of each branch's length."""
+    shape: str = "1-sqrt"
+    """``1-sqrt`` or ``linear``."""
+
+    def validate(self) -> None:
+        require(all(0 < a <= 1 for a in self.at), f"at: fractions must be in (0, 1], got {self.at}")
+        require(len(set(self.at)) == len(self.at), f"at: repeated fraction in {self.at}")
+        require(0 < self.fraction < 1, f"fraction: must be in (0, 1), got {self.fraction}")
+        require(self.shape in ("1-sqrt", "linear"), f"shape: {self.shape!r} is not 1-sqrt or linear")
+
+
+@dataclasses.dataclass
 class SuiteConfig(Config):
     name: str = ""
     description: str = ""
@@ -171,6 +195,7 @@ class SuiteConfig(Config):
     data: SuiteDataConfig = dataclasses.field(default_factory=SuiteDataConfig)
     hardware: HardwareConfig = dataclasses.field(default_factory=HardwareConfig)
     analysis: SuiteAnalysisConfig = dataclasses.field(default_factory=SuiteAnalysisConfig)
+    cooldown: SuiteCooldownConfig = dataclasses.field(default_factory=SuiteCooldownConfig)
 
     def validate(self) -> None:
         require(bool(self.name) and "/" not in self.name, f"name: {self.name!r} must be a plain name")
@@ -207,6 +232,10 @@ class SuiteRun:
     tensor_parallel: int
     data_parallel: int
     devices_per_node: int
+    parent: str = ""
+    """A cooldown branch's parent run (empty for the suite's own runs)."""
+    branch_step: int = 0
+    """The parent's step a branch starts from."""
 
     @property
     def run_dir(self) -> Path:
@@ -348,6 +377,44 @@ def _run_config(
         raise ConfigError(f"run {name} (template {template}): {exc}") from None
 
 
+def is_parent_itself(cfg: TrainConfig, branch: Any, shape: str) -> bool:
+    """A branch as long as its parent, cooling down like it: the parent's own final checkpoint is that
+    branch, and nothing needs training."""
+    from trilm.schedule import Schedule
+
+    sched = Schedule.for_optimizer(cfg.optim, cfg.schedule, cfg.steps)
+    return (
+        branch.steps == cfg.steps
+        and branch.cooldown_steps == sched.cooldown_steps
+        and shape == cfg.schedule.cooldown_shape
+    )
+
+
+def _keep_branch_states(cfg: TrainConfig, cooldown: SuiteCooldownConfig, name: str) -> TrainConfig:
+    """The parent keeps a state (and a snapshot) where each of its branches' cooldowns starts."""
+    from trilm.schedule import Schedule, cooldown_branch
+
+    if cfg.schedule.kind != "wsd":
+        raise ConfigError(
+            f"run {name}: cooldown.at asks for cooldown branches, but its schedule is kind"
+            f" {cfg.schedule.kind!r}: branches need a WSD parent (schedule.kind: wsd), whose rate before a"
+            " cooldown does not depend on the run's length"
+        )
+    sched = Schedule.for_optimizer(cfg.optim, cfg.schedule, cfg.steps)
+    starts = []
+    for at in cooldown.at:
+        branch = cooldown_branch(cfg.steps, at, cooldown.fraction)
+        if branch.start < max(sched.warmup_steps, 1) or branch.start > sched.cooldown_start:
+            raise ConfigError(
+                f"run {name}: the branch at {at:g} would start at step {branch.start}, outside the parent's"
+                f" stable phase (steps {sched.warmup_steps}–{sched.cooldown_start})"
+            )
+        if not is_parent_itself(cfg, branch, cooldown.shape):
+            starts.append(branch.start)
+    kept = sorted({*cfg.checkpoint.keep_states_at, *starts})
+    return cfg.replace(checkpoint=cfg.checkpoint.replace(keep_states_at=kept))
+
+
 def expand(suite: SuiteConfig, suite_file: Path, families: list[str] | None = None) -> list[SuiteRun]:
     """The suite's runs; ``families`` picks families by name (default: every non-optional one)."""
     known = {f.name: f for f in suite.families}
@@ -366,6 +433,8 @@ def expand(suite: SuiteConfig, suite_file: Path, families: list[str] | None = No
                 if len(suite.tokens) > 1:
                     name += f"-{budget_label(tokens)}"
                 cfg = _run_config(suite, fam, size, tokens, name, suite_file)
+                if suite.cooldown.at:
+                    cfg = _keep_branch_states(cfg, suite.cooldown, name)
                 tp = cfg.parallel.tensor_parallel
                 dp = size.data_parallel or suite.hardware.data_parallel
                 per_node = suite.hardware.devices_per_node

@@ -124,6 +124,8 @@ def _todo(run: SuiteRun, force: bool) -> Outcome | None:
 
 def _resume_detail(run: SuiteRun) -> str:
     status = run_status(run)
+    if status.last_state is None and run.parent:
+        return f"branches from {run.parent} at step {run.branch_step:,}"
     if status.last_state is None:
         return "from scratch"
     return f"resumes from step {status.last_state:,}"

@@ -27,7 +27,7 @@ import os
 import re
 import shutil
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import torch.distributed as dist
@@ -219,12 +219,14 @@ class RunLock:
         self.release()
 
 
-def prune_states(parent: Path, keep_last: int) -> list[int]:
-    """Delete all but the newest ``keep_last`` complete states (and what killed writers left); rank 0 only."""
+def prune_states(parent: Path, keep_last: int, keep: Iterable[int] = ()) -> list[int]:
+    """Delete all but the newest ``keep_last`` complete states, never one whose step is in ``keep`` (the
+    branch points), and what killed writers left; rank 0 only."""
     if _rank() != 0:
         return []
     removed = []
-    steps = complete_steps(parent)
+    kept = set(keep)
+    steps = [(s, p) for s, p in complete_steps(parent) if s not in kept]
     for step, path in steps[: max(len(steps) - keep_last, 0)]:
         (path / COMPLETE).unlink()
         shutil.rmtree(path)

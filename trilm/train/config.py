@@ -47,11 +47,17 @@ class CheckpointConfig(Config):
     log_spaced_until: int = 512
     state_every: int = 500
     keep_last: int = 2
+    keep_states_at: list[int] = dataclasses.field(default_factory=list)
+    """Steps that also save a resumable state and a model snapshot, and whose state is never pruned: the
+    starting points of cooldown branches (``trilm suite cooldown`` fills them in from the suite's
+    ``cooldown`` section)."""
 
     def validate(self) -> None:
         require(self.snapshot_every > 0, f"snapshot_every: must be > 0, got {self.snapshot_every}")
         require(self.state_every > 0, f"state_every: must be > 0, got {self.state_every}")
         require(self.keep_last >= 1, f"keep_last: must be >= 1, got {self.keep_last}")
+        bad = [s for s in self.keep_states_at if not isinstance(s, int) or isinstance(s, bool) or s < 1]
+        require(not bad, f"keep_states_at: steps must be integers >= 1, got {bad}")
 
 
 @dataclasses.dataclass
@@ -111,6 +117,12 @@ class TrainConfig(Config):
     """A snapshot whose weights start the run instead of a random init (e.g. a pruned model trained
     further). Without a ``model`` section the run takes the snapshot's model config (per-layer shapes
     included); with one, both must describe the same architecture."""
+    branch_from: str = ""
+    """A complete resumable state of another run (``PARENT/state/step-N``) that starts this run at step N:
+    its weights, optimizer moments, data position and RNG, as if this run had trained those steps itself.
+    That is what a cooldown branch is (``trilm suite cooldown``): the parent's schedule must equal this
+    run's on every step before N, which is checked, and the parent's directory is only read. Once this
+    run has a state of its own it resumes from that."""
 
     def validate(self) -> None:
         seq = self.sequence_length
@@ -141,6 +153,13 @@ class TrainConfig(Config):
             self.recompute == "all" or 0 <= self.recompute <= self.model.layers,
             f"recompute: {self.recompute!r} must be 'all' or a number of blocks in [0, {self.model.layers}]",
         )
+        require(
+            not (self.init_from and self.branch_from),
+            "init_from and branch_from: a run starts from a snapshot's weights or from a state, not both",
+        )
+        from trilm.schedule import Schedule
+
+        Schedule.for_optimizer(self.optim, self.schedule, self.steps)  # warm-up and cooldown fit the run
         if self.init_from:
             self._check_init_from()
 

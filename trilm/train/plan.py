@@ -104,7 +104,13 @@ class RunPlan:
             f"{cfg.steps * cfg.batch_tokens / counts.total:.1f} tokens/param, "
             f"{fpt * cfg.steps * cfg.batch_tokens:.3g} FLOPs)",
             f"lr schedule        peak {cfg.optim.lr:g}, warmup {sched.warmup_steps} steps, "
-            f"{cfg.schedule.decay} to {cfg.optim.lr * cfg.optim.min_lr_ratio:g}",
+            + (
+                f"constant, then a {cfg.schedule.cooldown_shape} cooldown over the last"
+                f" {sched.cooldown_steps} steps (WSD)"
+                if cfg.schedule.kind == "wsd"
+                else cfg.schedule.decay
+            )
+            + f" to {cfg.optim.lr * cfg.optim.min_lr_ratio:g}",
         ]
         for ev in sched.events():
             lines.append(f"  event            step {ev.step}: {ev.name} ({ev.detail})")

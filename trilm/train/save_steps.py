@@ -16,9 +16,11 @@ def snapshot_steps(cfg: CheckpointConfig, total_steps: int) -> list[int]:
             steps.add(k)
             k *= 2
     steps.add(total_steps)
+    steps.update(s for s in cfg.keep_states_at if s <= total_steps)
     return sorted(steps)
 
 
 def state_steps(cfg: CheckpointConfig, total_steps: int) -> list[int]:
-    """Steps that save a resumable training state (every ``state_every`` and the last)."""
-    return sorted({*range(cfg.state_every, total_steps + 1, cfg.state_every), total_steps})
+    """Steps that save a resumable state (every ``state_every``, the kept branch points, and the last)."""
+    kept = {s for s in cfg.keep_states_at if s <= total_steps}
+    return sorted({*range(cfg.state_every, total_steps + 1, cfg.state_every), *kept, total_steps})

@@ -17,6 +17,7 @@ import json
 import random
 import shutil
 import warnings
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -49,8 +50,17 @@ def _barrier() -> None:
         dist.barrier()
 
 
-def save_state(engine, run: RunDir, step: int, trainer_state: dict, info: ParallelInfo, keep_last: int):
-    """Write ``state/step-N`` atomically (every rank takes part), then prune to the newest ``keep_last``."""
+def save_state(
+    engine,
+    run: RunDir,
+    step: int,
+    trainer_state: dict,
+    info: ParallelInfo,
+    keep_last: int,
+    keep: Iterable[int] = (),
+):
+    """Write ``state/step-N`` atomically (every rank takes part), then prune to the newest ``keep_last``
+    (the states at the steps in ``keep`` stay)."""
     with atomic_directory(run.state_dir(step), {"step": step}) as tmp:
         engine.save_checkpoint(str(tmp.parent), tag=tmp.name, save_latest=False)
         rng = {
@@ -63,7 +73,7 @@ def save_state(engine, run: RunDir, step: int, trainer_state: dict, info: Parall
         if info.rank == 0:
             payload = {**trainer_state, "dp_size": info.dp_size, "tp_size": info.tp_size}
             (tmp / TRAINER_STATE).write_text(json.dumps(payload, indent=2))
-    prune_states(run.state, keep_last)
+    prune_states(run.state, keep_last, keep)
 
 
 def find_resume_point(run: RunDir, info: ParallelInfo) -> ResumePoint | None:
@@ -90,6 +100,65 @@ def find_resume_point(run: RunDir, info: ParallelInfo) -> ResumePoint | None:
             f"{run.state} to start this run over"
         )
     return None
+
+
+BRANCH_MAY_DIFFER = ("tokens", "schedule", "optim.min_lr_ratio", "branch_from")
+"""Keys in which a cooldown branch may differ from its parent (besides those a restart may change): its
+length and the schedule after the branch point (the schedules' equality before it is checked step by step)."""
+
+
+def branch_point(path: str | Path, run_cfg, info: ParallelInfo) -> ResumePoint:
+    """The state ``PARENT/state/step-N`` that starts a branch (``TrainConfig.branch_from``), checked: it is
+    complete and sound, the parent's config equals this run's up to :data:`BRANCH_MAY_DIFFER`, and both
+    schedules set the same rate and weight decay on every step before N. Only reads the parent."""
+    from trilm.schedule import Schedule
+    from trilm.store.layout import RUN_CONFIG
+    from trilm.train.config import TrainConfig, changed_keys
+
+    path = Path(path)
+    where = f"branch_from: {path}"
+    problems = verify_directory(path, required=(TRAINER_STATE,), mapper=shared_map)
+    if problems:
+        raise ConfigError(f"{where}: not a complete training state ({'; '.join(problems)})")
+    state = json.loads((path / TRAINER_STATE).read_text())
+    step = int(state.get("step", -1))
+    if not 0 < step < run_cfg.steps:
+        raise ConfigError(
+            f"{where}: the state is at step {step}; a branch of {run_cfg.steps} steps must start inside it"
+            " (0 < step < steps)"
+        )
+    parent_file = path.parent.parent / RUN_CONFIG
+    if not parent_file.is_file():
+        raise ConfigError(f"{where}: no {RUN_CONFIG} in the parent run {path.parent.parent}")
+    parent = TrainConfig.from_yaml(parent_file)
+    mine = run_cfg.replace(model=run_cfg.model.resolved(info.tp_size))
+    free = tuple(f"{k}." for k in BRANCH_MAY_DIFFER)
+    differ = [
+        k
+        for k in changed_keys(parent.to_dict(), mine.to_dict())
+        if k not in BRANCH_MAY_DIFFER and not k.startswith(free)
+    ]
+    if differ:
+        raise ConfigError(
+            f"{where}: the parent ({parent_file}) differs from this run in {', '.join(differ)}; a branch"
+            " continues the parent's training and may change only its length and its schedule after the"
+            " branch point"
+        )
+    first = Schedule.for_optimizer(parent.optim, parent.schedule, parent.steps).first_difference(
+        Schedule.for_optimizer(run_cfg.optim, run_cfg.schedule, run_cfg.steps), step
+    )
+    if first is not None:
+        raise ConfigError(
+            f"{where}: the parent's schedule differs from this run's at step {first[0]} ({first[1]}), before"
+            f" the branch point {step}: the state is not one this run passes through (use WSD with the"
+            " warm-up in steps: its rate does not depend on the run's length until the cooldown)"
+        )
+    if run_cfg.zero_stage > 0 and state["dp_size"] != info.dp_size:
+        raise ConfigError(
+            f"{where}: written at data-parallel size {state['dp_size']}, now {info.dp_size}; branch at the"
+            " parent's size (a ZeRO state reshards through a conversion written next to it, in the parent)"
+        )
+    return ResumePoint(step, path, state, [])
 
 
 def needs_universal(point: ResumePoint | None, info: ParallelInfo, zero_stage: int) -> bool:

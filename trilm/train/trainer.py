@@ -12,6 +12,7 @@ import dataclasses
 import sys
 import time
 import warnings
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -42,6 +43,7 @@ from trilm.train.plan import RunPlan
 from trilm.train.save_steps import snapshot_steps, state_steps
 from trilm.train.state import (
     ResumePoint,
+    branch_point,
     find_resume_point,
     load_state,
     needs_universal,
@@ -79,6 +81,8 @@ class Trainer:
         self.is_main = self.info.rank == 0
         self.step: int | None = None
         """The step being computed (None outside the training loop)."""
+        self.branched_from: ResumePoint | None = None
+        """The parent's state this run started from in this process (a cooldown branch's first launch)."""
 
     def _check_vocab(self) -> None:
         if self.cfg.init_from:
@@ -170,10 +174,15 @@ class Trainer:
             "data": self.data.train.state_dict(step * self.cfg.global_batch),
             **counters,
         }
-        save_state(engine, self.run, step, trainer_state, self.info, self.cfg.checkpoint.keep_last)
+        ckpt = self.cfg.checkpoint
+        save_state(engine, self.run, step, trainer_state, self.info, ckpt.keep_last, ckpt.keep_states_at)
 
     def _resume_point(self) -> ResumePoint | None:
+        """This run's newest state; without one, the parent's state a branch starts from (if any)."""
         point = find_resume_point(self.run, self.info)
+        if point is None and self.cfg.branch_from:
+            point = branch_point(self.cfg.branch_from, self.cfg, self.info)
+            self.branched_from = point
         if point is None:
             return None
         samples = self.data.train.check_resume(point.state["data"])
@@ -202,11 +211,20 @@ class Trainer:
             tokenizer_hash=tok.hash if tok is not None else self.data.train.shards.tokenizer_hash,
             train_loss=train_loss,
             val_loss=val_loss,
+            extra=self._branch_meta(),
         )
         state = engine.module.full_state_dict()  # collective: every rank gathers
         with atomic_directory(self.run.snapshot(step), {"step": step}) as tmp:
             if self.is_main:
                 write_snapshot_files(tmp, engine.module.cfg, meta, state)
+
+    def _branch_meta(self) -> dict:
+        """A branch's snapshots name the run and step it started from (``extra["branch"]``)."""
+        if not self.cfg.branch_from:
+            return {}
+        path = Path(self.cfg.branch_from)
+        step = int(path.name.rsplit("-", 1)[-1]) if path.name.startswith("step-") else None
+        return {"branch": {"parent": path.parent.parent.name, "step": step, "state": str(path)}}
 
     # ---- evaluation -------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -295,7 +313,7 @@ class Trainer:
                 logger.event(start, "state_skipped", message)
             logger.event(
                 start,
-                "resume",
+                "branch" if point is self.branched_from else "resume",
                 f"from {point.path}"
                 + (" (universal checkpoint: DP size changed)" if point.universal else ""),
                 dp_size=self.info.dp_size,
@@ -303,6 +321,8 @@ class Trainer:
                 samples=point.state["data"]["samples_consumed"],
             )
         snaps = set(snapshot_steps(cfg.checkpoint, cfg.steps))
+        if self.schedule.cooldown_start:  # a WSD run's last stable-phase model: where its cooldown gains from
+            snaps.add(self.schedule.cooldown_start)
         states = set(state_steps(cfg.checkpoint, cfg.steps))
         tokens_per_step = cfg.batch_tokens
         meter = Throughput(flops_per_token(self.model_cfg, cfg.sequence_length), self.info.world_size)
