@@ -5,8 +5,11 @@
 - L(x) on the final checkpoint of every run, with x the parameter count (or non-embedding count), and the
   same law against the model size in bits;
 - L(N, D) on the final checkpoints when the family has separate runs with at least 3 token budgets
-  (intermediate checkpoints of one run are not separate-D runs: the LR schedule confounds D);
-- L(D) along each run, over its checkpoints with D > 0, for the training-dynamics view.
+  (intermediate checkpoints of one run are not separate-D runs: the LR schedule confounds D). Cooldown
+  branches (rows with a ``parent``, :mod:`trilm.suite.cooldown`) are such runs: each ends cooled down at its
+  own D, so L(N, D) is fitted over the branches' and the runs' final checkpoints, resampled by lineage (a
+  run with its branches), while L(N) and L(bits) use the runs' own finals only;
+- L(D) along each run, over its checkpoints with D > 0: training dynamics, not a scaling law in D.
 
 ``form="auto"`` fits what the data support and writes a note for what it skipped and why; an explicit form
 is strict and raises :class:`~trilm.scaling.fit.FitError` when a family or run cannot be fitted. Families
@@ -32,9 +35,10 @@ from trilm.scaling.bootstrap import (
     unit_counts,
 )
 from trilm.scaling.compare import compare_observed, compare_pair
+from trilm.scaling.envelope import envelope
 from trilm.scaling.fit import FitError, fit_many
-from trilm.scaling.identify import identify
-from trilm.scaling.results import AnalysisConfig, FamilyAnalysis, LawFit, Report
+from trilm.scaling.identify import identify, implausible_family
+from trilm.scaling.results import AnalysisConfig, FamilyAnalysis, Identification, LawFit, Report
 from trilm.scaling.table import ResultRow, family_kind, read_table
 
 FAMILY_ORDER = {"floatlm": 0, "trilm": 1, "bilm": 2, "quantlm": 3, "other": 4}
@@ -154,12 +158,14 @@ def analyze(
     tables: str | Path | list[str | Path],
     out_dir: str | Path | None = None,
     config: AnalysisConfig | None = None,
+    *,
+    events: dict[str, list[dict[str, Any]]] | None = None,
     **overrides: Any,
 ) -> Report:
     """Fit, compare and (with ``out_dir``) write ``fit.json``, ``report.md`` and plots; return the Report.
 
     ``overrides`` are :class:`AnalysisConfig` fields, e.g. ``analyze(["results.csv"], "out", form="N",
-    bootstrap=200, seed=1)``.
+    bootstrap=200, seed=1)``; ``events`` are the runs' schedule events for the training-curve plot.
     """
     cfg = config or AnalysisConfig()
     if overrides:
@@ -184,10 +190,16 @@ def analyze(
     strict = cfg.form != "auto"
 
     by_family: dict[str, list[ResultRow]] = defaultdict(list)
+    branch_finals: dict[str, list[ResultRow]] = defaultdict(list)
     for items in runs.values():
-        by_family[items[-1].family].append(items[-1])
+        (branch_finals if branch_parent(items[-1]) else by_family)[items[-1].family].append(items[-1])
+    order = lambda r: (r.params, r.tokens)  # noqa: E731
     families = {
-        f: FamilyAnalysis(family=f, finals=sorted(by_family[f], key=lambda r: (r.params, r.tokens)))
+        f: FamilyAnalysis(
+            family=f,
+            finals=sorted(by_family[f], key=order),
+            branch_finals=sorted(branch_finals.get(f, []), key=order),
+        )
         for f in sorted(by_family, key=_family_sort_key)
     }
 
@@ -208,9 +220,30 @@ def analyze(
             specs += _family_nd_specs(fa, runs, cfg, strict, notes)
     if cfg.form in ("auto", "D"):
         for run, items in runs.items():
-            specs += _run_specs(run, items, run_fits, cfg, strict, notes)
+            if not branch_parent(items[-1]):
+                specs += _run_specs(run, items, run_fits, cfg, strict, notes)
     _fit_specs(specs, cfg, strict, notes)
+    _check_run_fits_together(run_fits, runs, cfg, notes)
 
+    for fa in families.values():
+        if fa.branch_finals:
+            fa.envelope = envelope(
+                fa.family,
+                [
+                    {
+                        "size": r.size,
+                        "n": getattr(r, cfg.x),
+                        "tokens": r.tokens,
+                        "flops": r.flops,
+                        "loss": r.loss,
+                    }
+                    for r in fa.cooled()
+                    if r.flops > 0
+                ],
+                bootstrap=cfg.bootstrap,
+                seed=cfg.seed,
+                level=cfg.level,
+            )
     reference = cfg.reference or ("floatlm" if "floatlm" in families else next(iter(families)))
     if reference not in families:
         raise FitError(f"reference family {reference!r} is not in the table (it has {sorted(families)})")
@@ -226,6 +259,7 @@ def analyze(
         run_fits=run_fits,
         comparisons=comparisons,
         notes=notes,
+        events=dict(events or {}),
     )
     if out_dir is not None:
         write_outputs(report, Path(out_dir))
@@ -284,11 +318,22 @@ def _axis_name(x: str) -> str:
     return "N" if x == "params" else "N_nonemb"
 
 
+def branch_parent(row: ResultRow) -> str:
+    """The run a cooldown branch was started from ('' for a run of its own)."""
+    return row.extra.get("parent", "") or ""
+
+
+def lineage(row: ResultRow) -> str:
+    """A run and its branches form one lineage: they share the training before each branch point, so a
+    bootstrap resamples them together."""
+    return branch_parent(row) or row.run
+
+
 def _family_nd_specs(
     fa: FamilyAnalysis, runs: dict[str, list[ResultRow]], cfg: AnalysisConfig, strict: bool, notes: list[str]
 ) -> list[_Spec]:
     if cfg.nd_points == "final":
-        points = [r for r in fa.finals if r.tokens > 0]
+        points = [r for r in [*fa.finals, *fa.branch_finals] if r.tokens > 0]
     else:
         points = [r for items in runs.values() for r in items if r.family == fa.family and r.tokens > 0]
         notes.append(
@@ -314,7 +359,7 @@ def _family_nd_specs(
     }
     weights = None
     if cfg.bootstrap:
-        units = [r.run for r in points]  # resample whole runs
+        units = [lineage(r) for r in points]  # resample whole runs, each with its branches
         counts, unit_list = unit_counts(units, cfg.bootstrap, cfg.seed)
         weights = point_weights(units, counts, unit_list)
 
@@ -363,6 +408,23 @@ def _run_specs(
     inputs = {"D": np.array([r.tokens for r in points])}
     loss = np.array([r.loss for r in points])
     return [_Spec(f"{run} L(D)", "D", inputs, loss, [f"step {r.step}" for r in points], set_run)]
+
+
+def _check_run_fits_together(
+    run_fits: dict[str, LawFit], runs: dict[str, list[ResultRow]], cfg: AnalysisConfig, notes: list[str]
+) -> None:
+    """Per family, the identified L(D) fits must agree with each other: E may not rise with N. Each run of a
+    pair where it does loses its "identified" (:func:`trilm.scaling.identify.implausible_family`)."""
+    by_family: dict[str, dict[str, LawFit]] = defaultdict(dict)
+    for run, law in run_fits.items():
+        if law.identified:
+            by_family[runs[run][-1].family][run] = law
+    for fits in by_family.values():
+        sizes = {run: float(getattr(runs[run][-1], cfg.x)) for run in fits}
+        for run, why in implausible_family(fits, sizes).items():
+            law = fits[run]
+            law.identification = Identification(False, (*law.identification.reasons, why))
+            notes.append(f"{law.label}: not identified: {why}")
 
 
 def _compare(

@@ -15,6 +15,11 @@ story the data do not. A law counts as identified only when all of these hold:
   so nothing tests it);
 - the irreducible loss E is pinned: a fit whose E collapses towards 0 (below :data:`MIN_E_FRACTION` of the
   lowest loss) is a bare power law through the points, with E not identified;
+- its parameters lie inside the search box, not at its edge (:data:`BOX`, Hoffmann's grid of starts): an
+  exponent within :data:`EDGE` of its top, a log-coefficient within :data:`EDGE` of :data:`MAX_LOG_COEF`,
+  or a term too small to matter at any point, is a number the optimizer ran to, not one the data chose;
+- for L(N, D): at least 3 distinct values of each variable (the fit refuses fewer) and more points than
+  its 5 parameters;
 - with a bootstrap: the interval of every exponent is finite, lies above zero and has width — unless the
   law passes exactly through more points than it has parameters (data made from a law), where every
   resample rightly finds the same curve.
@@ -36,6 +41,13 @@ MIN_E_FRACTION = 0.01
 EXACT = 1e-7
 """Largest |log residual| of a fit that passes exactly through its points."""
 MIN_NEW_LOWS = 3
+MAX_LOG_COEF = 25.0
+BOX = {"exponent": (MIN_EXPONENT, MAX_EXPONENT), "log_coefficient": (0.0, MAX_LOG_COEF)}
+"""The search box of a plausible fit: Hoffmann's grid of starts (exponents 0…2, log-coefficients 0…25)."""
+TINY_TERM = 1e-3
+"""A power-law term smaller than this fraction of the loss at every point is not seen by the data."""
+EDGE = 0.02
+"""How close to a bound of :data:`BOX` (relative to the box's width) counts as at its edge."""
 SYMBOLS = {"alpha": "α", "beta": "β"}
 
 
@@ -71,17 +83,21 @@ def identify(law: LawFit, unit: str = "sizes", variable: str | None = None) -> I
             )
     if params["E"] < MIN_E_FRACTION * float(np.min(law.loss)):
         reasons.append(f"E = {params['E']:.3g} ≈ 0 (the irreducible loss is not identified)")
+    reasons += edge_reasons(form, params, law.inputs, law.loss)
     x = law.inputs[form.variables[0]]
     distinct = np.unique(x).size
     if len(form.variables) == 1:
         lows = new_lows(x, law.loss)
         if lows < MIN_NEW_LOWS:
             reasons.append(f"a new low at only {lows} of {distinct} {unit}")
-    if distinct <= form.n_params:
-        reasons.append(
-            f"{distinct} {unit} for {form.n_params} parameters"
-            + (" (an exact fit: nothing tests it, no interval)" if distinct == form.n_params else "")
-        )
+        if distinct <= form.n_params:
+            reasons.append(
+                f"{distinct} {unit} for {form.n_params} parameters"
+                + (" (an exact fit: nothing tests it, no interval)" if distinct == form.n_params else "")
+            )
+    else:
+        if law.loss.size <= form.n_params:
+            reasons.append(f"{law.loss.size} points for {form.n_params} parameters")
     boot = law.bootstrap
     exact = distinct > form.n_params and float(np.max(np.abs(law.fit.log_residuals))) < EXACT
     if boot is not None:
@@ -96,6 +112,59 @@ def identify(law: LawFit, unit: str = "sizes", variable: str | None = None) -> I
             elif lo <= MIN_EXPONENT:
                 reasons.append(f"{int(boot.level * 100)}% {cell} reaches 0")
     return Identification(not reasons, tuple(dict.fromkeys(reasons)))
+
+
+def edge_reasons(
+    form, params: dict[str, float], inputs: dict[str, np.ndarray], loss: np.ndarray
+) -> list[str]:
+    """Why a fit's parameters sit at the edge of :data:`BOX` (empty when inside): an exponent pinned at the
+    top, a log-coefficient at the top, or a term that is nothing at every point (below :data:`TINY_TERM` of
+    the loss), whose coefficient and exponent the data cannot see. Exponents beyond the box are reported by
+    :func:`identify` itself."""
+    out = []
+    lo, hi = BOX["exponent"]
+    for name in form.exp_names:
+        value = params[name]
+        if lo < value <= hi and hi - value < EDGE * (hi - lo):
+            out.append(f"{SYMBOLS[name]} = {value:.3g} is pinned at the top of the search box ({hi:g})")
+    clo, chi = BOX["log_coefficient"]
+    top = chi - EDGE * (chi - clo)
+    floor = TINY_TERM * float(np.min(loss))
+    for coef, exp, var in zip(form.coef_names, form.exp_names, form.variables):
+        value = params[coef]
+        log = float(np.log(value)) if value > 0 and np.isfinite(value) else float("inf")
+        if log > top:
+            out.append(
+                f"{coef} = {value:.3g} is at the edge of the search box (ln {coef} = {log:.3g} > {top:.3g})"
+            )
+            continue
+        with np.errstate(over="ignore"):
+            term = value / np.asarray(inputs[var], dtype=float) ** params[exp]
+        if params[exp] > MIN_EXPONENT and float(np.max(term)) < floor:
+            out.append(
+                f"the {coef}/{var}^{SYMBOLS[exp]} term is below {TINY_TERM:.0e} of the loss at every point"
+                f" ({coef} = {value:.3g}): {coef} and {SYMBOLS[exp]} are at the edge of the search box"
+            )
+    return out
+
+
+def implausible_family(fits: dict[str, LawFit], sizes: dict[str, float], tol: float = 0.0) -> dict[str, str]:
+    """Runs of one family whose L(D) fits are not physical together: E along a run is the loss that run's
+    model would reach with unlimited data, so it cannot rise with model size. Every run of a pair where it
+    does is named, with the pair (``{run: reason}``); ``sizes`` gives each run's N."""
+    ordered = sorted((sizes[r], r) for r in fits)
+    out: dict[str, str] = {}
+    for i, (n_a, a) in enumerate(ordered):
+        for n_b, b in ordered[i + 1 :]:
+            e_a, e_b = fits[a].fit.params["E"], fits[b].fit.params["E"]
+            if n_b > n_a and e_b > e_a + tol:
+                why = (
+                    f"E rises with N in the family ({a}: E = {e_a:.4g} → the larger {b}: E = {e_b:.4g}; a"
+                    " larger model cannot have a higher loss at unlimited data)"
+                )
+                out.setdefault(a, why)
+                out.setdefault(b, why)
+    return out
 
 
 def loss_by_point(law: LawFit) -> str:

@@ -105,6 +105,14 @@ class FamilyAnalysis:
     law_x: LawFit | None = None
     law_bits: LawFit | None = None
     law_nd: LawFit | None = None
+    branch_finals: list[ResultRow] = dataclasses.field(default_factory=list)
+    """Final checkpoints of cooldown branches (one per branch): points of L(N, D), not of L(N)."""
+    envelope: Any = None
+    """Approach 1 (:mod:`trilm.scaling.envelope`) over the cooled points, when two sizes have curves."""
+
+    def cooled(self) -> list[ResultRow]:
+        """Every cooled-down checkpoint: the runs' finals and their branches' finals."""
+        return [*self.finals, *self.branch_finals]
 
 
 @dataclasses.dataclass
@@ -121,6 +129,9 @@ class Report:
     comparisons: list[dict[str, Any]]
     notes: list[str]
     files: dict[str, str] = dataclasses.field(default_factory=dict)
+    events: dict[str, list[dict[str, Any]]] = dataclasses.field(default_factory=dict)
+    """Per run, its schedule's events (``{"name", "step", "tokens"}``) when the caller knows them (``trilm
+    suite analyse`` does); the training-curve plot marks them."""
 
     def to_dict(self) -> dict[str, Any]:
         fams = {}
@@ -128,9 +139,11 @@ class Report:
             fams[name] = {
                 "kind": family_kind(name),
                 "final_checkpoints": [r.to_record() for r in fa.finals],
+                "branch_final_checkpoints": [r.to_record() for r in fa.branch_finals],
                 "L(x)": fa.law_x.to_dict() if fa.law_x else None,
                 "L(bits)": fa.law_bits.to_dict() if fa.law_bits else None,
                 "L(N,D)": fa.law_nd.to_dict() if fa.law_nd else None,
+                "envelope": fa.envelope.to_dict() if fa.envelope is not None else None,
             }
         return _jsonable(
             {
@@ -143,6 +156,7 @@ class Report:
                 "runs_L(D)": {run: fit.to_dict() for run, fit in self.run_fits.items()},
                 "comparisons": self.comparisons,
                 "notes": self.notes,
+                "events": self.events,
                 "files": self.files,
             }
         )

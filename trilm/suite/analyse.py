@@ -71,6 +71,11 @@ def analyse_suite(
     from trilm.scaling.fit import FitError
 
     run_dirs = [r.run_dir for r in suite.runs if complete_steps(r.run_dir / "snapshots")]
+    if suite.config.cooldown.at:
+        from trilm.suite.cooldown import cooldown_branches
+
+        branches = [b.run for b in cooldown_branches(suite) if not b.itself]
+        run_dirs += [r.run_dir for r in branches if complete_steps(r.run_dir / "snapshots")]
     if not run_dirs:
         raise FitError(f"suite {suite.name}: no run under {suite.root} has a complete snapshot yet")
     missing = [s for d in run_dirs for s in _snapshots_without_loss(d)]
@@ -80,7 +85,14 @@ def analyse_suite(
     out = Path(out_dir) if out_dir is not None else suite.root / "analysis"
     axis = x or suite.config.analysis.x
     report = analyze(
-        [table_path], out, bootstrap=bootstrap, seed=seed, plots=plots, x=axis, d_from=warmup_fraction(suite)
+        [table_path],
+        out,
+        bootstrap=bootstrap,
+        seed=seed,
+        plots=plots,
+        x=axis,
+        d_from=warmup_fraction(suite),
+        events=schedule_events(suite),
     )
     result = SuiteAnalysis(
         suite, table_path, out, [d.name for d in run_dirs], added, skipped, missing, report
@@ -88,6 +100,26 @@ def analyse_suite(
     write_text(result.summary_file, render_markdown(result))
     report.files["suite"] = str(result.summary_file)
     return result
+
+
+def schedule_events(suite: Suite) -> dict[str, list[dict[str, Any]]]:
+    """Per run (branches included), its schedule's events with the tokens at which they happen."""
+    from trilm.schedule import Schedule
+
+    runs = list(suite.runs)
+    if suite.config.cooldown.at:
+        from trilm.suite.cooldown import cooldown_branches
+
+        runs += [b.run for b in cooldown_branches(suite) if not b.itself]
+    out = {}
+    for r in runs:
+        sched = Schedule.for_optimizer(r.cfg.optim, r.cfg.schedule, r.cfg.steps)
+        out[r.name] = [
+            {"name": e.name, "step": e.step, "tokens": e.step * r.cfg.batch_tokens, "detail": e.detail}
+            for e in sched.events()
+            if not (r.parent and e.step <= r.branch_step)  # a branch shows only what happens in it
+        ]
+    return out
 
 
 def warmup_fraction(suite: Suite) -> float:
@@ -202,6 +234,10 @@ def run_fit_rows(report: Report) -> tuple[list[list[str]], list[str]]:
 
 
 RUN_FIT_HEADERS = ["run", "E", "B", "β", "checkpoints", "RMS log-resid"]
+TRAINING_DYNAMICS = (
+    "training dynamics, not a scaling law: along one run the schedule shapes the curve, and a checkpoint at D"
+    " is not the model a run of D tokens would give"
+)
 
 
 def run_fit_lines(report: Report, markdown: bool = False) -> list[str]:
@@ -209,13 +245,64 @@ def run_fit_lines(report: Report, markdown: bool = False) -> list[str]:
         return []
     rows, others = run_fit_rows(report)
     head = (
-        f"L(D) = E + B/D^β along each run (its checkpoints with D > 0; identified in {len(rows)} of"
+        f"L(D) = E + B/D^β along each run ({TRAINING_DYNAMICS}; identified in {len(rows)} of"
         f" {len(report.run_fits)} runs):"
     )
     lines = [head]
     if rows:
         lines.append(table(RUN_FIT_HEADERS, rows, markdown=markdown))
     lines += [f"not identified: {o}" for o in others]
+    return lines
+
+
+def nd_lines(report: Report) -> list[str]:
+    """Per family with cooldown branches or several budgets: its L(N, D) as a law, or why not; and the
+    approach-1 envelope's compute-optimal size."""
+    from trilm.scaling.identify import SYMBOLS
+
+    lines = []
+    axis = "N" if report.config.x == "params" else "N_nonemb"
+    for fam in _families(report):
+        fa = report.families[fam]
+        law = fa.law_nd
+        if law is not None:
+            p = law.fit.params
+            if law.identified:
+                cell = (
+                    f"L({axis}, D) = {p['E']:.4g} + {p['A']:.4g}/{axis}^{p['alpha']:.3g}"
+                    f" + {p['B']:.4g}/D^{p['beta']:.3g}"
+                )
+                if law.bootstrap is not None:
+                    s, level = law.bootstrap.summary(), int(report.config.level * 100)
+                    cis = [f"{SYMBOLS[k]} {level}% CI [{s[k]['lo']:.3g}, {s[k]['hi']:.3g}]" for k in SYMBOLS]
+                    cell += f"   ({', '.join(cis)})"
+                lines.append(f"{_name(fam):>8}  {cell}   [{law.fit.n_points} cooled points]")
+            else:
+                because = law.identification.because if law.identification else "not checked"
+                lines.append(f"{_name(fam):>8}  L({axis}, D) not identified: {because}")
+        env = fa.envelope
+        if env is not None:
+            if env.identified:
+                ci = f" [{env.interval_n[0]:.3g}, {env.interval_n[1]:.3g}]" if env.interval_n else ""
+                lines.append(
+                    f"{'':>8}  compute-optimal (approach 1, lowest cooled loss at each C):"
+                    f" N* ∝ C^{env.exponent_n:.3g}{ci}, D* ∝ C^{env.exponent_d:.3g};"
+                    f" optimal sizes {', '.join(env.winners())}"
+                )
+            else:
+                lines.append(f"{'':>8}  compute-optimal N*(C) not identified: {env.reason}")
+    ref = report.families.get("floatlm")
+    for fam in _families(report):
+        env = report.families[fam].envelope
+        if fam == "floatlm" or env is None or ref is None or ref.envelope is None:
+            continue
+        from trilm.scaling.envelope import gaps
+
+        cells = [f"{g:+.4f} at {c:.3g} FLOPs" for c, g in gaps(env, ref.envelope)]
+        if cells:
+            lines.append(
+                f"{_name(fam):>8}  − FloatLM at equal training FLOPs (lowest cooled loss): {'; '.join(cells)}"
+            )
     return lines
 
 
@@ -300,14 +387,19 @@ def ordering_lines(report: Report) -> list[str]:
     return lines
 
 
-def summary_text(report: Report) -> str:
-    """Terminal summary: final losses per size and family, whether they fall with size, the identified laws
-    (or why not), the L(D) fits along each run and the comparisons."""
+def summary_text(report: Report, after_table: list[str] | None = None) -> str:
+    """Terminal summary: final losses per size and family (with ``after_table`` right below them), whether
+    they fall with size, the identified laws (or why not), the L(D) fits along each run and the
+    comparisons."""
     lines = ["final validation loss per size (nats/token; A−B: loss of A minus loss of B)"]
-    lines += [loss_table(report), *[f"  {line}" for line in ordering_lines(report)], ""]
+    lines += [loss_table(report), *(after_table or []), *[f"  {line}" for line in ordering_lines(report)], ""]
     fits = fit_lines(report)
     lines += ["L(N) = E + A/N^α per family (final checkpoints):" if fits else "no L(N) fitted"]
     lines += [f"  {f}" for f in fits] if fits else [f"  {n}" for n in _unfitted(report)]
+    nd = nd_lines(report)
+    if nd:
+        lines += ["", "L(N, D) = E + A/N^α + B/D^β per family (cooldown branches and final checkpoints):"]
+        lines += [f"  {line}" for line in nd]
     runs = run_fit_lines(report)
     if runs:
         lines += ["", runs[0], *[f"  {line}" for text in runs[1:] for line in text.splitlines()]]
@@ -378,16 +470,20 @@ def render_markdown(result: SuiteAnalysis) -> str:
             "```",
             "",
         ]
+    nd = nd_lines(report)
+    if nd:
+        lines += ["## L(N, D) over cooled points", "", "```", *nd, "```", ""]
     runs = run_fit_lines(report, markdown=True)
     if runs:
-        lines += ["## Along each run: L(D)", "", runs[0], "", *runs[1:], ""]
+        lines += ["## Training dynamics along each run: L(D)", "", runs[0], "", *runs[1:], ""]
     comp = comparison_lines(report)
     if comp:
         lines += ["## Family comparison (fitted curves)", "", "```", *comp, "```", ""]
     lines += [
         "The full scaling report (fits with bootstrap intervals, leave-one-size-out errors, crossings,"
         " notes) is [report.md](report.md); plots: [loss vs parameters](loss_vs_params.png),"
-        " [loss vs size in bits](loss_vs_bits.png), [training curves](training_curves.png).",
+        " [loss vs size in bits](loss_vs_bits.png), [loss vs training FLOPs](loss_vs_flops.png),"
+        " [training curves](training_curves.png).",
         "",
     ]
     return "\n".join(lines)

@@ -1,0 +1,150 @@
+"""Plots a person can read, and fits that are not physical kept out of them: the quickstart's numbers of
+2026-12-02 (``quickstart_fixture``) rendered through every figure, with the axis limits checked against the
+data, the legends checked to sit outside the axes, and its implausible fits checked not to be laws."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+from tests.scaling import quickstart_fixture as qs
+from tests.scaling.synthetic import SPECTRA_SIZES, synthetic_suite
+from trilm.scaling import analyze, plots, write_table
+from trilm.scaling.fit import get_form
+from trilm.scaling.identify import edge_reasons, identify
+from trilm.scaling.results import LawFit
+from trilm.suite.analyse import run_fit_lines, summary_text
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    table = write_table(tmp_path_factory.mktemp("qs") / "results.csv", qs.rows())
+    return analyze(table, None, bootstrap=200, seed=0, x="nonembedding_params", d_from=0.3)
+
+
+def _within(limits, values, *, log: bool, extra: float = 1.0):
+    """The limits contain the values, with a margin no wider than 25 % of their span (a factor ``extra``
+    more on the upper side of a log axis, for one decade of extrapolation)."""
+    v = np.asarray(values, float)
+    lo, hi = limits
+    if log:
+        span = np.log10(v.max() / v.min())
+        slack = 0.25 * span + 0.1
+        assert lo <= v.min() and hi >= v.max()
+        assert np.log10(v.min() / lo) <= slack
+        assert np.log10(hi / (v.max() * extra)) <= slack
+    else:
+        span = v.max() - v.min()
+        assert lo <= v.min() and hi >= v.max()
+        assert v.min() - lo <= 0.25 * span + 1e-9 and hi - v.max() <= 0.25 * span + 1e-9
+
+
+def _legend_outside(fig, ax):
+    FigureCanvasAgg(fig).draw()
+    legend = ax.get_legend()
+    if legend is None:
+        return
+    box, area = legend.get_window_extent(), ax.get_window_extent()
+    assert box.x0 >= area.x1, "the legend overlaps the axes"
+
+
+def test_the_quickstart_fits_that_are_not_physical_are_not_laws(report):
+    fits = report.run_fits
+    for run in ("floatlm-96x3", "floatlm-128x4"):
+        law = fits[run]
+        assert law.fit.params["E"] == pytest.approx(qs.FLOATLM_LD[run.split("-")[1]][0], abs=0.02)
+        assert not law.identified
+        assert any("E rises with N in the family" in r for r in law.identification.reasons)
+    text = "\n".join(run_fit_lines(report))
+    assert "training dynamics, not a scaling law" in text
+    rows = [line for line in text.splitlines() if line.startswith(("floatlm-96x3", "floatlm-128x4"))]
+    assert not rows, "an implausible L(D) fit is tabled as identified"
+    summary = summary_text(report)
+    assert "not identified: floatlm-96x3: " in summary and "E rises with N" in summary
+
+
+def _law(form: str, params: dict, inputs: dict, loss) -> LawFit:
+    from trilm.scaling.fit import FitResult, predict_log
+
+    f = get_form(form)
+    theta = f.theta_from_natural(params)
+    log_x = np.log(np.stack([np.asarray(inputs[v], float) for v in f.variables]))
+    resid = predict_log(f, theta, log_x)[0] - np.log(np.asarray(loss, float))
+    fit = FitResult(form, f.natural(theta), theta, 0.0, len(loss), resid, True, "converged", 1, 1, 1)
+    labels = [str(i) for i in range(len(loss))]
+    return LawFit("law", fit, {k: np.asarray(v, float) for k, v in inputs.items()}, np.asarray(loss), labels)
+
+
+def test_exponents_and_coefficients_at_the_edge_of_the_search_box_are_not_laws():
+    d = np.array([1.6e5, 2.0e5, 2.6e5, 3.3e5, 3.9e5, 5.2e5])
+    step = qs.STEP_LIKE
+    law = _law("D", step, {"D": d}, step["E"] + step["B"] / d ** step["beta"])
+    assert not identify(law, "checkpoints").identified  # β = 2.53 > 2, as the quickstart printed
+    n = np.array([3.3e4, 1.07e5, 3.3e5, 8.5e5])
+    bits = _law(
+        "N", {"E": 4.19, "A": 2e9, "alpha": qs.FLOATLM_BITS_ALPHA}, {"N": n * 16}, [4.62, 4.28, 4.22, 4.2]
+    )
+    assert any("> 2" in r for r in identify(bits).reasons)
+    pinned = _law("N", {"E": 4.0, "A": 1e8, "alpha": 1.99}, {"N": n}, [4.9, 4.05, 4.0, 4.0])
+    assert any("pinned at the top of the search box" in r for r in identify(pinned).reasons)
+    huge = _law("N", {"E": 4.0, "A": np.exp(24.8), "alpha": 1.6}, {"N": n}, [4.9, 4.2, 4.02, 4.0])
+    assert any("edge of the search box (ln A" in r for r in identify(huge).reasons)
+    nothing = {"E": 3.5, "A": 1e-3, "alpha": 0.5, "B": 300.0, "beta": 0.4}
+    nn, dd = np.meshgrid(n, d)
+    loss = nothing["E"] + nothing["A"] / nn**0.5 + nothing["B"] / dd**0.4
+    nd = _law("ND", nothing, {"N": nn.ravel(), "D": dd.ravel()}, loss.ravel())
+    assert any(
+        "A/N^α term is below" in r for r in edge_reasons(get_form("ND"), nd.fit.params, nd.inputs, nd.loss)
+    )
+    good = _law("N", {"E": 3.4, "A": 80.0, "alpha": 0.46}, {"N": n}, 3.4 + 80 / n**0.46)
+    assert edge_reasons(get_form("N"), good.fit.params, good.inputs, good.loss) == []
+
+
+@pytest.mark.parametrize("axis", ["params", "bits", "flops"])
+def test_loss_plots_are_bounded_by_the_data(report, axis):
+    fig = plots.figure_loss_vs(report, axis)
+    ax = fig.axes[0]
+    xs = {"params": "nonembedding_params", "bits": None, "flops": "flops"}[axis]
+    x = [getattr(r, xs) if xs else r.model_bits for fa in report.families.values() for r in fa.finals]
+    y = [r.loss for fa in report.families.values() for r in fa.finals]
+    drawn = any(
+        getattr(fa, {"params": "law_x", "bits": "law_bits"}.get(axis, "law_x")).identified
+        for fa in report.families.values()
+        if axis != "flops"
+    )
+    _within(ax.get_xlim(), x, log=True, extra=plots.EXTRAPOLATE if drawn else 1.0)
+    _within(ax.get_ylim(), y, log=False)
+    assert ax.get_ylim()[1] < 5.0  # not the 25 nats the BiLM band reached when extrapolated
+    _legend_outside(fig, ax)
+
+
+def test_training_curves_are_bounded_by_the_checkpoints_and_mark_the_events(report):
+    events = {run: [{"name": "warmup_end", "step": 154, "tokens": 154 * 1024}] for run in report.runs}
+    marked = dataclasses.replace(report, events=events)
+    fig = plots.figure_training_curves(marked)
+    for ax, fam in zip(fig.axes, report.families):
+        pts = [r for items in report.runs.values() if items[0].family == fam for r in items if r.tokens > 0]
+        _within(ax.get_xlim(), [r.tokens for r in pts], log=True)
+        _within(ax.get_ylim(), [r.loss for r in pts], log=False)
+        assert ax.get_ylim()[1] < 10  # the dashed L(D) curves once reached 8,000 nats here
+        assert "warm-up ends" in ax.get_legend_handles_labels()[1]
+        _legend_outside(fig, ax)
+
+
+def test_the_nd_plot_extrapolates_at_most_one_decade(tmp_path):
+    law = {"E": 1.8, "A": 400.0, "alpha": 0.3, "B": 600.0, "beta": 0.3}
+    sizes = dict(list(SPECTRA_SIZES.items())[:5])
+    rows = synthetic_suite(
+        {"floatlm": law}, sizes=sizes, tokens=[2e10, 8e10, 3e11], checkpoints=2, noise=0.002
+    )
+    nd_report = analyze(write_table(tmp_path / "r.csv", rows), None, form="ND", bootstrap=0, loso=False)
+    fitted = nd_report.families["floatlm"].law_nd
+    fig = plots.Figure(figsize=(6, 4))
+    ax = fig.subplots()
+    plots.draw_nd(ax, fitted, "L(N, D)", extra_points=[(fitted.inputs["N"].max(), 1e14, 2.0)])
+    d = fitted.inputs["D"]
+    assert ax.get_xlim()[1] <= d.max() * plots.EXTRAPOLATE * 1.6
+    _within(ax.get_ylim(), [*fitted.loss, 2.0], log=False)
