@@ -24,7 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("trilm.eval.cli", "evaluate snapshots: perplexity, lm-eval tasks, results table"),
     "scaling": ("trilm.scaling.cli", "fit scaling laws over a results table, compare families, plot"),
     "export": ("trilm.export.cli", "export snapshots: hf (with tokenizer), packed, gguf; a whole suite"),
-    "import": ("trilm.export.cli", "import a model: hf (LlamaForCausalLM directory)"),
+    "import": ("trilm.export.cli", "import a model: hf (LlamaForCausalLM directory), gguf (llama GGUF file)"),
     "quantize": ("trilm.posthoc.cli", "post-hoc quantization of a float model (gptq, omniquant, …)"),
     "generate": ("trilm.serve.cli", "generate text from a prompt with the inference engine"),
     "serve": ("trilm.serve.cli", "OpenAI-compatible server (/v1/completions, /v1/chat/completions)"),

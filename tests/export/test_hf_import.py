@@ -50,12 +50,13 @@ def _hf_dir(tmp_path, theta=10000.0, vocab=256, **overrides):
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"rope_scaling": {"rope_type": "linear", "factor": 2.0}}, "rope_scaling"),
+        ({"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "rope_scaling.rope_type 'dynamic'"),
+        ({"rope_scaling": {"rope_type": "linear", "factor": 2.0, "beta": 1}}, r"rope_scaling\.beta"),
         ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}}, "rope_parameters"),
         ({"hidden_act": "gelu"}, "hidden_act 'gelu' is not supported"),
         ({"attention_bias": True}, "attention_bias=true"),
         ({"mlp_bias": True}, "mlp_bias=true"),
-        ({"tie_word_embeddings": True}, "tie_word_embeddings=true"),
+        ({"head_dim": 0}, "head_dim 0: expected a positive integer"),
     ],
 )
 def test_refuses_configs_it_cannot_represent(tmp_path, change, message):
@@ -72,7 +73,7 @@ def test_refuses_bias_tensors_missing_misshapen_and_ambiguous_weights(tmp_path):
     with pytest.raises(ConfigError, match=r"bias tensors .*model\.layers\.0\.self_attn\.q_proj\.bias"):
         import_hf(path)
     save_file({k: v for k, v in state.items() if k != "lm_head.weight"}, str(weights))
-    with pytest.raises(ConfigError, match=r"missing tensor\(s\) lm_head\.weight \(tied embeddings"):
+    with pytest.raises(ConfigError, match=r"missing tensor\(s\) lm_head\.weight \(config.json does not tie"):
         import_hf(path)
     save_file({k: v for k, v in state.items() if "layers.1.mlp.up_proj" not in k}, str(weights))
     with pytest.raises(ConfigError, match=r"missing tensor\(s\) model\.layers\.1\.mlp\.up_proj\.weight"):

@@ -26,7 +26,7 @@ def test_run_tokenizer_own_copy_override_and_none(tmp_path, make_snapshot, token
     none = open_model(snap).tokenizer
     assert (
         none.tokenizer is None
-        and "no tokenizer.model next to the model or in its run directory" in none.reason
+        and "no tokenizer.json or tokenizer.model next to the model or in its run directory" in none.reason
     )
     with pytest.raises(StoreError, match="pass --tokenizer"):
         none.require(snap)

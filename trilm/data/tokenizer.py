@@ -1,6 +1,7 @@
-"""SentencePiece BPE tokenizer: training on a SlimPajama-shaped corpus, loading with a content-hash check.
+"""Tokenizers: SentencePiece BPE training on a SlimPajama-shaped corpus; loading either kind, hash-checked.
 
-The hash is the SHA-256 of the ``.model`` file's bytes. Shards and checkpoints record it, and
+The hash is the SHA-256 of the tokenizer file's bytes (``tokenizer.model``, or a Hugging Face
+``tokenizer.json``). Shards and checkpoints record it, and
 ``Tokenizer.load(path, expected_hash=...)`` refuses a different model: token ids from one tokenizer are
 noise to a model trained with another, and nothing else would catch the mix-up.
 """
@@ -63,7 +64,27 @@ def read_sidecar(model: str | os.PathLike) -> dict | None:
 
 
 class Tokenizer:
-    """A loaded SentencePiece model: ``encode``/``decode``, special ids, vocabulary sizes and content hash."""
+    """A loaded tokenizer: ``encode``/``decode``, special ids, vocabulary size and content hash.
+
+    Two kinds, one interface: a SentencePiece model (``tokenizer.model``: what trilm trains, and LLaMA-1/2)
+    and a Hugging Face ``tokenizers`` tokenizer (``tokenizer.json``: byte-level BPE as Llama-3, SmolLM and
+    most models people ship, :mod:`trilm.data.hf_tokenizer`). :meth:`load` picks the kind from the file.
+    ``encode`` never adds BOS or EOS: whether a document starts with BOS is the model's convention
+    (:mod:`trilm.store.tokenizer`), and every document ends with EOS in the data path.
+    """
+
+    kind = "sentencepiece"
+    path: Path
+    hash: str
+    vocab_size: int
+    eos_id: int
+    bos_id: int
+    pad_id: int
+    unk_id: int
+    chat_template: str | None = None
+    """A Jinja chat template (Hugging Face tokenizers that carry one); None for SentencePiece."""
+    adds_bos: bool | None = None
+    """Whether the tokenizer itself puts BOS first (``add_bos_token`` / its post-processor); None = silent."""
 
     def __init__(self, path: Path, processor: spm.SentencePieceProcessor, content_hash: str):
         self.path = path
@@ -77,11 +98,8 @@ class Tokenizer:
 
     @classmethod
     def load(cls, path: str | os.PathLike, expected_hash: str | None = None) -> Tokenizer:
-        path = Path(path)
-        if path.is_dir():
-            path = path / "tokenizer.model"
-        if not path.is_file():
-            raise DataError(f"{path}: no such tokenizer model")
+        """A SentencePiece ``.model`` or a Hugging Face ``tokenizer.json`` (a directory: the one in it)."""
+        path = resolve_tokenizer_path(path)
         content_hash = _sha256(path)
         if expected_hash is not None and expected_hash != content_hash:
             raise DataError(
@@ -89,15 +107,26 @@ class Tokenizer:
                 f"{expected_hash[:16]}… "
                 "(the shards or checkpoint were made with another tokenizer)"
             )
+        if is_hf_tokenizer_file(path):
+            from trilm.data.hf_tokenizer import HFTokenizer
+
+            return HFTokenizer.from_file(path, content_hash)
         processor = spm.SentencePieceProcessor()
         try:
             processor.load(str(path))
         except (OSError, RuntimeError) as exc:
-            raise DataError(f"{path}: not a SentencePiece model: {exc}") from None
-        tok = cls(path, processor, content_hash)
+            raise DataError(
+                f"{path}: not a SentencePiece model ({exc}); a Hugging Face tokenizer is a tokenizer.json"
+            ) from None
+        tok = SentencePieceTokenizer(path, processor, content_hash)
         if tok.eos_id < 0:
             raise DataError(f"{path}: the model has no EOS piece (documents are separated by EOS)")
         return tok
+
+    @property
+    def files(self) -> dict[str, Path]:
+        """The files that make up the tokenizer, by the name they have in a model directory."""
+        return {TOKENIZER_MODEL: self.path}
 
     def encode(self, text: str) -> list[int]:
         return self.sp.encode(text)
@@ -108,11 +137,56 @@ class Tokenizer:
     def decode(self, ids: Iterable[int]) -> str:
         return self.sp.decode([int(i) for i in ids])
 
+    def id_to_piece(self, token_id: int) -> str:
+        return self.sp.id_to_piece(int(token_id))
+
+    def vocabulary(self) -> dict[str, int]:
+        """Token string → id (what two tokenizers must share to give a model the same ids)."""
+        return {self.sp.id_to_piece(i): i for i in range(self.vocab_size)}
+
+    def render_chat(self, messages: list[dict[str, str]]) -> str:
+        raise DataError(f"{self.path}: a SentencePiece tokenizer carries no chat template")
+
     def padded_vocab_size(self, multiple: int = 128) -> int:
         return padded_size(self.vocab_size, multiple)
 
     def __repr__(self) -> str:
-        return f"Tokenizer({self.path}, vocab_size={self.vocab_size}, hash={self.hash[:12]})"
+        return f"{type(self).__name__}({self.path}, vocab_size={self.vocab_size}, hash={self.hash[:12]})"
+
+
+SentencePieceTokenizer = Tokenizer
+"""The SentencePiece kind is the base class itself (it predates the Hugging Face kind)."""
+
+TOKENIZER_MODEL = "tokenizer.model"
+HF_TOKENIZER_FILE = "tokenizer.json"
+
+
+def is_hf_tokenizer_file(path: Path) -> bool:
+    """A ``*.json`` that is a ``tokenizers`` serialization (it has a ``model``), not a trilm sidecar."""
+    if path.suffix != ".json":
+        return False
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(1 << 16)
+    except OSError:
+        return False
+    return b'"model"' in head or b'"version"' in head
+
+
+def resolve_tokenizer_path(path: str | os.PathLike) -> Path:
+    """The tokenizer file a user's path means: the file itself, or in a directory its ``tokenizer.json``
+    (a Hugging Face tokenizer) or ``tokenizer.model`` (SentencePiece), the former first."""
+    path = Path(path)
+    if path.is_dir():
+        hf = path / HF_TOKENIZER_FILE
+        if hf.is_file() and is_hf_tokenizer_file(hf):
+            return hf
+        if (path / TOKENIZER_MODEL).is_file():
+            return path / TOKENIZER_MODEL
+        raise DataError(f"{path}: no tokenizer in this directory ({HF_TOKENIZER_FILE} or {TOKENIZER_MODEL})")
+    if not path.is_file():
+        raise DataError(f"{path}: no such tokenizer model")
+    return path
 
 
 def _training_lines(texts: Iterable[str], max_line_chars: int) -> Iterator[str]:

@@ -1,4 +1,4 @@
-"""``trilm export hf|packed|gguf SNAPSHOT OUT``, ``trilm export suite RUN… --out SUITE``, ``trilm import hf``.
+"""``trilm export hf|packed|gguf SNAPSHOT OUT``, ``trilm export suite RUN… --out S``, ``trilm import hf|gguf``.
 
 Usage::
 
@@ -7,6 +7,7 @@ Usage::
     trilm export gguf   runs/quickstart/trilm-tiny/snapshots/step-120 out/t.gguf [--type f16|q8_0|tq1_0|tq2_0]
     trilm export suite  runs/quickstart/trilm-tiny runs/quickstart/floatlm-tiny --out runs/quickstart/suite
     trilm import hf     out/trilm-tiny-hf out/snapshot [--family trilm]
+    trilm import gguf   SmolLM2-135M-Instruct.Q4_1.gguf out/smollm2   # any llama GGUF, dequantized to fp32
 
 Exports refuse a snapshot without its COMPLETE marker and an output that holds another export.
 """
@@ -35,6 +36,11 @@ def build_parser(parser: argparse.ArgumentParser, command: str) -> None:
             default=None,
             help="default: from the config's trilm section, else floatlm",
         )
+        gg = sub.add_parser(
+            "gguf", help="a llama-architecture GGUF file (any type gguf dequantizes) → snapshot"
+        )
+        gg.add_argument("gguf_file", help="the .gguf file")
+        gg.add_argument("out", help="output trilm snapshot directory (new or empty)")
         parser.set_defaults(command=command)
         return
     snapshot_help = "trilm snapshot directory (with its COMPLETE marker)"
@@ -86,12 +92,24 @@ def build_parser(parser: argparse.ArgumentParser, command: str) -> None:
     parser.set_defaults(command=command)
 
 
+def open_tied(path) -> bool:
+    from trilm.store import open_model
+
+    return bool(open_model(path, verify=False).meta.extra.get("tied_embeddings"))
+
+
 def run(args) -> int:
+    if args.command == "import" and args.target == "gguf":
+        from trilm.export.gguf_import import import_gguf
+
+        print(import_gguf(args.gguf_file, args.out).summary())
+        return 0
     if args.command == "import":
         from trilm.export.hf import import_snapshot_hf
 
         out = import_snapshot_hf(args.hf_dir, args.out, family=args.family)
-        print(f"wrote snapshot {out}")
+        tied = " (tied embeddings: head.weight holds a copy of the embedding; exports tie them again)"
+        print(f"wrote snapshot {out}{tied if open_tied(out) else ''}")
         return 0
     if args.target == "hf":
         from trilm.export.hf import export_snapshot_hf

@@ -6,8 +6,11 @@ An HF export is a directory that transformers, lm-eval's ``hf`` model, vLLM and 
 γ·Ŵ), the tokenizer files of :mod:`trilm.export.tokenizer` and a model card.
 
 An import writes a complete snapshot (weights, config, ``COMPLETE`` marker) and keeps what a round trip
-needs: the special ids of ``config.json``, ``add_bos_token`` and the ``tokenizer.model`` when the directory
-has one (the snapshot's tokenizer hash is then that file's).
+needs: the special ids of ``config.json``, ``add_bos_token``, the tokenizer when the directory has one
+(``tokenizer.json`` with its config and chat template, or ``tokenizer.model``; the snapshot's tokenizer hash
+is then that file's) and whether the embeddings were tied. A snapshot always holds ``head.weight``: a tied
+model's head is imported as a copy of the embedding (``meta.extra["tied_embeddings"]``), and the HF and
+GGUF exports write it tied again while the two are still equal (:func:`tie_state`).
 """
 
 from __future__ import annotations
@@ -49,6 +52,19 @@ def special_ids(src: ModelDir) -> tuple[Any, Any]:
     return hf.get("bos_token_id", DEFAULT_BOS_ID), hf.get("eos_token_id", DEFAULT_EOS_ID)
 
 
+def tie_state(src: ModelDir, state: dict[str, torch.Tensor]) -> tuple[bool, str]:
+    """(write tied?, what to say) for a model whose snapshot records tied embeddings.
+
+    A tie is written back only when the head still equals the embedding bit for bit (post-hoc methods and
+    pruning leave both alone); a head that was changed is written as its own tensor, and said so."""
+    if not src.meta.extra.get("tied_embeddings"):
+        return False, ""
+    head, embed = state.get("head.weight"), state.get("embed.weight")
+    if head is not None and embed is not None and torch.equal(head, embed):
+        return True, "embeddings tied (the head is the embedding, as imported)"
+    return False, "embeddings untied: the head no longer equals the embedding, so both are written"
+
+
 def export_snapshot_hf(
     snapshot: str | Path,
     out: str | Path,
@@ -62,9 +78,17 @@ def export_snapshot_hf(
     src = src or open_source(snapshot, tokenizer=tokenizer, require_tokenizer=True)
     state = float_state(src)
     bos, eos = special_ids(src)
-    with export_directory(out, "hf", src, dtype=dtype) as tmp:
+    tied, _ = tie_state(src, state)
+    with export_directory(out, "hf", src, dtype=dtype, tied_embeddings=tied) as tmp:
         write_hf_files(
-            src.config, state, tmp, weight_dtype, bos_token_id=bos, eos_token_id=eos, dequantize=False
+            src.config,
+            state,
+            tmp,
+            weight_dtype,
+            bos_token_id=bos,
+            eos_token_id=eos,
+            dequantize=False,
+            tied=tied,
         )
         tok = src.tokenizer.tokenizer
         if tok is not None:
@@ -96,6 +120,10 @@ def import_snapshot_hf(hf_dir: str | Path, out: str | Path, *, family: str | Non
     }
     if hf.add_bos is not None:
         extra["add_bos"] = hf.add_bos
+    elif tok is not None and tok.adds_bos is not None:
+        extra["add_bos"] = bool(tok.adds_bos)
+    if hf.tied:
+        extra["tied_embeddings"] = True
     meta = SnapshotMeta(
         step=0,
         tokens=0,
@@ -110,6 +138,4 @@ def import_snapshot_hf(hf_dir: str | Path, out: str | Path, *, family: str | Non
         extra=extra,
     )
     state = src.weights.float_state()
-    return write_snapshot(
-        out, cfg, meta, state, tokenizer=tok.path if tok else None, marker={"imported_from": hf_dir.name}
-    )
+    return write_snapshot(out, cfg, meta, state, tokenizer=tok, marker={"imported_from": hf_dir.name})

@@ -15,6 +15,9 @@ therefore carries:
   ``</s>`` in text as text, and so did training;
 - ``special_tokens_map.json``.
 
+A model with a Hugging Face tokenizer (``tokenizer.json``: imported Llamas) exports that tokenizer's own
+files, byte for byte.
+
 Which tokenizer belongs to a model, and whether it was trained with BOS, is the store's policy
 (:mod:`trilm.store.tokenizer`); this module writes the files.
 """
@@ -90,9 +93,36 @@ def verify_tokenizer(tok: Tokenizer, built, add_bos: bool, texts=PROBE_TEXTS) ->
         built.encode_special_tokens = False
 
 
+def write_hf_tokenizer_files(tok, out_dir: Path, *, add_bos: bool, context: int) -> list[Path]:
+    """A Hugging Face tokenizer's own files, copied as they are (transformers loads them as it loaded the
+    originals); a lone ``tokenizer.json`` gets a ``tokenizer_config.json`` naming its special tokens."""
+    written = [copy_file(source, out_dir / name) for name, source in tok.files.items()]
+    if not (out_dir / "tokenizer_config.json").is_file():
+        names = {
+            f"{k}_token": tok.id_to_piece(i) if i >= 0 else None
+            for k, i in (("bos", tok.bos_id), ("eos", tok.eos_id), ("unk", tok.unk_id), ("pad", tok.pad_id))
+        }
+        config = {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            **names,
+            "add_bos_token": add_bos,
+            "model_max_length": context,
+            "clean_up_tokenization_spaces": False,
+            "trilm_tokenizer_hash": tok.hash,
+        }
+        if tok.chat_template:
+            config["chat_template"] = tok.chat_template
+        write_json(out_dir / "tokenizer_config.json", config)
+        written.append(out_dir / "tokenizer_config.json")
+    return written
+
+
 def write_tokenizer_files(tok: Tokenizer, out_dir: str | Path, *, add_bos: bool, context: int) -> list[Path]:
-    """Write the four tokenizer files into ``out_dir``; returns their paths."""
+    """Write the tokenizer files into ``out_dir`` (the four of the module docstring for SentencePiece; a
+    Hugging Face tokenizer's own files for one); returns their paths."""
     out_dir = Path(out_dir)
+    if tok.kind == "hf":
+        return write_hf_tokenizer_files(tok, out_dir, add_bos=add_bos, context=context)
     built = hf_tokenizer(tok, add_bos)
     model = copy_file(tok.path, out_dir / "tokenizer.model")
     built.save(str(out_dir / "tokenizer.json"))

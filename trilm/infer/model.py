@@ -190,7 +190,7 @@ class InferenceModel(nn.Module):
         self.layers = nn.ModuleList(InferenceBlock(cfg, shape) for shape in cfg.layer_shapes())
         self.norm = RMSNorm(cfg.hidden, cfg.norm_eps)
         self.head = nn.Linear(cfg.hidden, cfg.padded_vocab, bias=False)
-        cos, sin = rope_table(cfg.head_dim, cfg.rope_theta, cfg.context)
+        cos, sin = rope_table(cfg.head_dim, cfg.rope_theta, cfg.context, scaling=cfg.rope_scaling)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
 

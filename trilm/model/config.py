@@ -63,9 +63,50 @@ class QuantConfig(Config):
         return int(self.scale_group.split(":")[1]) if self.scale_group.startswith("group:") else None
 
 
+ROPE_TYPES = ("linear", "llama3")
+
+
+@dataclasses.dataclass
+class RopeScaling(Config):
+    """RoPE frequency scaling of a long-context Llama, in Hugging Face's ``rope_scaling`` terms.
+
+    ``linear`` (position interpolation) divides every rotary frequency by ``factor``. ``llama3`` (Llama 3.1
+    and 3.2) divides only the low frequencies — wavelengths longer than ``original_max_position_embeddings /
+    low_freq_factor`` — keeps those shorter than ``original_max_position_embeddings / high_freq_factor`` and
+    interpolates in between. The attention scale is unchanged in both (:func:`trilm.model.ops.rope_inv_freq`).
+    """
+
+    rope_type: str = "linear"
+    factor: float = 1.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position_embeddings: int = 8192
+
+    def validate(self) -> None:
+        require(
+            self.rope_type in ROPE_TYPES,
+            f"rope_type: {self.rope_type!r} is not supported (trilm implements {', '.join(ROPE_TYPES)})",
+        )
+        require(self.factor > 0, f"factor: must be > 0, got {self.factor}")
+        if self.rope_type == "llama3":
+            require(
+                self.high_freq_factor > self.low_freq_factor > 0,
+                f"high_freq_factor ({self.high_freq_factor}) must exceed low_freq_factor "
+                f"({self.low_freq_factor}) > 0",
+            )
+            require(
+                self.original_max_position_embeddings > 0,
+                f"original_max_position_embeddings: must be > 0, got {self.original_max_position_embeddings}",
+            )
+
+
 @dataclasses.dataclass
 class ModelConfig(Config):
-    """A LLaMA-style decoder: pre-norm RMSNorm, RoPE, SwiGLU, no biases, untied embeddings."""
+    """A LLaMA-style decoder: pre-norm RMSNorm, RoPE, SwiGLU, no biases.
+
+    The LM head is its own tensor (``head.weight``); a model imported with tied embeddings carries a copy
+    of the embedding there, and its snapshot records the tie (``meta.extra["tied_embeddings"]``) so exports
+    can tie them again (:mod:`trilm.model.hf`)."""
 
     family: Family = "trilm"
     name: str = "custom"
@@ -80,6 +121,10 @@ class ModelConfig(Config):
     layers: int = 16
     context: int = 2048
     rope_theta: float = 10000.0
+    rope_scaling: RopeScaling | None = None
+    """Long-context RoPE scaling (``linear``, ``llama3``) of an imported model; None = plain RoPE."""
+    explicit_head_dim: int | None = None
+    """Long-context RoPE scaling (``linear``, ``llama3``) of an imported model; None: plain RoPE."""
     norm_eps: float = 1e-5
     init_std: float = 0.02
     """Normal init std; output projections use init_std / sqrt(2·layers) (GPT-2/Megatron scaled init)."""
@@ -102,10 +147,15 @@ class ModelConfig(Config):
         for key in ("vocab_size", "pad_vocab_to", "hidden", "ffn", "heads", "layers", "context"):
             value = getattr(self, key)
             require(value > 0, f"{key}: must be > 0, got {value}")
-        require(
-            self.hidden % self.heads == 0,
-            f"hidden: {self.hidden} is not divisible by heads={self.heads}",
-        )
+        if self.explicit_head_dim is None:
+            require(
+                self.hidden % self.heads == 0,
+                f"hidden: {self.hidden} is not divisible by heads={self.heads}",
+            )
+        else:
+            require(
+                self.explicit_head_dim > 0, f"explicit_head_dim: must be > 0, got {self.explicit_head_dim}"
+            )
         require(self.head_dim % 2 == 0, f"hidden: head dim {self.head_dim} must be even for RoPE")
         kv = self.num_kv_heads
         require(kv > 0, f"kv_heads: must be > 0, got {kv}")
@@ -169,7 +219,7 @@ class ModelConfig(Config):
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        return self.explicit_head_dim if self.explicit_head_dim is not None else self.hidden // self.heads
 
     @property
     def num_kv_heads(self) -> int:

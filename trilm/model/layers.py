@@ -146,12 +146,12 @@ class RMSNorm(nn.Module, _ShardSpec):
 class Rotary(nn.Module):
     """RoPE over the full head dim, rotate-half convention (GPT-NeoX and HF LLaMA; no Q/K permutation)."""
 
-    def __init__(self, head_dim: int, context: int, theta: float):
+    def __init__(self, head_dim: int, context: int, theta: float, scaling=None):
         super().__init__()
-        self.head_dim, self.context, self.theta = head_dim, context, theta
+        self.head_dim, self.context, self.theta, self.scaling = head_dim, context, theta, scaling
 
     def cos_sin(self, seq_len: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        cos, sin = rope_table(self.head_dim, self.theta, seq_len, device)
+        cos, sin = rope_table(self.head_dim, self.theta, seq_len, device, self.scaling)
         return cos.to(dtype), sin.to(dtype)
 
 

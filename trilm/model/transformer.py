@@ -82,7 +82,7 @@ class Decoder(nn.Module):
         self.head = QuantColumnParallelLinear(
             cfg.hidden, {"head.weight": cfg.padded_vocab}, head_layout, None, config=mp
         )
-        self.rotary = Rotary(cfg.head_dim, cfg.context, cfg.rope_theta)
+        self.rotary = Rotary(cfg.head_dim, cfg.context, cfg.rope_theta, cfg.rope_scaling)
         self._owners = {name: m for m in self.shard_modules() for name in m.parts}
         for m in self.shard_modules():
             if m.shard_dim is not None:  # grad-norm and optimizer code count sharded weights once per rank

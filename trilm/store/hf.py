@@ -30,6 +30,7 @@ from trilm.model.hf import (
     hf_tensor_plan,
     model_config_from_hf,
     restore_latents,
+    ties_embeddings,
 )
 from trilm.model.spec import canonical_shapes
 from trilm.store.errors import StoreError
@@ -111,6 +112,8 @@ class HFDirectory:
     """``trilm_export.json`` when trilm exported it ({} otherwise)."""
     tokenizer_hash: str | None
     """The hash of the tokenizer it was exported with, when recorded."""
+    tied: bool = False
+    """``tie_word_embeddings``: the LM head is the input embedding."""
 
 
 def read_hf_directory(directory: str | Path, family: str | None = None) -> HFDirectory:
@@ -131,15 +134,21 @@ def read_hf_directory(directory: str | Path, family: str | None = None) -> HFDir
         add_bos=None if add_bos is None else bool(add_bos),
         export=export,
         tokenizer_hash=export.get("tokenizer_hash") or tok_config.get("trilm_tokenizer_hash"),
+        tied=ties_embeddings(data),
     )
 
 
-def read_hf_state(directory: str | Path, cfg: ModelConfig) -> dict[str, torch.Tensor]:
-    """Canonical fp32 tensors of an HF directory (TriLM/BiLM block matrices as restorable latents)."""
+def read_hf_state(directory: str | Path, cfg: ModelConfig, tied: bool = False) -> dict[str, torch.Tensor]:
+    """Canonical fp32 tensors of an HF directory (TriLM/BiLM block matrices as restorable latents).
+
+    With ``tied`` embeddings the head is the embedding, as transformers ties it: ``head.weight`` is a copy
+    of ``embed.weight`` (an ``lm_head.weight`` in the file is not read, as transformers does not use it)."""
     directory = Path(directory)
     files = weight_files(directory)
-    check_hf_names(directory, cfg, set(files))
+    check_hf_names(directory, cfg, set(files), tied)
     plan = hf_tensor_plan(cfg)
+    if tied:
+        plan.pop(hf_name("head.weight"))
     by_file: dict[Path, list[str]] = {}
     for name in plan:
         by_file.setdefault(files[name], []).append(name)
@@ -152,6 +161,8 @@ def read_hf_state(directory: str | Path, cfg: ModelConfig) -> dict[str, torch.Te
                     f"{path}: tensor {name} has shape {tuple(tensor.shape)}, config.json implies {shape}"
                 )
             state[canonical] = tensor.float()
+    if tied:
+        state["head.weight"] = state["embed.weight"].clone()
     return restore_latents(cfg, state)
 
 
@@ -164,11 +175,13 @@ def write_hf_files(
     bos_token_id: int | list[int] | None = DEFAULT_BOS_ID,
     eos_token_id: int | list[int] | None = DEFAULT_EOS_ID,
     dequantize: bool = True,
+    tied: bool = False,
 ) -> Path:
     """Write ``config.json``, ``generation_config.json`` and ``model.safetensors`` into ``out_dir``.
 
     ``state`` holds canonical tensors; with ``dequantize`` (the default) TriLM/BiLM latent block weights are
-    replaced by γ·Ŵ, otherwise they are taken as already materialised.
+    replaced by γ·Ŵ, otherwise they are taken as already materialised. ``tied`` writes the embeddings tied
+    (no ``lm_head.weight``; the caller has checked that the head equals the embedding).
     """
     check_uniform(cfg)
     out_dir = Path(out_dir)
@@ -178,11 +191,11 @@ def write_hf_files(
     if missing:
         raise StoreError(f"{out_dir}: canonical tensors missing: {missing[:5]}")
     weights = dequantized_state_dict(cfg, state) if dequantize else state
-    hf_state = {hf_name(k): weights[k].to(dtype) for k in expected}
+    hf_state = {hf_name(k): weights[k].to(dtype) for k in expected if not (tied and k == "head.weight")}
     write_tensors(out_dir / HF_WEIGHTS, hf_state, metadata={"format": "pt"})
     write_json(
         out_dir / CONFIG_FILE,
-        hf_config_dict(cfg, dtype, bos_token_id=bos_token_id, eos_token_id=eos_token_id),
+        hf_config_dict(cfg, dtype, bos_token_id=bos_token_id, eos_token_id=eos_token_id, tied=tied),
     )
     write_json(out_dir / "generation_config.json", generation_config_dict(bos_token_id, eos_token_id))
     return out_dir

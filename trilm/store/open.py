@@ -85,7 +85,7 @@ class Weights:
             self.verify()
             model = self._model
             if model.kind == "hf":
-                self._float = read_hf_state(model.path, model.config)
+                self._float = read_hf_state(model.path, model.config, model.hf.tied)
             else:
                 self._float = read_tensors(model.path / WEIGHTS_FILE)
         return self._float
@@ -228,11 +228,13 @@ def open_model(
     tokenizer: str | Path | None = None,
     verify: bool = True,
     family: str | None = None,
+    force_tokenizer: bool = False,
 ) -> ModelDir:
     """Recognise and check the model directory at ``path``; weights are read later, on first use.
 
     ``tokenizer`` overrides where the tokenizer comes from (it must still match the model's recorded
-    hash); ``family`` is the family of an HF directory whose config does not say it.
+    hash, :mod:`trilm.store.tokenizer`; ``force_tokenizer`` accepts one that does not); ``family`` is the
+    family of an HF directory whose config does not say it.
     """
     given = Path(path)
     if not given.exists():
@@ -274,9 +276,11 @@ def open_model(
         vocab_size=cfg.vocab_size,
         run_dir=run_dir,
         override=tokenizer,
+        force=force_tokenizer,
+        padded_vocab=cfg.padded_vocab,
     )
     _check_manifest(complete, verify)
-    add_bos = trained_with_bos(path, meta.extra, run_dir)
+    add_bos = trained_with_bos(path, meta.extra, run_dir, choice.tokenizer)
     return ModelDir(
         kind=kind_override or kind,
         path=path,
@@ -305,6 +309,8 @@ def _hf_meta(path: Path, hf) -> SnapshotMeta:
         if key in export:
             setattr(meta, key, export[key])
     meta.extra["hf"] = {"bos_token_id": hf.bos_token_id, "eos_token_id": hf.eos_token_id}
+    if hf.tied:
+        meta.extra["tied_embeddings"] = True
     if hf.add_bos is not None:
         meta.extra["add_bos"] = hf.add_bos
     return meta

@@ -27,7 +27,6 @@ from trilm.store.layout import (
     PACKED_FILE,
     SNAPSHOT_FORMAT,
     SNAPSHOT_VERSION,
-    TOKENIZER_FILE,
     WEIGHTS_FILE,
 )
 from trilm.store.tensors import write_tensors
@@ -128,10 +127,14 @@ def write_snapshot_files(
     meta: SnapshotMeta | None,
     state: Mapping[str, torch.Tensor],
     packed: Mapping[str, Any] | None = None,
-    tokenizer: str | Path | None = None,
+    tokenizer: Any = None,
 ) -> Path:
-    """Weights (+ packed layers, tokenizer) and ``config.json`` into an existing (staging) directory."""
+    """Weights (+ packed layers, tokenizer) and ``config.json`` into an existing (staging) directory.
+
+    ``tokenizer`` is a loaded :class:`~trilm.data.tokenizer.Tokenizer` or its path; its files are copied
+    under their own names (``tokenizer.model``; ``tokenizer.json`` and its companions)."""
     from trilm.formats import save_packed
+    from trilm.store.tokenizer import tokenizer_files
 
     directory = Path(directory)
     packed = dict(packed or {})
@@ -140,7 +143,8 @@ def write_snapshot_files(
     if packed:
         save_packed(directory / PACKED_FILE, packed)  # one header key: safetensors orders several at random
     if tokenizer is not None:
-        copy_file(tokenizer, directory / TOKENIZER_FILE)
+        for name, source in tokenizer_files(tokenizer).items():
+            copy_file(source, directory / name)
     write_snapshot_config(directory, cfg, meta)
     return directory
 
@@ -151,7 +155,7 @@ def write_snapshot(
     meta: SnapshotMeta | None,
     state: Mapping[str, torch.Tensor],
     packed: Mapping[str, Any] | None = None,
-    tokenizer: str | Path | None = None,
+    tokenizer: Any = None,
     *,
     replace: bool = False,
     marker: dict[str, Any] | None = None,

@@ -1,21 +1,28 @@
-"""The one tokenizer policy: which ``tokenizer.model`` belongs to a model directory, and the BOS convention.
+"""The one tokenizer policy: which tokenizer belongs to a model directory, and the BOS convention.
 
-Candidates, in order: the file the user names (``--tokenizer``), the model directory's own copy, and for a
-snapshot of a training run the run directory's (``RUN/tokenizer.model``). The first one that exists is
-taken, and it must be the tokenizer the model was trained with:
+A tokenizer is a SentencePiece ``tokenizer.model`` or a Hugging Face ``tokenizer.json`` (with its
+``tokenizer_config.json`` and chat template), loaded by :meth:`trilm.data.tokenizer.Tokenizer.load`.
 
-- its SHA-256 must equal the hash the model records (a snapshot's ``meta.tokenizer_hash``; for an HF
-  directory the hash in ``trilm_export.json`` or ``tokenizer_config.json``). Another one is refused by name
-  — never skipped in favour of a later candidate and never used: its ids would be noise to the model;
-- its vocabulary must fit the model's (``vocab_size``): ids past it index no trained embedding.
+Candidates, in order: the tokenizer the user names (``--tokenizer``: a file or a directory), the model
+directory's own (``tokenizer.json``, then ``tokenizer.model``), and for a snapshot of a training run the run
+directory's (``RUN/tokenizer.model``). It must be the tokenizer the model was trained with:
 
-Without any candidate the model has no tokenizer, and :class:`TokenizerChoice` says why; commands that
-need text refuse then, naming the way out (``--tokenizer``).
+- when the model records a hash (a snapshot's ``meta.tokenizer_hash``; for an HF directory the hash in
+  ``trilm_export.json`` or ``tokenizer_config.json``), the own candidate with that hash is taken, and a
+  tokenizer with another hash is refused by name — never used: its ids would be noise to the model;
+- a named tokenizer must also agree with the model's own tokenizer when the directory has one but records
+  no hash (the same vocabulary, token for token), and its vocabulary must be the model's size (rounded up
+  to 128 rows, as embeddings are padded): a 2,048-token tokenizer is not a 49,152-token model's;
+- a vocabulary larger than the model's embedding is always refused: its ids index no trained row.
+
+``force`` (``--force-tokenizer``) accepts a named tokenizer that fails the first two checks, and the
+choice says what was overridden. Without any candidate the model has no tokenizer, and
+:class:`TokenizerChoice` says why; commands that need text refuse then, naming the way out.
 
 trilm **trains without BOS** (each document is its tokens followed by EOS); ``--add-bos`` at data
-preparation is the recorded exception. :func:`trained_with_bos` reads which, and :func:`prefix_token_id`
-is the token a text with no context is conditioned on: EOS without BOS (what precedes every document in
-training), BOS with it.
+preparation is the recorded exception, and an imported model's tokenizer may say it adds BOS (Llama-3).
+:func:`trained_with_bos` reads which, and :func:`prefix_token_id` is the token a text with no context is
+conditioned on: EOS without BOS (what precedes every document in training), BOS with it.
 """
 
 from __future__ import annotations
@@ -27,10 +34,20 @@ from typing import Any
 
 import yaml
 
-from trilm.data.tokenizer import Tokenizer
+from trilm.data.errors import DataError
+from trilm.data.tokenizer import (
+    HF_TOKENIZER_FILE,
+    TOKENIZER_MODEL,
+    Tokenizer,
+    is_hf_tokenizer_file,
+    padded_size,
+)
 from trilm.store.errors import StoreError
-from trilm.store.layout import HF_TOKENIZER_CONFIG, RUN_CONFIG, TOKENIZER_FILE
+from trilm.store.layout import HF_TOKENIZER_CONFIG, RUN_CONFIG
 from trilm.store.snapshot import read_json_object
+
+VOCAB_ROUNDING = 128
+"""Vocabulary sizes are compared rounded up to this many rows (embeddings are padded so)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +58,8 @@ class TokenizerChoice:
     source: str
     """``given`` (--tokenizer), ``model`` (the directory's own), ``run`` (its run directory's) or ``none``."""
     reason: str = ""
+    forced: str = ""
+    """What ``force`` overrode (empty when nothing was)."""
 
     @property
     def path(self) -> Path | None:
@@ -56,21 +75,70 @@ class TokenizerChoice:
         return self.tokenizer
 
 
-def _load_checked(
-    path: Path, expected: str | None, recorded_in: str, vocab_size: int | None, what: str
-) -> Tokenizer:
-    tok = Tokenizer.load(path)
-    if expected and tok.hash != expected:
+def own_candidates(directory: Path, run_dir: Path | None = None) -> list[tuple[Path, str]]:
+    """The tokenizer files a model directory (and its run) holds, in the order they are preferred."""
+    found = []
+    hf = directory / HF_TOKENIZER_FILE
+    if hf.is_file() and is_hf_tokenizer_file(hf):
+        found.append((hf, "model"))
+    if (directory / TOKENIZER_MODEL).is_file():
+        found.append((directory / TOKENIZER_MODEL, "model"))
+    if run_dir is not None and (run_dir / TOKENIZER_MODEL).is_file():
+        found.append((run_dir / TOKENIZER_MODEL, "run"))
+    return found
+
+
+def _load(path: Path) -> Tokenizer:
+    try:
+        return Tokenizer.load(path)
+    except DataError as exc:
+        raise StoreError(str(exc)) from None
+
+
+def _check_fits(tok: Tokenizer, vocab_size: int | None, padded_vocab: int | None, recorded_in: str) -> None:
+    rows = vocab_size if vocab_size is not None else padded_vocab
+    if rows is not None and tok.vocab_size > rows:
         raise StoreError(
-            f"{path}: tokenizer hash {tok.hash[:16]}… differs from the expected {expected[:16]}… "
-            f"(recorded in {recorded_in}): it belongs to another model; {what}"
+            f"{tok.path}: the tokenizer has {tok.vocab_size:,} tokens, more than the model's vocabulary "
+            f"({rows:,}, {recorded_in}); it cannot be this model's tokenizer"
         )
-    if vocab_size is not None and tok.vocab_size > vocab_size:
-        raise StoreError(
-            f"{path}: the tokenizer has {tok.vocab_size:,} tokens, more than the model's vocabulary "
-            f"({vocab_size:,}, {recorded_in}); it cannot be this model's tokenizer"
+
+
+def vocabulary_difference(ours: Tokenizer, theirs: Tokenizer) -> str:
+    """Empty when the two tokenizers map the same strings to the same ids, else what differs."""
+    a, b = ours.vocabulary(), theirs.vocabulary()
+    if a == b:
+        return ""
+    differ = sum(1 for t, i in a.items() if b.get(t) != i) + sum(1 for t in b if t not in a)
+    return f"{differ:,} of {max(len(a), len(b)):,} tokens differ"
+
+
+def _foreign(
+    tok: Tokenizer,
+    *,
+    expected_hash: str | None,
+    recorded_in: str,
+    own: Tokenizer | None,
+    vocab_size: int | None,
+) -> str:
+    """Why a named tokenizer is not the model's (empty when nothing says so)."""
+    if expected_hash and tok.hash != expected_hash:
+        return (
+            f"tokenizer hash {tok.hash[:16]}… differs from the expected {expected_hash[:16]}… (recorded in "
+            f"{recorded_in}): it belongs to another model"
         )
-    return tok
+    if own is not None and own.hash != tok.hash:
+        diff = vocabulary_difference(own, tok)
+        if diff:
+            return f"its vocabulary is not that of the model's own tokenizer {own.path} ({diff})"
+    if vocab_size is not None and padded_size(tok.vocab_size, VOCAB_ROUNDING) != padded_size(
+        vocab_size, VOCAB_ROUNDING
+    ):
+        return (
+            f"the tokenizer has {tok.vocab_size:,} tokens, the model's vocabulary {vocab_size:,} "
+            f"({recorded_in}): it is another model's tokenizer"
+        )
+    return ""
 
 
 def choose_tokenizer(
@@ -81,29 +149,60 @@ def choose_tokenizer(
     vocab_size: int | None,
     run_dir: Path | None = None,
     override: str | Path | None = None,
+    force: bool = False,
+    padded_vocab: int | None = None,
 ) -> TokenizerChoice:
     """Apply the policy of the module docstring to a model directory (``run_dir`` for a run snapshot)."""
     directory = Path(directory)
+    candidates = own_candidates(directory, run_dir)
     if override:
-        path = Path(override)
-        path = path / TOKENIZER_FILE if path.is_dir() else path
-        tok = _load_checked(path, expected_hash, recorded_in, vocab_size, "pass the one it was trained with")
-        return TokenizerChoice(tok, "given", f"--tokenizer {path}")
-    candidates = [(directory / TOKENIZER_FILE, "model")]
-    if run_dir is not None:
-        candidates.append((run_dir / TOKENIZER_FILE, "run"))
-    for path, source in candidates:
-        if path.is_file():
-            tok = _load_checked(
-                path,
-                expected_hash,
-                recorded_in,
-                vocab_size,
-                "remove it or pass --tokenizer with the right one",
+        tok = _load(Path(override))
+        own = None
+        if not expected_hash and candidates and candidates[0][0].resolve() != tok.path.resolve():
+            own = _load(candidates[0][0])
+        _check_fits(tok, vocab_size, padded_vocab, recorded_in)
+        why = _foreign(
+            tok, expected_hash=expected_hash, recorded_in=recorded_in, own=own, vocab_size=vocab_size
+        )
+        if why and not force:
+            raise StoreError(
+                f"{tok.path}: {why}; pass the one it was trained with (or --force-tokenizer to use this one "
+                "anyway)"
             )
-            return TokenizerChoice(tok, source, f"{path}")
+        return TokenizerChoice(tok, "given", f"--tokenizer {tok.path}", forced=why)
+    if expected_hash:
+        # the directory's own files first (a tokenizer.json and a tokenizer.model may both be there: two
+        # representations of one tokenizer); the run's copy only when the directory has none of its own
+        own = [c for c in candidates if c[1] == "model"] or candidates
+        for path, source in own:
+            tok = _load(path)
+            if tok.hash == expected_hash:
+                _check_fits(tok, vocab_size, padded_vocab, recorded_in)
+                return TokenizerChoice(tok, source, f"{path}")
+        if own:
+            tok = _load(own[0][0])
+            raise StoreError(
+                f"{tok.path}: tokenizer hash {tok.hash[:16]}… differs from the expected "
+                f"{expected_hash[:16]}… (recorded in {recorded_in}): it belongs to another model; remove it "
+                "or pass --tokenizer with the right one"
+            )
+    elif candidates:
+        path, source = candidates[0]
+        tok = _load(path)
+        _check_fits(tok, vocab_size, padded_vocab, recorded_in)
+        return TokenizerChoice(tok, source, f"{path}")
     where = "next to the model" + (" or in its run directory" if run_dir is not None else "")
-    return TokenizerChoice(None, "none", f"no {TOKENIZER_FILE} {where}")
+    return TokenizerChoice(None, "none", f"no {HF_TOKENIZER_FILE} or {TOKENIZER_MODEL} {where}")
+
+
+def tokenizer_files(tokenizer: Tokenizer | str | Path) -> dict[str, Path]:
+    """The files to copy into a model directory for ``tokenizer`` (a loaded one, or its path), by name."""
+    if isinstance(tokenizer, Tokenizer):
+        return tokenizer.files
+    path = Path(tokenizer)
+    if path.is_dir() or is_hf_tokenizer_file(path):
+        return _load(path).files
+    return {TOKENIZER_MODEL: path}
 
 
 def prefix_token_id(tok: Tokenizer, add_bos: bool) -> int:
@@ -111,11 +210,17 @@ def prefix_token_id(tok: Tokenizer, add_bos: bool) -> int:
     return tok.bos_id if add_bos and tok.bos_id >= 0 else tok.eos_id
 
 
-def trained_with_bos(directory: str | Path, meta_extra: dict[str, Any], run_dir: Path | None) -> bool:
+def trained_with_bos(
+    directory: str | Path,
+    meta_extra: dict[str, Any],
+    run_dir: Path | None,
+    tokenizer: Tokenizer | None = None,
+) -> bool:
     """Whether the model prepended BOS to its documents in training.
 
     Read from what the directory records (``add_bos`` in the snapshot's meta, as imports and packed
-    exports write it; ``add_bos_token`` of an HF directory's ``tokenizer_config.json``), else from the
+    exports write it; ``add_bos_token`` of an HF directory's ``tokenizer_config.json``, or a tokenizer
+    that puts BOS first itself, ``tokenizer``), else from the
     training split's ``index.json`` named by the run's ``resolved_config.yaml``; else trilm's convention:
     False.
     """
@@ -124,6 +229,8 @@ def trained_with_bos(directory: str | Path, meta_extra: dict[str, Any], run_dir:
     hf = read_json_object(Path(directory) / HF_TOKENIZER_CONFIG)
     if "add_bos_token" in hf:
         return bool(hf["add_bos_token"])
+    if tokenizer is not None and tokenizer.adds_bos is not None:
+        return bool(tokenizer.adds_bos)
     if run_dir is None or not (run_dir / RUN_CONFIG).is_file():
         return False
     try:
