@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from trilm.atomic import write_text
@@ -38,7 +39,17 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "eval") -> None
     p.add_argument("--max-tokens", type=int, default=0, help="only the first N tokens (0: all)")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--tokenizer", default=None, help="tokenizer.model when none is next to the model")
+    p.add_argument(
+        "--tokenizer",
+        default=None,
+        help="tokenizer.model or tokenizer.json (or a folder with one) when none is next to the model; "
+        "checked to be the model's",
+    )
+    p.add_argument(
+        "--force-tokenizer",
+        action="store_true",
+        help="use --tokenizer even where it does not look like the model's (hash or vocabulary differ)",
+    )
     p.add_argument("--json", type=Path, default=None, help="also write the result as JSON here")
     p.add_argument("--no-progress", action="store_true")
 
@@ -80,7 +91,11 @@ def _ppl(args) -> int:
     from trilm.eval.model import load_eval_model
     from trilm.eval.ppl import evaluate_perplexity
 
-    em = load_eval_model(args.model, device=args.device, tokenizer=args.tokenizer)
+    em = load_eval_model(
+        args.model, device=args.device, tokenizer=args.tokenizer, force_tokenizer=args.force_tokenizer
+    )
+    if em.tokenizer_forced:
+        print(f"warning: --force-tokenizer: {em.tokenizer_forced}", file=sys.stderr)
     result = evaluate_perplexity(
         em,
         args.data,

@@ -38,6 +38,8 @@ class EvalModel:
     device: torch.device
     tokenizer_note: str = ""
     """Why there is no tokenizer, when there is none."""
+    tokenizer_forced: str = ""
+    """What ``force_tokenizer`` overrode (empty when nothing)."""
 
     @property
     def prefix_token_id(self) -> int:
@@ -69,9 +71,14 @@ def load_eval_model(
     dtype: torch.dtype = torch.float32,
     tokenizer: str | Path | None = None,
     packed: bool = False,
+    force_tokenizer: bool = False,
 ) -> EvalModel:
     """Open any model directory :func:`trilm.store.open_model` knows for evaluation."""
-    opened = path if isinstance(path, ModelDir) else open_model(path, tokenizer=tokenizer)
+    opened = (
+        path
+        if isinstance(path, ModelDir)
+        else open_model(path, tokenizer=tokenizer, force_tokenizer=force_tokenizer)
+    )
     model = load_inference_model(opened, device=device, dtype=dtype, packed=packed)
     opened.weights.release()
     choice = opened.tokenizer
@@ -84,4 +91,5 @@ def load_eval_model(
         opened.add_bos,
         torch.device(device),
         choice.reason if choice.tokenizer is None else "",
+        choice.forced,
     )

@@ -1,4 +1,4 @@
-"""``trilm export hf|packed|gguf SNAPSHOT OUT``, ``trilm export suite RUN… --out S``, ``trilm import hf|gguf``.
+"""``trilm export hf|packed|gguf SNAPSHOT OUT``, ``trilm export suite RUN… --out S``, ``trilm import …``.
 
 Usage::
 
@@ -89,6 +89,11 @@ def build_parser(parser: argparse.ArgumentParser, command: str) -> None:
         help="block weight type (default: tq2_0 for TriLM/BiLM, f16 for FloatLM)",
     )
     gguf.add_argument("--tokenizer", default=None, help=tok_help)
+    gguf.add_argument(
+        "--tokenizer-pre",
+        default=None,
+        help="llama.cpp pre-tokenizer name for a tokenizer.json (default: the one recorded at GGUF import)",
+    )
     parser.set_defaults(command=command)
 
 
@@ -144,7 +149,13 @@ def run(args) -> int:
     if args.target == "gguf":
         from trilm.export.gguf import export_snapshot_gguf
 
-        report = export_snapshot_gguf(args.snapshot, args.out, qtype=args.type, tokenizer=args.tokenizer)
+        report = export_snapshot_gguf(
+            args.snapshot,
+            args.out,
+            qtype=args.type,
+            tokenizer=args.tokenizer,
+            tokenizer_pre=args.tokenizer_pre,
+        )
         print(report.summary())
         return 0
     raise ConfigError(f"unknown export target {args.target!r}")

@@ -165,6 +165,64 @@ def ternary_tensors(
     return out, folded
 
 
+def _pad_vocab(tokens: list[bytes], scores: list[float], types: list[int], rows: int) -> None:
+    from gguf import TokenType
+
+    for i in range(len(tokens), rows):
+        tokens.append(f"[PAD{i}]".encode())
+        scores.append(-1000.0)
+        types.append(int(TokenType.UNUSED))
+
+
+def bpe_vocab(src: ModelDir, rows: int, pre: str | None) -> dict:
+    """A Hugging Face byte-level BPE tokenizer as llama.cpp's ``gpt2`` tokenizer model: tokens and merges
+    as the ``gguf`` package reads them from ``tokenizer.json`` (added special tokens as CONTROL), padded to
+    ``rows``, and the pre-tokenizer name llama.cpp splits text with.
+
+    That name is not in ``tokenizer.json``: it is the one recorded when the model was imported from a GGUF
+    file (for the same tokenizer hash), or the one given (``--tokenizer-pre``); without either the export
+    is refused by name rather than guessed (a wrong one makes llama.cpp split text differently)."""
+    import json
+
+    from gguf import TokenType
+    from gguf.vocab import BpeVocab, SpecialVocab
+
+    tok = src.tokenizer.require(src.given)
+    recorded = src.meta.extra.get("gguf", {})
+    if pre is None and recorded.get("tokenizer_hash") == tok.hash:
+        pre = recorded.get("tokenizer_pre")
+    if not pre:
+        raise ConfigError(
+            f"{src.given}: tokenizer.ggml.pre: which llama.cpp pre-tokenizer {tok.path.name} uses is not "
+            "recorded (the model was not imported from a GGUF file with this tokenizer); pass "
+            "--tokenizer-pre NAME (llama.cpp's name for it: llama-bpe, smollm, gpt2, …)"
+        )
+    directory = tok.path.parent
+    try:
+        vocab = BpeVocab(directory)
+    except (FileNotFoundError, ValueError) as exc:
+        raise ConfigError(f"{tok.path}: not a byte-level BPE tokenizer llama.cpp can hold ({exc})") from None
+    data = json.loads(tok.path.read_text())
+    special = {int(t["id"]) for t in data.get("added_tokens", []) if t.get("special")}
+    added = {int(t["id"]) for t in data.get("added_tokens", [])}
+    by_id = {i: t for t, i in vocab.vocab.items()}
+    tokens, scores, types = [], [], []
+    for i, (text, score, kind) in enumerate(vocab.all_tokens()):
+        text = by_id[i].encode("utf-8") if i in by_id else text
+        if isinstance(text, str):
+            text = text.encode("utf-8")
+        tokens.append(text)
+        scores.append(float(score))
+        if i in special:
+            kind = TokenType.CONTROL
+        elif i in added:
+            kind = TokenType.USER_DEFINED
+        types.append(int(kind))
+    _pad_vocab(tokens, scores, types, rows)
+    specials = SpecialVocab(directory, load_merges=True, n_vocab=len(tokens))
+    return {"tokens": tokens, "scores": scores, "types": types, "pre": pre, "special": specials}
+
+
 def _vocab(src: ModelDir, rows: int) -> tuple[list[bytes], list[float], list[int]]:
     """SentencePiece pieces, scores and types, padded with unused ``[PADi]`` tokens to ``rows``."""
     from gguf import TokenType
@@ -178,10 +236,7 @@ def _vocab(src: ModelDir, rows: int) -> tuple[list[bytes], list[float], list[int
         int(p.type) if int(p.type) in {t.value for t in TokenType} else int(TokenType.NORMAL)
         for p in proto.pieces
     ]
-    for i in range(len(tokens), rows):
-        tokens.append(f"[PAD{i}]".encode())
-        scores.append(-1000.0)
-        types.append(int(TokenType.UNUSED))
+    _pad_vocab(tokens, scores, types, rows)
     return tokens, scores, types
 
 
@@ -206,13 +261,14 @@ def export_snapshot_gguf(
     qtype: str | None = None,
     tokenizer: str | Path | None = None,
     src: ModelDir | None = None,
+    tokenizer_pre: str | None = None,
 ) -> GGUFReport:
     """Write (and verify) the GGUF of a model; see the module docstring for what is refused."""
     import gguf
     from gguf import GGMLQuantizationType as T
     from gguf import LlamaFileType as F
 
-    from trilm.export.hf import float_state
+    from trilm.export.hf import float_state, tie_state
 
     src = src or open_source(snapshot, tokenizer=tokenizer, require_tokenizer=True)
     cfg = src.config
@@ -223,6 +279,9 @@ def export_snapshot_gguf(
     kinds.update({"tq1_0": (T.TQ1_0, F.MOSTLY_TQ1_0), "tq2_0": (T.TQ2_0, F.MOSTLY_TQ2_0)})
     block_type, file_type = kinds[qtype]
     state = {k: v.float() for k, v in float_state(src).items()}
+    tied, _ = tie_state(src, state)
+    if tied:  # llama.cpp ties a file without output.weight to token_embd
+        del state["head.weight"]
     folded: list[str] = []
     if qtype.startswith("tq"):
         state, folded = ternary_tensors(src, state, qtype)
@@ -232,6 +291,12 @@ def export_snapshot_gguf(
                 heads = layer.heads if lin.out_dim == "q" else layer.kv_heads
                 state[weight_key(i, lin.name)] = interleave_rope_rows(state[weight_key(i, lin.name)], heads)
     blocks = file_blocks(cfg, src.path)
+    rope_factors = None
+    if cfg.rope_scaling is not None and cfg.rope_scaling.rope_type == "llama3":
+        from trilm.model.ops import rope_inv_freq
+
+        plain = rope_inv_freq(cfg.head_dim, cfg.rope_theta)
+        rope_factors = (plain / rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling)).numpy()
     number = {index: position for position, index in enumerate(blocks)}
     plan: dict[str, tuple[np.ndarray, object]] = {}
     for name, tensor in state.items():
@@ -244,6 +309,8 @@ def export_snapshot_gguf(
             plan[gname] = (array, block_type)
         else:  # embedding and head: F16, or Q8_0 when asked for Q8_0
             plan[gname] = (array, T.Q8_0 if qtype == "q8_0" else T.F16)
+    if rope_factors is not None:  # llama.cpp divides each rotary frequency by its factor (Llama-3.1 scaling)
+        plan["rope_freqs.weight"] = (rope_factors.astype(np.float32), T.F32)
     for gname, (array, kind) in plan.items():
         if kind == T.Q8_0 and array.shape[1] % Q8_BLOCK:
             raise ConfigError(
@@ -251,8 +318,11 @@ def export_snapshot_gguf(
                 "cannot hold it (use --type f16)"
             )
         check_fp16_range(src.given, gname, array, kind)
-    tokens, scores, types = _vocab(src, cfg.padded_vocab)
     tok = src.tokenizer.require(src.given)
+    bpe = bpe_vocab(src, cfg.padded_vocab, tokenizer_pre) if tok.kind == "hf" else None
+    tokens, scores, types = (
+        (bpe["tokens"], bpe["scores"], bpe["types"]) if bpe else _vocab(src, cfg.padded_vocab)
+    )
     with export_file(out, "gguf", src, qtype=qtype) as tmp:
         writer = gguf.GGUFWriter(tmp, UNIFORM_ARCH if cfg.is_uniform else PER_LAYER_ARCH)
         writer.add_name(f"{src.meta.run or cfg.name} step {src.step}")
@@ -265,6 +335,9 @@ def export_snapshot_gguf(
             writer.add_feed_forward_length(cfg.ffn)
             writer.add_head_count(cfg.heads)
             writer.add_head_count_kv(cfg.num_kv_heads)
+            if cfg.explicit_head_dim is not None:
+                writer.add_key_length(cfg.head_dim)
+                writer.add_value_length(cfg.head_dim)
         else:  # one entry per block, and the head size said outright (block 0 may have no heads)
             shapes = [cfg.layer_shape(i) for i in blocks]
             writer.add_feed_forward_length([s.ffn for s in shapes])
@@ -276,19 +349,31 @@ def export_snapshot_gguf(
                 writer.add_array("trilm.blocks", blocks)
         writer.add_rope_freq_base(cfg.rope_theta)
         writer.add_rope_dimension_count(cfg.head_dim)
+        scaling = cfg.rope_scaling
+        if scaling is not None and scaling.rope_type == "linear":
+            writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+            writer.add_rope_scaling_factor(scaling.factor)
         writer.add_layer_norm_rms_eps(cfg.norm_eps)
         writer.add_vocab_size(cfg.padded_vocab)
-        writer.add_tokenizer_model("llama")
+        writer.add_tokenizer_model("gpt2" if bpe else "llama")
+        if bpe:
+            writer.add_tokenizer_pre(bpe["pre"])
         writer.add_token_list(tokens)
         writer.add_token_scores(scores)
         writer.add_token_types(types)
+        if bpe and bpe["special"].merges:
+            writer.add_token_merges(bpe["special"].merges)
         if tok.bos_id >= 0:
             writer.add_bos_token_id(tok.bos_id)
         writer.add_eos_token_id(tok.eos_id)
         if tok.unk_id >= 0:
             writer.add_unk_token_id(tok.unk_id)
+        if tok.pad_id >= 0:
+            writer.add_pad_token_id(tok.pad_id)
         writer.add_add_bos_token(src.add_bos)
         writer.add_add_eos_token(False)
+        if tok.chat_template:
+            writer.add_chat_template(tok.chat_template)
         writer.add_string("trilm.family", cfg.family)
         writer.add_string("trilm.source", src.label)
         writer.add_uint32("trilm.scale_partitions", cfg.scale_partitions(1) if cfg.family != "floatlm" else 1)

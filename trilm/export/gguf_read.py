@@ -60,6 +60,9 @@ def declared_config(reader: Any, path: str | Path) -> ModelConfig:
         raise ConfigError(f"{path}: the query heads per KV head differ between blocks ({sorted(groups)})")
     group = groups.pop() if groups else 1
     full_heads = hidden // head_dim
+    explicit = None
+    if len(set(zip(heads, kv, ffn))) == 1 and heads[0] and heads[0] * head_dim != hidden:
+        full_heads, explicit = heads[0], head_dim  # a head size that is not hidden / heads, said outright
     vocab = int(_field(reader, f"{arch}.vocab_size") or len(_field(reader, "tokenizer.ggml.tokens", [])))
     uniform = len(set(zip(heads, kv, ffn))) == 1 and heads[0] == full_heads
     try:
@@ -72,6 +75,7 @@ def declared_config(reader: Any, path: str | Path) -> ModelConfig:
             ffn=max(ffn) or 1,
             heads=full_heads,
             kv_heads=full_heads // group,
+            explicit_head_dim=explicit,
             layers=layers,
             context=int(_field(reader, f"{arch}.context_length", 2048)),
             rope_theta=float(_field(reader, f"{arch}.rope.freq_base", 10000.0)),
@@ -93,6 +97,10 @@ def check_declared_shapes(path: str | Path) -> ModelConfig:
     cfg = declared_config(reader, path)
     expected = {gguf_name(k): shape for k, shape in canonical_shapes(cfg).items()}
     found = {t.name: tuple(int(n) for n in reversed(t.shape.tolist())) for t in reader.tensors}
+    if "output.weight" not in found:  # tied embeddings: llama.cpp reads token_embd as the head
+        expected.pop("output.weight")
+    if "rope_freqs.weight" in found:  # Llama-3.1 RoPE scaling: one factor per rotary frequency
+        expected["rope_freqs.weight"] = (cfg.head_dim // 2,)
     problems = [f"{n} missing" for n in expected if n not in found]
     problems += [f"{n} not declared" for n in found if n not in expected]
     problems += [

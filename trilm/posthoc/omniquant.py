@@ -49,7 +49,7 @@ from trilm.posthoc.engine import (
 )
 from trilm.posthoc.let import LETScales
 from trilm.posthoc.registry import register_block_method
-from trilm.posthoc.uniform import group_width, pack_int
+from trilm.posthoc.uniform import GROUP_FITS, group_width, pack_int
 
 LWC_INIT = 4.0
 MODES: dict[str, dict[str, Any]] = {
@@ -81,8 +81,11 @@ class OmniQuantConfig(Config):
     """Add the MSE against the float block applied to the quantized stream (the reference's W2 setting)."""
     let: bool | None = None
     """None: on exactly when activations are quantized."""
+    group_fit: str = "exact"
+    """``exact`` or ``nearest``: as :attr:`trilm.posthoc.uniform.UniformConfig.group_fit`."""
 
     def validate(self) -> None:
+        require(self.group_fit in GROUP_FITS, f"group_fit: one of {list(GROUP_FITS)}, got {self.group_fit!r}")
         require(self.bits in (2, 3, 4), f"bits: OmniQuant packs 2, 3 or 4 bits here, got {self.bits}")
         require(
             self.group_size == -1 or self.group_size > 0,
@@ -96,7 +99,7 @@ class OmniQuantConfig(Config):
         require(self.batch_size > 0, f"batch_size: must be > 0, got {self.batch_size}")
 
     def check_in_features(self, k: int, name: str = "layer") -> int:
-        return group_width(k, self.group_size, name)
+        return group_width(k, self.group_size, name, self.group_fit)
 
     @property
     def use_let(self) -> bool:
@@ -149,10 +152,12 @@ class _GridQuant(torch.autograd.Function):
 class LWC(nn.Module):
     """Learnable clipping of one weight matrix on the asymmetric min/max grid (per row or row-group)."""
 
-    def __init__(self, weight: torch.Tensor, bits: int, group_size: int, name: str = "layer"):
+    def __init__(
+        self, weight: torch.Tensor, bits: int, group_size: int, name: str = "layer", fit: str = "exact"
+    ):
         super().__init__()
         n, k = weight.shape
-        g = group_width(k, group_size, name)
+        g = group_width(k, group_size, name, fit)
         self.bits, self.group = bits, g
         rows = n * (k // g)
         self.upbound = nn.Parameter(torch.full((rows, 1), LWC_INIT, device=weight.device))
@@ -261,8 +266,12 @@ class OmniQuantMethod(BlockMethod):
         torch.manual_seed(self.seed + ctx.index)
         base = {k: v.detach() for k, v in block_weights(block).items()}
         linears = {name: f"{ctx.prefix}{name}" for name in block_linears(block)}
+        fit = cfg.group_fit
         lwc = nn.ModuleDict(
-            {n.replace(".", "_"): LWC(base[n], cfg.bits, cfg.group_size, full) for n, full in linears.items()}
+            {
+                n.replace(".", "_"): LWC(base[n], cfg.bits, cfg.group_size, full, fit)
+                for n, full in linears.items()
+            }
         )
         let = LETScales(block, self._act_absmax(ctx), cfg.alpha) if cfg.use_let else None
         aug = run_block(block, ctx.inputs, ctx.cos, ctx.sin, ctx.batch_size) if cfg.aug_loss else None

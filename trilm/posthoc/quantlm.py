@@ -96,9 +96,20 @@ def check_shapes(cfg: ModelConfig, config: Config) -> None:
     check = getattr(config, "check_in_features", None)
     if check is None:
         return
+    by_k: dict[int, list[str]] = {}
     for name, shape in canonical_shapes(cfg).items():
         if name.startswith("layers.") and len(shape) == 2:
-            check(shape[1], name.removesuffix(".weight"))
+            by_k.setdefault(shape[1], []).append(name.removesuffix(".weight"))
+    for k, names in by_k.items():
+        try:
+            check(k, names[0])
+        except ConfigError as exc:
+            if len(names) == 1:
+                raise
+            kinds = sorted({n.split(".", 2)[2] for n in names})
+            raise ConfigError(
+                f"{exc} — and so for all {len(names)} layers with K={k} ({', '.join(kinds)})"
+            ) from None
 
 
 def job_identity(job: QuantizeJob) -> dict[str, Any]:

@@ -16,6 +16,9 @@ from trilm.config import Config, ConfigError, require
 from trilm.formats import IntWeight, fit_uniform_grid, gptq_bits, quantize_to_grid
 from trilm.formats.intk import INT_BITS
 
+GROUP_FITS = ("exact", "nearest")
+KERNEL_GROUP_UNIT = 32
+"""Group sizes the packed kernels run natively are multiples of 32 (``trilm.kernels`` CPU int4: 32…256)."""
 GRID_BITS = (2, 3, 4, 8)
 """Bit widths the uniform methods quantize to (``IntWeight`` stores 2/3/4; 8-bit is fake-quant only)."""
 
@@ -38,9 +41,14 @@ class UniformConfig(Config):
     """Columns per lazy-batch block of the GPTQ loop (only changes speed, up to float rounding)."""
     percdamp: float = 0.01
     """Damping λ = percdamp · mean(diag H)."""
+    group_fit: str = "exact"
+    """What a ``group_size`` that does not divide a layer's K does: ``exact`` refuses (naming the group
+    sizes that do divide), ``nearest`` uses, for that layer, the divisor of K nearest ``group_size``
+    (:func:`nearest_group`); every layer's packed weight records its own group size."""
 
     def validate(self) -> None:
         require(self.bits in GRID_BITS, f"bits: must be one of {list(GRID_BITS)}, got {self.bits}")
+        require(self.group_fit in GROUP_FITS, f"group_fit: one of {list(GROUP_FITS)}, got {self.group_fit!r}")
         require(
             self.group_size == -1 or self.group_size > 0,
             f"group_size: must be -1 (per row) or > 0, got {self.group_size}",
@@ -61,7 +69,7 @@ class UniformConfig(Config):
         return self.check_in_features(W.shape[1], name)
 
     def check_in_features(self, k: int, name: str = "layer") -> int:
-        return group_width(k, self.group_size, name)
+        return group_width(k, self.group_size, name, self.group_fit)
 
     def unpackable(self) -> str | None:
         """Why a QuantLM cannot store this setting (None: it can)."""
@@ -73,15 +81,44 @@ class UniformConfig(Config):
         return None
 
 
-def group_width(k: int, group_size: int, name: str = "layer") -> int:
-    """Input columns per scale group of a K-column weight (``group_size``, or K for -1 = per row); a group
-    that does not divide K is refused, naming the layer."""
+def group_width(k: int, group_size: int, name: str = "layer", fit: str = "exact") -> int:
+    """Input columns per scale group of a K-column weight (``group_size``, or K for -1 = per row).
+
+    A group that does not divide K is refused, naming the layer and the group sizes that would divide
+    (``fit="exact"``), or replaced by the divisor of K nearest to it (``fit="nearest"``)."""
     g = k if group_size == -1 else group_size
-    if k % g:
-        raise ConfigError(
-            f"{name}: group_size={g} does not divide in_features K={k} (choose a divisor of K or -1)"
-        )
-    return g
+    if k % g == 0:
+        return g
+    if fit == "nearest":
+        return nearest_group(k, g)
+    raise ConfigError(
+        f"{name}: group_size={g} does not divide in_features K={k}; {divisor_hint(k, g)} (or -1 per row, "
+        f"or --group-fit nearest: {nearest_group(k, g)} for this K)"
+    )
+
+
+def divisors(k: int) -> list[int]:
+    return [d for d in range(1, k + 1) if k % d == 0]
+
+
+def nearest_group(k: int, g: int) -> int:
+    """The group size a K-column layer uses for a requested ``g`` that does not divide K: the divisor of K
+    nearest ``g`` among the multiples of :data:`KERNEL_GROUP_UNIT` (what the packed kernels run), any
+    divisor when K has none; ties go to the smaller (more scales, finer grid)."""
+    candidates = [d for d in divisors(k) if d % KERNEL_GROUP_UNIT == 0] or divisors(k)
+    return min(candidates, key=lambda d: (abs(d - g), d))
+
+
+def divisor_hint(k: int, g: int) -> str:
+    """The group sizes near ``g`` that divide K, in words."""
+    below = [d for d in divisors(k) if d < g]
+    above = [d for d in divisors(k) if d > g]
+    near = [*below[-1:], *above[:1]]
+    aligned = [d for d in divisors(k) if d % KERNEL_GROUP_UNIT == 0]
+    text = f"divisors of {k} near {g}: {', '.join(map(str, near))}"
+    if aligned:
+        text += f"; multiples of {KERNEL_GROUP_UNIT} dividing {k}: {', '.join(map(str, aligned))}"
+    return text
 
 
 def stored(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -1,4 +1,11 @@
-"""The plain-text chat format of trilm's base models.
+"""Chat prompts: the model's own chat template when its tokenizer carries one, else trilm's plain format.
+
+A model imported with a Hugging Face tokenizer (SmolLM2-Instruct, Llama-3-Instruct, …) was fine-tuned on its
+chat template: the prompt is that template rendered by transformers (``apply_chat_template`` with the
+generation prompt), and the reply ends at the model's EOS (``<|im_end|>``, ``<|eot_id|>``…), so no stop
+strings are added (:func:`chat_prompt`).
+
+The plain-text chat format of trilm's base models:
 
 trilm models are base language models with a SentencePiece tokenizer and no special chat tokens, so a
 conversation is rendered as plain text that such a model continues naturally::
@@ -36,6 +43,22 @@ def render_chat(messages: list[tuple[str, str]]) -> str:
             raise ValueError(f"messages[{i}].role: must be one of {sorted(ROLE_NAMES)}, got {role!r}")
         parts.append(f"{ROLE_NAMES[role]}: {text}\n\n")
     return "".join(parts) + "Assistant:"
+
+
+def chat_prompt(tokenizer, messages: list[tuple[str, str]]) -> tuple[str, tuple[str, ...]]:
+    """(prompt text, stop strings) for ``messages``: the tokenizer's chat template if it has one."""
+    if getattr(tokenizer, "chat_template", None):
+        for i, (role, _) in enumerate(messages):
+            if role not in ROLE_NAMES:
+                raise ValueError(f"messages[{i}].role: must be one of {sorted(ROLE_NAMES)}, got {role!r}")
+        if not messages:
+            raise ValueError("messages: must not be empty")
+        turns = [{"role": "system" if r == "developer" else r, "content": t} for r, t in messages]
+        try:
+            return tokenizer.render_chat(turns), ()
+        except Exception as exc:  # a template may raise for conversations it does not accept
+            raise ValueError(f"messages: the model's chat template refused them ({exc})") from None
+    return render_chat(messages), CHAT_STOP
 
 
 class ReplyText:

@@ -18,7 +18,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
-from trilm.serve.chat import CHAT_STOP, ReplyText, render_chat
+from trilm.serve.chat import ReplyText, chat_prompt
 from trilm.serve.engine import Engine, RequestError
 from trilm.serve.protocol import APIError, ChatRequest, CompletionRequest
 from trilm.serve.streaming import SSE_DONE, EngineRun, finish_reason, guarded, sse
@@ -136,12 +136,12 @@ async def chat_completions(body: ChatRequest, request: Request):
     if engine.tokenizer is None:
         raise APIError(400, "messages: this model has no tokenizer, chat needs one", "messages")
     try:
-        prompt = render_chat([(m.role, m.text()) for m in body.messages])
+        prompt, stop = chat_prompt(engine.tokenizer, [(m.role, m.text()) for m in body.messages])
     except ValueError as exc:
         raise APIError(400, str(exc), "messages") from None
     ids = _encode(engine, prompt, "messages")
     max_tokens = _max_tokens(engine, ids, body.requested_max_tokens, None)
-    jobs = [(ids, body.sampling(max_tokens, CHAT_STOP, index=j)) for j in range(body.n)]
+    jobs = [(ids, body.sampling(max_tokens, stop, index=j)) for j in range(body.n)]
     for job in jobs:
         _check(engine, *job, prompt_field="messages")
     reply = _Reply(s, "chatcmpl", "chat.completion", len(ids))

