@@ -67,6 +67,8 @@ def rows(args) -> dict[str, dict]:
         out[f"stbllm-{n}:8"] = {"kind": "quantize", "argv": ["--method", "stbllm", "--n", str(n), *calib]}
     prune_calib = ["--calib", str(CORPUS), "--calib-samples", "16", "--calib-seq-len", "512"]
     pg = ["--steps", str(args.pg_steps), "--batch-size", "4", "--pg-seq-len", "128"]
+    for bits in (4, 3, 2):
+        out[f"llmcompressor-gptq-w{bits}"] = {"kind": "llmcompressor", "bits": bits}
     for keep in args.keeps:
         for method in ("magnitude", "pg"):
             argv = ["--method", method, "--granularity", "head,channel", "--keep", str(keep), *prune_calib]
@@ -172,6 +174,64 @@ def evaluate(path: Path, args, env: dict[str, str], log: Path) -> dict:
     return {"ppl": data["ppl"], "tokens": data["tokens"], "eval_s": seconds, "eval_load": [before, after]}
 
 
+def llmcompressor_row(spec: dict, snapshot: Path, out: Path, args, env: dict[str, str], log: Path) -> dict:
+    """llmcompressor's GPTQ in its own environment, on trilm's calibration windows (see the module there)."""
+    import torch
+
+    from trilm.posthoc.calibration import CalibrationConfig, load_calibration
+    from trilm.store import open_model
+
+    work = Path(args.work)
+    python = Path(args.llmcompressor_python)
+    if not python.is_file():
+        raise SystemExit(
+            f"{python}: no interpreter with llmcompressor (make one: python -m venv --system-site-packages "
+            "DIR; DIR/bin/pip install --no-deps llmcompressor==0.14.0.1 compressed-tensors==0.19.0 loguru "
+            "transformers==5.17.0; pip install httpx 'huggingface-hub<2')"
+        )
+    hf = work / "hf-float32"
+    if not (hf / "COMPLETE").is_file():
+        run(
+            ["export", "hf", str(snapshot), str(hf), "--dtype", "float32"],
+            env,
+            work / "logs" / "export-hf.log",
+        )
+    windows = work / f"calib-{args.calib_samples}x{args.calib_seq_len}.pt"
+    if not windows.is_file():
+        cfg = CalibrationConfig(
+            source=str(CORPUS), samples=args.calib_samples, seq_len=args.calib_seq_len, seed=0, split="train"
+        )
+        torch.save(load_calibration(cfg, open_model(snapshot).tokenizer.tokenizer).windows, windows)
+    argv = [
+        str(python),
+        "-m",
+        "benchmarks.posthoc_real_llmcompressor",
+        "--hf",
+        str(hf),
+        "--windows",
+        str(windows),
+    ]
+    argv += ["--bits", str(spec["bits"]), "--group-size", str(GROUP), "--out", str(out)]
+    before, start = load_average(), time.perf_counter()
+    with open(log, "w") as fh:
+        fh.write("$ " + shlex.join(argv) + "\n")
+        fh.flush()
+        rc = subprocess.call(argv, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    if rc != 0:
+        raise SystemExit(f"llmcompressor failed (exit {rc}); see {log}")
+    timing = json.loads((out / "timing.json").read_text())
+    (out / "timing.json").unlink()
+    from trilm.formats import gptq_bits
+
+    return {
+        "seconds": time.perf_counter() - start,
+        "quantize_s": timing["oneshot_s"],
+        "load": [before, load_average()],
+        "command": shlex.join(argv),
+        "bits": {"stored": None, "paper": gptq_bits(spec["bits"], GROUP)},
+    }
+
+
 def run_row(name: str, spec: dict, snapshot: Path, args, env: dict[str, str]) -> dict:
     work = Path(args.work)
     out = work / "models" / name.replace(":", "-")
@@ -181,6 +241,12 @@ def run_row(name: str, spec: dict, snapshot: Path, args, env: dict[str, str]) ->
     if spec["kind"] == "float":
         out = snapshot
         row.update(seconds=0.0, load=[load_average()] * 2)
+    elif spec["kind"] == "llmcompressor":
+        if out.exists():
+            import shutil
+
+            shutil.rmtree(out)
+        row.update(llmcompressor_row(spec, snapshot, out, args, env, logs / f"{name}.log"))
     elif spec["kind"] == "plain":
         if out.exists():
             import shutil
@@ -198,7 +264,12 @@ def run_row(name: str, spec: dict, snapshot: Path, args, env: dict[str, str]) ->
         argv = [command, str(snapshot), *spec["argv"], "--out", str(out), "--no-progress"]
         seconds, before, after = run(argv, env, logs / f"{name}.log")
         row.update(seconds=seconds, load=[before, after], command="trilm " + shlex.join(argv))
-    row["bits"] = stored_bits(out)
+    if "bits" not in row:
+        row["bits"] = stored_bits(out)
+    if spec["kind"] == "quantize":
+        from trilm.store import open_model
+
+        row["quantize_s"] = open_model(out, verify=False).meta.extra["quant"]["seconds"]["quantize"]
     if spec["kind"] == "prune":
         from trilm.store import open_model
 
@@ -232,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(ROOT / "docs" / "results" / "posthoc-real"))
     parser.add_argument("--rows", default="", help="comma-separated rows (default: all)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per command")
-    parser.add_argument("--eval-tokens", type=int, default=16384)
+    parser.add_argument("--eval-tokens", type=int, default=8192)
     parser.add_argument("--seq-len", type=int, default=1024)
     parser.add_argument("--calib-samples", type=int, default=32)
     parser.add_argument("--calib-seq-len", type=int, default=512)
@@ -240,6 +311,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pg-steps", type=int, default=60)
     parser.add_argument("--keeps", type=float, nargs="+", default=[0.9, 0.75])
     parser.add_argument("--redo", default="", help="comma-separated rows to run again")
+    parser.add_argument(
+        "--llmcompressor-python",
+        default=str(CACHE / "lc-venv" / "bin" / "python"),
+        help="interpreter of an environment with llmcompressor (it pins an older transformers)",
+    )
     parser.add_argument("--report-only", action="store_true")
     args = parser.parse_args(argv)
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))

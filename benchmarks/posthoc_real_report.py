@@ -108,6 +108,25 @@ def render(payload: dict) -> str:
             f"| {name}{extra} | {_fmt(row['ppl'])} | {_fmt(ratio, 2)} | {_fmt(bits.get('stored'), 3)} | "
             f"{_fmt(bits.get('paper'), 3)} | {row['seconds']:.0f} | {load} | {row['eval_s']:.0f} |"
         )
+    pairs = [(b, rows.get(f"gptq-w{b}"), rows.get(f"llmcompressor-gptq-w{b}")) for b in (4, 3, 2)]
+    pairs = [(b, t, lc) for b, t, lc in pairs if t and lc]
+    if pairs:
+        lines += [
+            "",
+            "## trilm's GPTQ and llmcompressor's, side by side",
+            "",
+            "Same fp32 model, the same calibration windows (saved by trilm, read by llmcompressor), "
+            "asymmetric group-64 grids, no act-order, 128-column blocks, dampening 0.01, the head left in "
+            "float; llmcompressor 0.14 in its own environment (it pins transformers ≤ 5.17). Quantization "
+            "time is the method's own (trilm: `seconds.quantize` of the QuantLM; llmcompressor: its "
+            "`oneshot` call), each under the load shown above.",
+            "",
+            "| bits | trilm ppl | llmcompressor ppl | trilm s | llmcompressor s |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for b, t, lc in pairs:
+            ts, ls = t.get("quantize_s", t["seconds"]), lc.get("quantize_s", lc["seconds"])
+            lines.append(f"| W{b} g64 | {_fmt(t['ppl'])} | {_fmt(lc['ppl'])} | {ts:.0f} | {ls:.0f} |")
     lines += ["", "## The seeds' claims on this model", "", "| claim | verdict | numbers |", "|---|---|---|"]
     lines += [f"| {c} | **{v}** | {n} |" for c, v, n in verdicts(rows)]
     lines += ["", "## Commands", ""]

@@ -31,7 +31,7 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "generate") -> 
         raise ValueError(f"trilm.serve.cli builds {COMMANDS}, not {command!r}")
     parser.set_defaults(command=command)
     parser.add_argument("--model", required=True, help="snapshot, packed snapshot or HF Llama directory")
-    parser.add_argument("--tokenizer", default=None, help="SentencePiece .model (default: the snapshot's)")
+    parser.add_argument("--tokenizer", default=None, help="tokenizer.model or tokenizer.json (default: the model's own)")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if available)")
     parser.add_argument(
         "--dtype",
@@ -107,8 +107,8 @@ def _engine(args, max_batch: int, need_tokenizer: bool):
     )
     if engine.tokenizer is None and need_tokenizer:
         raise ConfigError(
-            f"{args.model}: no tokenizer found (tokenizer.model next to the snapshot or in its run "
-            "directory); pass --tokenizer"
+            f"{args.model}: no tokenizer found (tokenizer.json or tokenizer.model next to the model, or in "
+            "its run directory); pass --tokenizer"
         )
     for note in engine.notes:
         print(f"trilm {args.command}: {note}", file=sys.stderr)
