@@ -31,7 +31,7 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "generate") -> 
         raise ValueError(f"trilm.serve.cli builds {COMMANDS}, not {command!r}")
     parser.set_defaults(command=command)
     parser.add_argument("--model", required=True, help="snapshot, packed snapshot or HF Llama directory")
-    parser.add_argument("--tokenizer", default=None, help="tokenizer.model or tokenizer.json (default: the model's own)")
+    parser.add_argument("--tokenizer", default=None, help="tokenizer.model or tokenizer.json (default: own)")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if available)")
     parser.add_argument(
         "--dtype",
