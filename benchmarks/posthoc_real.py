@@ -76,6 +76,11 @@ def rows(args) -> dict[str, dict]:
     return out
 
 
+def portable(command: str) -> str:
+    """A command as run from the repository root (no path of this machine in the report)."""
+    return command.replace(str(ROOT) + "/", "")
+
+
 def load_average() -> float:
     return float(Path("/proc/loadavg").read_text().split()[0]) if Path("/proc/loadavg").is_file() else -1.0
 
@@ -227,7 +232,7 @@ def llmcompressor_row(spec: dict, snapshot: Path, out: Path, args, env: dict[str
         "seconds": time.perf_counter() - start,
         "quantize_s": timing["oneshot_s"],
         "load": [before, load_average()],
-        "command": shlex.join(argv),
+        "command": portable(shlex.join(argv)),
         "bits": {"stored": None, "paper": gptq_bits(spec["bits"], GROUP)},
     }
 
@@ -263,7 +268,7 @@ def run_row(name: str, spec: dict, snapshot: Path, args, env: dict[str, str]) ->
         command = "quantize" if spec["kind"] == "quantize" else "prune"
         argv = [command, str(snapshot), *spec["argv"], "--out", str(out), "--no-progress"]
         seconds, before, after = run(argv, env, logs / f"{name}.log")
-        row.update(seconds=seconds, load=[before, after], command="trilm " + shlex.join(argv))
+        row.update(seconds=seconds, load=[before, after], command=portable("trilm " + shlex.join(argv)))
     if "bits" not in row:
         row["bits"] = stored_bits(out)
     if spec["kind"] == "quantize":
@@ -279,19 +284,24 @@ def run_row(name: str, spec: dict, snapshot: Path, args, env: dict[str, str]) ->
     return row
 
 
-def write_report(results: dict[str, dict], args, out_dir: Path) -> None:
+def write_report(results: dict[str, dict], args, out_dir: Path, planned: list[str] | None = None) -> None:
     from benchmarks.posthoc_real_report import render
 
     out_dir.mkdir(parents=True, exist_ok=True)
     payload = {
         "model": f"{GGUF_NAME} (pip: {WHEEL_PACKAGE}), dequantized to fp32 by trilm import gguf",
-        "settings": {k: v for k, v in vars(args).items() if k not in ("rows", "report_only")},
+        "settings": {
+            k: portable(v) if isinstance(v, str) else v
+            for k, v in vars(args).items()
+            if k not in ("rows", "report_only")
+        },
         "machine": {
             "python": platform.python_version(),
             "cpus": os.cpu_count(),
             "platform": platform.platform(),
         },
         "rows": results,
+        "missing": [name for name in planned or [] if name not in results],
     }
     (out_dir / "results.json").write_text(json.dumps(payload, indent=2) + "\n")
     (out_dir / "report.md").write_text(render(payload))
@@ -346,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     for path in sorted(row_dir.glob("*.json")):
         row = json.loads(path.read_text())
         results[row["name"]] = row
-    write_report(results, args, out_dir)
+    write_report(results, args, out_dir, list(plan))
     print(f"wrote {out_dir / 'report.md'} ({len(results)} rows)")
     return 0
 

@@ -129,6 +129,16 @@ def render(payload: dict) -> str:
             lines.append(f"| W{b} g64 | {_fmt(t['ppl'])} | {_fmt(lc['ppl'])} | {ts:.0f} | {ls:.0f} |")
     lines += ["", "## The seeds' claims on this model", "", "| claim | verdict | numbers |", "|---|---|---|"]
     lines += [f"| {c} | **{v}** | {n} |" for c, v, n in verdicts(rows)]
+    missing = payload.get("missing") or []
+    if missing:
+        lines += [
+            "",
+            "## Not measured yet",
+            "",
+            f"{len(missing)} planned rows have no result yet: {', '.join(f'`{m}`' for m in missing)}. "
+            "The run is resumable: `python -m benchmarks.posthoc_real` runs only the rows without a result "
+            "(`rows/*.json`) and rewrites this report; the claims above that need them say *not measured*.",
+        ]
     lines += ["", "## Commands", ""]
     for name, row in rows.items():
         if row.get("command"):

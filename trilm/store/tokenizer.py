@@ -109,8 +109,9 @@ def vocabulary_difference(ours: Tokenizer, theirs: Tokenizer) -> str:
     a, b = ours.vocabulary(), theirs.vocabulary()
     if a == b:
         return ""
-    differ = sum(1 for t, i in a.items() if b.get(t) != i) + sum(1 for t in b if t not in a)
-    return f"{differ:,} of {max(len(a), len(b)):,} tokens differ"
+    either = set(a) | set(b)
+    differ = sum(1 for t in either if a.get(t) != b.get(t))
+    return f"{differ:,} of the {len(either):,} token strings of either have another id or none"
 
 
 def _foreign(
