@@ -4,6 +4,7 @@
 
     trilm generate --model runs/quickstart/trilm-tiny/snapshots/step-120 --prompt "In the beginning"
     trilm serve --model runs/quickstart/trilm-tiny/snapshots/step-120 --port 8000
+    TRILM_API_KEY=... trilm serve --model ... --host 0.0.0.0 --max-batch 16 --max-waiting 32
 
 ``--model`` is a snapshot, a packed snapshot (QuantLM, packed export) or a Hugging Face Llama directory; the
 tokenizer is the snapshot's own (next to it, or in its run directory) unless ``--tokenizer`` names one.
@@ -24,6 +25,7 @@ BACKENDS = ("auto", "triton", "cpu", "torch")
 
 
 COMMANDS = ("generate", "serve")
+DEFAULT_REQUEST_TIMEOUT = 600.0
 
 
 def build_parser(parser: argparse.ArgumentParser, command: str = "generate") -> None:
@@ -66,6 +68,8 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "generate") -> 
         help="CPU: torch.compile the prefill and decode steps (compiles each batch bucket once at start)",
     )
     if command == "serve":
+        from trilm.serve.auth import ENV_VAR
+
         parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
         parser.add_argument("--port", type=int, default=8000)
         parser.add_argument(
@@ -73,6 +77,42 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "generate") -> 
         )
         parser.add_argument("--max-batch", type=int, default=32, help="sequences decoded together")
         parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+        team = parser.add_argument_group("running it for a team (docs/serving.md)")
+        team.add_argument(
+            "--api-key",
+            action="append",
+            default=[],
+            metavar="KEY",
+            help=f"accept this bearer key on /v1/* (repeatable; default: ${ENV_VAR}, comma-separated keys; "
+            "a key on the command line is visible to other users in `ps`)",
+        )
+        team.add_argument(
+            "--allow-unauthenticated",
+            action="store_true",
+            help="bind beyond loopback without an API key (refused otherwise)",
+        )
+        team.add_argument(
+            "--max-waiting",
+            type=int,
+            default=None,
+            metavar="N",
+            help="requests that may wait for a slot; more are answered 429 (default: 2 x --max-batch)",
+        )
+        team.add_argument(
+            "--max-waiting-tokens",
+            type=int,
+            default=None,
+            metavar="N",
+            help="prompt tokens the waiting requests may hold together; more: 429 (default: no budget)",
+        )
+        team.add_argument(
+            "--request-timeout",
+            type=float,
+            default=DEFAULT_REQUEST_TIMEOUT,
+            metavar="SECONDS",
+            help="end a request this long after it arrived, waiting or running, freeing its slot "
+            f"(default: {DEFAULT_REQUEST_TIMEOUT:g}; 0: never)",
+        )
         return
     parser.add_argument("--prompt", action="append", required=True, help="repeat for a batch of prompts")
     parser.add_argument("--max-tokens", type=int, default=64)
@@ -85,7 +125,7 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "generate") -> 
     parser.add_argument("--no-stream", action="store_true", help="print when done instead of streaming")
 
 
-def _engine(args, max_batch: int, need_tokenizer: bool):
+def _engine(args, max_batch: int, need_tokenizer: bool, limits=None):
 
     from trilm.serve import Engine
     from trilm.serve.loading import configure_threads, resolve_device
@@ -104,6 +144,7 @@ def _engine(args, max_batch: int, need_tokenizer: bool):
         max_seq_len=args.max_seq_len,
         cuda_graphs=False if args.no_cuda_graphs else None,
         compile=args.compile,
+        limits=limits,
     )
     if engine.tokenizer is None and need_tokenizer:
         raise ConfigError(
@@ -153,16 +194,15 @@ def _generate(args) -> int:
 
 
 def _serve(args) -> int:
+    from trilm.serve.auth import resolve_keys
     from trilm.serve.server import serve
 
     if not 0 <= args.port <= 65535:
         raise ConfigError(f"--port: must be in 0..65535 (0: any free port), got {args.port}")
-    if not ipaddress.ip_address(_resolve(args.host)).is_loopback:
-        print(
-            f"trilm serve: warning: binding {args.host}, reachable beyond this machine (no authentication)",
-            file=sys.stderr,
-        )
-    engine = _engine(args, max_batch=args.max_batch, need_tokenizer=False)
+    keys = resolve_keys(args.api_key)
+    _check_exposure(args, keys)
+    limits = _limits(args)
+    engine = _engine(args, max_batch=args.max_batch, need_tokenizer=False, limits=limits)
     if engine.tokenizer is None:
         print("trilm serve: no tokenizer found: only token-id prompts will work", file=sys.stderr)
     name = args.model_name or Path(args.model).resolve().name
@@ -173,9 +213,64 @@ def _serve(args) -> int:
         count = engine.compiled.warm()
         if engine.compiled.failure is None:
             print(f"compiled the prefill step and {count} decode steps (batch buckets)", file=sys.stderr)
+    waiting = "unbounded" if limits.max_waiting is None else limits.max_waiting
+    budget = "" if limits.max_waiting_tokens is None else f" ({limits.max_waiting_tokens} prompt tokens)"
+    timeout = "none" if limits.request_timeout is None else f"{limits.request_timeout:g} s"
+    print(
+        f"trilm serve: {engine.max_batch} slots, {waiting} waiting{budget}, request timeout {timeout}; "
+        + (f"{len(keys)} API key(s) required on /v1" if keys else "no API key"),
+        file=sys.stderr,
+    )
     print(f"serving {name!r} on http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
-    serve(engine, name, host=args.host, port=args.port, log_level=args.log_level)
+    serve(engine, name, host=args.host, port=args.port, log_level=args.log_level, api_keys=keys)
     return 0
+
+
+def _check_exposure(args, keys: list[str]) -> None:
+    """Beyond loopback, a server without a key serves anyone who reaches the port: refused unless asked
+    for by name; with keys, a reminder that plain HTTP carries them in clear."""
+    from trilm.serve.auth import ENV_VAR
+
+    if ipaddress.ip_address(_resolve(args.host)).is_loopback:
+        return
+    where = f"{args.host}:{args.port}"
+    if not keys:
+        if not args.allow_unauthenticated:
+            raise ConfigError(
+                f"--host {args.host}: {where} is reachable beyond this machine and no API key is set; "
+                f"give --api-key KEY (or ${ENV_VAR}), or --allow-unauthenticated to serve anyone who "
+                "can reach it"
+            )
+        print(
+            f"trilm serve: warning: serving {where} without authentication: anyone who can reach it "
+            "can use it (--allow-unauthenticated)",
+            file=sys.stderr,
+        )
+        return
+    print(
+        f"trilm serve: note: {where} speaks plain HTTP, so keys and prompts cross the network in clear; "
+        "put a TLS proxy in front beyond a trusted network",
+        file=sys.stderr,
+    )
+
+
+def _limits(args):
+    from trilm.serve.admission import Limits
+
+    if args.max_batch < 1:
+        raise ConfigError(f"--max-batch: must be >= 1, got {args.max_batch}")
+    waiting = 2 * args.max_batch if args.max_waiting is None else args.max_waiting
+    if waiting < 0:
+        raise ConfigError(f"--max-waiting: must be >= 0 (0: no request waits), got {waiting}")
+    if args.max_waiting_tokens is not None and args.max_waiting_tokens < 1:
+        raise ConfigError(f"--max-waiting-tokens: must be >= 1, got {args.max_waiting_tokens}")
+    if args.request_timeout < 0:
+        raise ConfigError(f"--request-timeout: must be >= 0 seconds (0: never), got {args.request_timeout}")
+    return Limits(
+        max_waiting=waiting,
+        max_waiting_tokens=args.max_waiting_tokens,
+        request_timeout=args.request_timeout or None,
+    )
 
 
 def _resolve(host: str) -> str:

@@ -18,6 +18,9 @@ batch bucket (:mod:`trilm.serve.graphs`); on CPU it runs eagerly, or compiled (`
 
 The engine is driven either by the caller (``generate``/``stream`` step it in the calling thread) or by
 its own background thread (:meth:`Engine.start`, used by the server); ``submit`` is thread-safe.
+Admission control (:mod:`trilm.serve.admission`: how many requests may wait, their prompt tokens, each
+request's deadline) is decided at submission and enforced between steps; an ``observer`` (the server's
+:class:`trilm.serve.metrics.ServeMetrics`) hears of every token, step, finish and refusal.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import torch
 from trilm.config import ConfigError
 from trilm.data.tokenizer import Tokenizer
 from trilm.infer.model import InferenceModel
+from trilm.serve.admission import Limits, Occupancy, Rejected
 from trilm.serve.cache import KVCache
 from trilm.serve.sampling import SamplingError, SamplingParams, make_generator, sample
 from trilm.serve.text import TextStream
@@ -51,7 +55,8 @@ class RequestError(ValueError):
 @dataclasses.dataclass
 class Delta:
     """What one step added to a request: new text, new token ids, and the finish reason once done
-    (``"stop"``: EOS, a stop id or a stop string; ``"length"``: max_tokens; ``"cancelled"``)."""
+    (``"stop"``: EOS, a stop id or a stop string; ``"length"``: max_tokens; ``"cancelled"``; ``"timeout"``:
+    the request's deadline passed; ``"error"``: the engine failed)."""
 
     text: str
     token_ids: list[int]
@@ -86,7 +91,9 @@ class RequestHandle:
         self.cancelled = False
         self.error: str | None = None
         self.submitted_at = time.perf_counter()
+        self.deadline: float | None = None
         self.first_token_at: float | None = None
+        self.last_token_at: float | None = None
         self._engine = engine
         self._on_delta = on_delta
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
@@ -101,6 +108,9 @@ class RequestHandle:
         if not self.finished:
             self.cancelled = True
             self._engine._wake()
+
+    def expired(self, now: float) -> bool:
+        return self.deadline is not None and now >= self.deadline
 
     def __iter__(self) -> Iterator[Delta]:
         while True:
@@ -155,7 +165,8 @@ class Engine:
     ``max_batch`` sequences run at once (the cache's slots; more requests wait); ``max_seq_len`` bounds
     prompt plus generated tokens (default: the model context). ``cuda_graphs`` (default: on for CUDA)
     captures the decode step per batch bucket; ``compile`` (CPU) runs compiled prefill and decode steps
-    (:mod:`trilm.serve.compiled`) instead of eager ones.
+    (:mod:`trilm.serve.compiled`) instead of eager ones. ``limits`` bound the waiting requests and each
+    request's time (default: unbounded, as a library caller batching its own prompts expects).
     """
 
     def __init__(
@@ -167,6 +178,7 @@ class Engine:
         max_seq_len: int | None = None,
         cuda_graphs: bool | None = None,
         compile: bool = False,
+        limits: Limits | None = None,
     ):
         self.model = model.eval()
         self.cfg = model.cfg
@@ -181,6 +193,10 @@ class Engine:
         if max_batch < 1:
             raise ConfigError(f"max_batch: must be >= 1, got {max_batch}")
         self.max_batch = max_batch
+        self.limits = limits or Limits()
+        self.occupancy = Occupancy(max_batch, self.limits)
+        self.observer = None
+        """Told of every token, decode step, finish and refusal (duck-typed; see ``ServeMetrics``)."""
         self.vocab_size = tokenizer.vocab_size if tokenizer is not None else self.cfg.vocab_size
         if self.vocab_size > self.cfg.padded_vocab:
             raise ConfigError(
@@ -214,7 +230,7 @@ class Engine:
         self._wakeup = threading.Event()
         self._thread: threading.Thread | None = None
         self._stopping = False
-        self.finished: dict[str, int] = {"stop": 0, "length": 0, "cancelled": 0, "error": 0}
+        self.finished: dict[str, int] = dict.fromkeys(("stop", "length", "cancelled", "timeout", "error"), 0)
         """Requests ended so far, by finish reason."""
 
     # -- construction ---------------------------------------------------------------------------------
@@ -293,16 +309,47 @@ class Engine:
         """Queue a request (text or token ids); it joins the running batch at the next step.
 
         ``on_delta`` is called from the stepping thread for every delta (the server uses it to hand
-        deltas to its event loop)."""
-        params = params or SamplingParams()
-        if not isinstance(params, SamplingParams):
-            raise SamplingError(f"params: expected SamplingParams, got {type(params).__name__}")
-        ids = self.encode(prompt)
-        self.check(ids, params)
-        handle = RequestHandle(next(self._ids), ids, params, self, on_delta)
-        self._inbox.put(handle)
-        self._wake()
+        deltas to its event loop). Raises :class:`~trilm.serve.admission.Rejected` when the limits
+        refuse it."""
+        [handle] = self.submit_all([(prompt, params)], on_deltas=None if on_delta is None else [on_delta])
         return handle
+
+    def submit_all(
+        self,
+        jobs: list[tuple[str | list[int], SamplingParams | None]],
+        *,
+        on_deltas: list[Callable[[Delta], None]] | None = None,
+    ) -> list[RequestHandle]:
+        """Queue several requests (one HTTP request's choices) together: every one is checked first, and
+        admission takes all of them or refuses all (:class:`~trilm.serve.admission.Rejected`)."""
+        prepared = []
+        for prompt, params in jobs:
+            params = params or SamplingParams()
+            if not isinstance(params, SamplingParams):
+                raise SamplingError(f"params: expected SamplingParams, got {type(params).__name__}")
+            ids = self.encode(prompt)
+            self.check(ids, params)
+            prepared.append((ids, params))
+        callbacks = on_deltas or [None] * len(prepared)
+        handles = [
+            RequestHandle(next(self._ids), ids, params, self, callback)
+            for (ids, params), callback in zip(prepared, callbacks)
+        ]
+        try:
+            if self._stopping:
+                raise self.occupancy.refuse_shutdown()
+            self.occupancy.admit([(h.id, len(h.prompt_ids)) for h in handles])
+        except Rejected as exc:
+            if self.observer is not None:
+                self.observer.on_rejected(exc.reason)
+            raise
+        timeout = self.limits.request_timeout
+        for handle in handles:
+            if timeout is not None:
+                handle.deadline = handle.submitted_at + timeout
+            self._inbox.put(handle)
+        self._wake()
+        return handles
 
     def generate(
         self, prompts: list[str | list[int]] | str, params: SamplingParams | None = None
@@ -310,7 +357,7 @@ class Engine:
         """Completions of ``prompts`` (all batched together); one prompt may be given as a string."""
         if isinstance(prompts, str):
             prompts = [prompts]
-        handles = [self.submit(p, params) for p in prompts]
+        handles = self.submit_all([(p, params) for p in prompts])
         return [h.result() for h in handles]
 
     def stream(self, prompt: str | list[int], params: SamplingParams | None = None) -> Iterator[Delta]:
@@ -336,11 +383,12 @@ class Engine:
         Returns whether requests remain (running or waiting)."""
         with self._step_lock:
             self._take_inbox()
-            self._drop_cancelled()
+            self._drop_ended()
             while self.waiting and len(self.running) < self.max_batch:
                 seq = self.waiting.popleft()
-                if seq.handle.cancelled:
-                    self._finish(seq, "cancelled")
+                ended = self._ended(seq, time.perf_counter())
+                if ended is not None:
+                    self._finish(seq, ended)
                     continue
                 self._prefill(seq)
             if self.running:
@@ -361,19 +409,31 @@ class Engine:
                 text = TextStream(self.tokenizer, handle.prompt_ids, handle.params.stop)
             self.waiting.append(_Sequence(handle, frozenset(stops), text))
 
-    def _drop_cancelled(self) -> None:
-        for seq in [s for s in self.waiting if s.handle.cancelled]:
+    @staticmethod
+    def _ended(seq: _Sequence, now: float) -> str | None:
+        """Why a request must leave before its next token: its client cancelled it, or its deadline passed."""
+        if seq.handle.cancelled:
+            return "cancelled"
+        return "timeout" if seq.handle.expired(now) else None
+
+    def _drop_ended(self) -> None:
+        now = time.perf_counter()
+        for seq in [s for s in self.waiting if self._ended(s, now)]:
             self.waiting.remove(seq)
-            self._finish(seq, "cancelled")
-        gone = [s for s in self.running if s.handle.cancelled]
-        for seq in gone:
-            self._finish(seq, "cancelled")
+            self._finish(seq, self._ended(seq, now))
+        gone = [(s, self._ended(s, now)) for s in self.running]
+        gone = [(s, reason) for s, reason in gone if reason is not None]
+        for seq, reason in gone:
+            self._finish(seq, reason)
         if gone:
             self._compact()
 
     def _prefill(self, seq: _Sequence) -> None:
         ids = seq.handle.prompt_ids
         slot = len(self.running)
+        self.occupancy.started(seq.handle.id)
+        if self.observer is not None:
+            self.observer.on_start(seq.handle, time.perf_counter())
         if self.compiled is not None:
             logits = self.compiled.prefill(ids, slot)
         else:
@@ -383,8 +443,9 @@ class Engine:
             )
         seq.slot, seq.position = slot, len(ids)
         [token] = sample(logits[:, -1], [seq.params], [seq.generator], self.vocab_size)
-        seq.handle.first_token_at = time.perf_counter()
-        if not self._advance(seq, token):
+        now = time.perf_counter()
+        seq.handle.first_token_at = now
+        if not self._advance(seq, token, now):
             self.running.append(seq)
 
     def _decode(self) -> None:
@@ -398,10 +459,13 @@ class Engine:
         else:
             logits = self._decode_eager(tokens, positions)
         picked = sample(logits, [s.params for s in seqs], [s.generator for s in seqs], self.vocab_size)
+        now = time.perf_counter()
+        if self.observer is not None:
+            self.observer.on_decode(len(seqs))
         done = False
         for seq, token in zip(seqs, picked):
             seq.position += 1
-            done |= self._advance(seq, token)
+            done |= self._advance(seq, token, now)
         if done:
             self._compact()
 
@@ -413,9 +477,12 @@ class Engine:
         ids = torch.tensor(tokens, device=self.device).unsqueeze(1)
         return self.model.forward_cached(ids, pos.unsqueeze(1), step)[:, 0]
 
-    def _advance(self, seq: _Sequence, token: int) -> bool:
+    def _advance(self, seq: _Sequence, token: int, now: float) -> bool:
         """Record a sampled token; returns True when the sequence has finished."""
         handle = seq.handle
+        if self.observer is not None:
+            self.observer.on_token(handle, now)
+        handle.last_token_at = now
         handle.token_ids.append(token)
         seq.last_token = token
         text, reason = "", None
@@ -430,16 +497,22 @@ class Engine:
         if reason is not None:
             if seq.text is not None:
                 text += seq.text.finish()
-            seq.slot = -1
-            self.finished[reason] += 1
+            self._close(seq, reason)
         handle._publish(Delta(text, [token], reason))
         return reason is not None
 
     def _finish(self, seq: _Sequence, reason: str) -> None:
-        seq.slot = -1
-        self.finished[reason] += 1
+        self._close(seq, reason)
         text = seq.text.finish() if seq.text is not None and reason != "cancelled" else ""
         seq.handle._publish(Delta(text, [], reason))
+
+    def _close(self, seq: _Sequence, reason: str) -> None:
+        """The one place a request ends: its slot, its place in admission's count, the tallies."""
+        seq.slot = -1
+        self.finished[reason] += 1
+        self.occupancy.closed(seq.handle.id)
+        if self.observer is not None:
+            self.observer.on_finish(seq.handle, reason)
 
     def _compact(self) -> None:
         """Drop finished sequences and move the last running ones into the freed slots."""
@@ -469,6 +542,7 @@ class Engine:
         self._stopping = True
         self._wake()
         self._thread.join(timeout)
+        stuck = self._thread.is_alive()
         self._thread = None
         with self._step_lock:
             self._take_inbox()
@@ -476,6 +550,7 @@ class Engine:
                 self._finish(seq, "cancelled")
             self.waiting.clear()
             self.running = []
+        self._stopping = stuck  # a stopped engine may be driven by its caller again
 
     def _loop(self) -> None:
         while not self._stopping:

@@ -19,15 +19,27 @@ MAX_N = 16
 
 
 class APIError(Exception):
-    """An error answered as ``{"error": {...}}`` with an HTTP status."""
+    """An error answered as ``{"error": {...}}`` with an HTTP status (and headers: ``Retry-After``).
+    ``kind`` is the body's ``type``: by default ``invalid_request_error`` below 500, ``server_error``
+    from it."""
 
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        code: str | None = None,
+        *,
+        kind: str | None = None,
+        headers: dict[str, str] | None = None,
+    ):
         super().__init__(message)
         self.status, self.message, self.param, self.code = status, message, param, code
+        self.kind = kind or ("invalid_request_error" if status < 500 else "server_error")
+        self.headers = headers or {}
 
     def body(self) -> dict[str, Any]:
-        kind = "invalid_request_error" if self.status < 500 else "server_error"
-        return {"error": {"message": self.message, "type": kind, "param": self.param, "code": self.code}}
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
 
 
 class _Strict(BaseModel):

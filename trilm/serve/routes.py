@@ -1,5 +1,5 @@
 """The OpenAI-compatible routes: ``/v1/completions``, ``/v1/chat/completions`` (both with SSE streaming),
-``/v1/models``, ``/v1/models/{id}``, ``/health``.
+``/v1/models``, ``/v1/models/{id}``; and ``/health``, ``/metrics`` (Prometheus).
 
 Handlers are plain module functions on one :data:`router`; what they serve (the engine and the model id)
 is the app's :class:`Served`, set by :func:`trilm.serve.server.create_app`. Each request checks its fields
@@ -16,12 +16,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response
 
 from trilm.serve.chat import ReplyText, chat_prompt
 from trilm.serve.engine import Engine, RequestError
+from trilm.serve.metrics import CONTENT_TYPE, ServeMetrics
 from trilm.serve.protocol import APIError, ChatRequest, CompletionRequest
-from trilm.serve.streaming import SSE_DONE, EngineRun, finish_reason, guarded, sse
+from trilm.serve.streaming import SSE_DONE, EngineRun, RunStream, finish_reason, sse
 
 DEFAULT_COMPLETION_TOKENS = 16
 """``max_tokens`` of a completion that gives none (OpenAI's default), capped by the context left."""
@@ -31,10 +32,11 @@ router = APIRouter()
 
 @dataclasses.dataclass
 class Served:
-    """What an app serves: one engine under one model id."""
+    """What an app serves: one engine under one model id, and its metrics."""
 
     engine: Engine
     model_id: str
+    metrics: ServeMetrics
     created: int = dataclasses.field(default_factory=lambda: int(time.time()))
 
     def card(self) -> dict[str, Any]:
@@ -58,15 +60,24 @@ def served(request: Request) -> Served:
 async def health(request: Request):
     s = served(request)
     engine = s.engine
+    _, waiting, waiting_tokens = engine.occupancy.counts()
     return {
         "status": "ok",
         "model": s.model_id,
         "running": engine.num_running,
-        "waiting": engine.num_waiting,
+        "waiting": waiting,
+        "waiting_prompt_tokens": waiting_tokens,
         "max_batch": engine.max_batch,
         "max_seq_len": engine.max_seq_len,
+        "limits": dataclasses.asdict(engine.limits),
         "finished": dict(engine.finished),
+        "rejected": dict(engine.occupancy.rejected),
     }
+
+
+@router.get("/metrics")
+async def metrics(request: Request):
+    return Response(served(request).metrics.render(), media_type=CONTENT_TYPE)
 
 
 @router.get("/v1/models")
@@ -105,19 +116,19 @@ async def completions(body: CompletionRequest, request: Request):
 
     run = EngineRun(engine, jobs)
     if body.stream:
+        await run.start()  # refused before the stream starts: a plain 429/503
 
         async def events() -> AsyncIterator[str]:
-            async with run:
-                for i, text in enumerate(echo):
-                    if text:
-                        yield sse(chunk(i, text, None))
-                async for index, delta in run.deltas():
-                    if delta.text or delta.finish_reason:
-                        yield sse(chunk(index, delta.text, finish_reason(delta)))
-                async for event in reply.closing(run, body.stream_options):
-                    yield event
+            for i, text in enumerate(echo):
+                if text:
+                    yield sse(chunk(i, text, None))
+            async for index, delta in run.deltas():
+                if delta.text or delta.finish_reason:
+                    yield sse(chunk(index, delta.text, finish_reason(delta)))
+            async for event in reply.closing(run, body.stream_options):
+                yield event
 
-        return StreamingResponse(guarded(events()), media_type="text/event-stream")
+        return RunStream(run, events())
     async with run:
         await run.wait(request)
     choices = [
@@ -152,22 +163,22 @@ async def chat_completions(body: ChatRequest, request: Request):
 
     run = EngineRun(engine, jobs)
     if body.stream:
+        await run.start()
 
         async def events() -> AsyncIterator[str]:
-            async with run:
-                replies = [ReplyText() for _ in jobs]
-                for i in range(len(jobs)):
-                    yield sse(chunk(i, {"role": "assistant", "content": ""}, None))
-                async for index, delta in run.deltas():
-                    text = replies[index](delta.text)
-                    if text:
-                        yield sse(chunk(index, {"content": text}, None))
-                    if delta.finish_reason:
-                        yield sse(chunk(index, {}, finish_reason(delta)))
-                async for event in reply.closing(run, body.stream_options, "chat.completion.chunk"):
-                    yield event
+            replies = [ReplyText() for _ in jobs]
+            for i in range(len(jobs)):
+                yield sse(chunk(i, {"role": "assistant", "content": ""}, None))
+            async for index, delta in run.deltas():
+                text = replies[index](delta.text)
+                if text:
+                    yield sse(chunk(index, {"content": text}, None))
+                if delta.finish_reason:
+                    yield sse(chunk(index, {}, finish_reason(delta)))
+            async for event in reply.closing(run, body.stream_options, "chat.completion.chunk"):
+                yield event
 
-        return StreamingResponse(guarded(events()), media_type="text/event-stream")
+        return RunStream(run, events())
     async with run:
         await run.wait(request)
     choices = [

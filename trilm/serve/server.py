@@ -1,7 +1,8 @@
 """The OpenAI-compatible HTTP server (FastAPI on uvicorn) over one :class:`Engine`.
 
 The app is assembled here — lifespan (the engine's background thread), error handlers that answer in
-OpenAI's error shape with a message naming the field, and the routes of :mod:`trilm.serve.routes` — and run
+OpenAI's error shape with a message naming the field, the API-key check (:mod:`trilm.serve.auth`), the
+metrics (:mod:`trilm.serve.metrics`) and the routes of :mod:`trilm.serve.routes` — and run
 by :func:`serve` (the CLI) or :class:`BackgroundServer` (a thread of this process: tests, notebooks). Each
 HTTP request's engine requests are submitted, streamed and cancelled together (:mod:`trilm.serve.streaming`);
 when a client disconnects, its requests leave the batch at the next step.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
@@ -18,15 +20,21 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from trilm.serve.auth import APIKeys, RequireAPIKey
 from trilm.serve.engine import Engine, RequestError
+from trilm.serve.metrics import ServeMetrics
 from trilm.serve.protocol import APIError
 from trilm.serve.routes import Served, router
 from trilm.serve.sampling import SamplingError
 
 
-def create_app(engine: Engine, model_id: str, *, manage_engine: bool = True) -> FastAPI:
+def create_app(
+    engine: Engine, model_id: str, *, api_keys: Sequence[str] = (), manage_engine: bool = True
+) -> FastAPI:
     """The app serving ``engine`` under the name ``model_id``; with ``manage_engine`` its lifespan starts
-    and stops the engine's background thread."""
+    and stops the engine's background thread. With ``api_keys``, every ``/v1/*`` route needs one of them
+    as a bearer token. The engine's admission limits are its own (``Engine(limits=...)``); the app
+    becomes its metrics observer."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -39,7 +47,12 @@ def create_app(engine: Engine, model_id: str, *, manage_engine: bool = True) -> 
                 engine.stop()
 
     app = FastAPI(title="trilm", lifespan=lifespan)
-    app.state.served = Served(engine, model_id)
+    metrics = ServeMetrics(engine)
+    engine.observer = metrics
+    app.state.served = Served(engine, model_id, metrics)
+    if api_keys:
+        on_reject = metrics.rejected.labels("unauthorized").inc
+        app.add_middleware(RequireAPIKey, keys=APIKeys(api_keys), on_reject=on_reject)
     app.add_exception_handler(APIError, _api_error)
     app.add_exception_handler(SamplingError, _bad_request)
     app.add_exception_handler(RequestError, _bad_request)
@@ -51,7 +64,7 @@ def create_app(engine: Engine, model_id: str, *, manage_engine: bool = True) -> 
 
 # -- errors -------------------------------------------------------------------------------------------
 async def _api_error(request: Request, exc: APIError):
-    return JSONResponse(exc.body(), status_code=exc.status)
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
 
 async def _bad_request(request: Request, exc: ValueError):
@@ -99,12 +112,18 @@ def _validation_error(exc: RequestValidationError) -> APIError:
 
 # -- running it ---------------------------------------------------------------------------------------
 def serve(
-    engine: Engine, model_id: str, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info"
+    engine: Engine,
+    model_id: str,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    log_level: str = "info",
+    api_keys: Sequence[str] = (),
 ) -> None:
     """Serve until interrupted (Ctrl-C / SIGTERM shut down cleanly)."""
     import uvicorn
 
-    uvicorn.run(create_app(engine, model_id), host=host, port=port, log_level=log_level)
+    app = create_app(engine, model_id, api_keys=api_keys)
+    uvicorn.run(app, host=host, port=port, log_level=log_level)
 
 
 class BackgroundServer:
@@ -114,10 +133,19 @@ class BackgroundServer:
         client = openai.OpenAI(base_url=server.url + "/v1", api_key="none")
     """
 
-    def __init__(self, engine: Engine, model_id: str, host: str = "127.0.0.1", port: int = 0):
+    def __init__(
+        self,
+        engine: Engine,
+        model_id: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        api_keys: Sequence[str] = (),
+    ):
         import uvicorn
 
-        config = uvicorn.Config(create_app(engine, model_id), host=host, port=port, log_level="warning")
+        app = create_app(engine, model_id, api_keys=api_keys)
+        config = uvicorn.Config(app, host=host, port=port, log_level="warning")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="trilm-server", daemon=True)
         self.host = host

@@ -2,7 +2,9 @@
 together when the client goes away, and the server-sent events they become.
 
 The engine steps in its own thread; :class:`EngineRun` receives each delta through
-``loop.call_soon_threadsafe`` into an asyncio queue, so a slow client never blocks the batch.
+``loop.call_soon_threadsafe`` into an asyncio queue, so a slow client never blocks the batch. A run is
+submitted (and so admitted or refused, :mod:`trilm.serve.admission`) *before* a streaming response
+starts, so a refusal is a plain 429/503 with ``Retry-After`` rather than an error inside a 200 stream.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import Request
+from fastapi.responses import StreamingResponse
 
+from trilm.serve.admission import Rejected
 from trilm.serve.engine import Delta, Engine, RequestError, RequestHandle
 from trilm.serve.protocol import APIError
 from trilm.serve.sampling import SamplingError
@@ -53,24 +57,34 @@ class EngineRun:
         self.texts: list[list[str]] = [[] for _ in jobs]
         self.reasons: list[str | None] = [None for _ in jobs]
 
-    async def __aenter__(self) -> EngineRun:
+    async def start(self) -> None:
+        """Submit every choice, admitted together or refused together (429/503 with ``Retry-After``)."""
         loop = asyncio.get_running_loop()
-        for index, (ids, params) in enumerate(self.jobs):
 
-            def on_delta(delta: Delta, index=index) -> None:
+        def forward(index: int):
+            def on_delta(delta: Delta) -> None:
                 loop.call_soon_threadsafe(self.queue.put_nowait, (index, delta))
 
-            try:
-                self.handles.append(self.engine.submit(ids, params, on_delta=on_delta))
-            except (RequestError, SamplingError) as exc:
-                self._cancel()
-                raise APIError(400, str(exc)) from None
+            return on_delta
+
+        try:
+            self.handles = self.engine.submit_all(
+                self.jobs, on_deltas=[forward(i) for i in range(len(self.jobs))]
+            )
+        except (RequestError, SamplingError) as exc:
+            raise APIError(400, str(exc)) from None
+        except Rejected as exc:
+            raise refusal(exc) from None
+
+    async def __aenter__(self) -> EngineRun:
+        await self.start()
         return self
 
     async def __aexit__(self, *exc) -> None:
-        self._cancel()
+        self.close()
 
-    def _cancel(self) -> None:
+    def close(self) -> None:
+        """Cancel whatever has not finished (a no-op once every choice has)."""
         for h in self.handles:
             h.cancel()
 
@@ -80,6 +94,8 @@ class EngineRun:
             index, delta = await self.queue.get()
             if delta.finish_reason == "error":
                 raise APIError(500, f"the engine failed: {self.handles[index].error}")
+            if delta.finish_reason == "timeout":
+                raise self._timed_out(self.handles[index])
             self.texts[index].append(delta.text)
             if delta.finish_reason is not None:
                 self.reasons[index] = delta.finish_reason
@@ -101,9 +117,27 @@ class EngineRun:
             gone_task.cancel()
         if not done_task.done():
             done_task.cancel()
-            self._cancel()
+            self.close()
             raise APIError(499, "client disconnected")
         done_task.result()
+
+    def _timed_out(self, handle: RequestHandle) -> APIError:
+        seconds = f"{self.engine.limits.request_timeout:g}"
+        if handle.first_token_at is None:
+            retry = self.engine.occupancy.retry_after()
+            return APIError(
+                503,
+                f"the request waited its whole request_timeout ({seconds} s) for a slot: the server is "
+                f"overloaded; retry after {retry} s",
+                code="request_timeout",
+                headers={"Retry-After": str(retry)},
+            )
+        return APIError(
+            504,
+            f"the request did not finish within request_timeout ({seconds} s) after "
+            f"{len(handle.token_ids)} tokens; its slot went to the next request",
+            code="request_timeout",
+        )
 
     def text(self, index: int) -> str:
         return "".join(self.texts[index])
@@ -118,6 +152,28 @@ class EngineRun:
             "completion_tokens": completion,
             "total_tokens": prompt_tokens + completion,
         }
+
+
+def refusal(exc: Rejected) -> APIError:
+    """Admission's refusal as the HTTP answer: 429 (busy) or 503 (shutting down), with ``Retry-After``."""
+    kind = "rate_limit_error" if exc.status == 429 else "server_error"
+    headers = {"Retry-After": str(exc.retry_after)}
+    return APIError(exc.status, exc.message, code=exc.reason, kind=kind, headers=headers)
+
+
+class RunStream(StreamingResponse):
+    """The server-sent events of one run; the run is cancelled however the response ends (finished,
+    client gone — while queued as well as while generating — or failed before its first event)."""
+
+    def __init__(self, run: EngineRun, events: AsyncIterator[str]):
+        super().__init__(guarded(events), media_type="text/event-stream")
+        self.run = run
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.run.close()
 
 
 async def disconnected(request: Request) -> None:
