@@ -85,11 +85,10 @@ class Occupancy:
             waiting = queue[free:]
             limits = self.limits
             if limits.max_waiting is not None and len(waiting) > limits.max_waiting:
-                before = max(len(self._unstarted) - free, 0)
                 raise self._refuse(
                     "queue_full",
-                    f"the server is at capacity: {running} requests running in {self.max_batch} slots and "
-                    f"{before} waiting (max_waiting {limits.max_waiting})",
+                    f"the server is at capacity: {self._open} requests hold its {self.max_batch} slots "
+                    f"and its queue (max_waiting {limits.max_waiting}), no room for {len(requests)} more",
                     len(waiting) - limits.max_waiting,
                 )
             if (
