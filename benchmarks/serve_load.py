@@ -1,0 +1,476 @@
+"""Load test of ``trilm serve``: concurrent OpenAI clients ramped past the server's capacity, on loopback.
+
+    python -m benchmarks.serve_load --out benchmarks/results                       # CPU, quickstart shape
+    python -m benchmarks.serve_load --device cuda --size 190m --max-batch 32 --max-waiting 32 \\
+        --levels 8,32,64,128,256 --out benchmarks/results                          # the same on a GPU
+
+What it does, all by itself, and then stops: writes a model (``--family``/``--size``, the quickstart's
+128×4 shape with a 2,048-token tokenizer by default; random weights, drawn peaked as in the serving tests
+so that greedy decoding has clear winners) unless ``--model`` names one; starts the real ``trilm serve``
+command on a free loopback port; asks each of its prompts once with no other request in flight (the
+*lone run*: the reference text, and the lone time to first token and latency); then, for each level of
+concurrent clients (``--levels``), runs that many closed-loop clients for ``--level-seconds``: each sends
+a streaming greedy completion, reads it to the end and sends the next, and after a refusal (429/503)
+waits ``--retry-wait`` seconds before trying again. Every accepted request must end with
+``finish_reason == "length"``, ``max_tokens`` completion tokens and exactly the lone run's text; any
+other outcome is counted as wrong.
+
+The same ramp runs twice: against the server with admission control (``--max-waiting``) and against one
+whose queue is in effect unbounded (``--max-waiting 1000000``, no deadline), so the JSON shows side by
+side what the limits change: refusals instead of queueing, and bounded latency instead of latency that
+grows with the number of clients. ``--no-unbounded`` skips the second.
+
+Bounds: the server binds 127.0.0.1 only; the whole run stops after ``--max-seconds`` (levels not reached
+are listed as skipped) or ``--max-requests`` attempts; every request has a client timeout. Output:
+``serve-load-<device>-<date>.json`` (``--out``): the machine, the settings, per level throughput
+(completed requests/s, generated tokens/s), p50/p99 time to first token and latency of the accepted
+requests, the fraction refused, the most requests seen waiting, the server's own counts from
+``/metrics``, and the verdicts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import itertools
+import json
+import math
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+UNBOUNDED_WAITING = 1_000_000
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", type=Path, default=None, help="a model directory (default: write one)")
+    p.add_argument("--family", default="trilm", choices=("trilm", "floatlm", "bilm"))
+    p.add_argument("--size", default="tiny", help="preset size of the written model (tiny: 128x4)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=1, help="the server's torch threads (CPU)")
+    p.add_argument("--max-batch", type=int, default=4)
+    p.add_argument("--max-waiting", type=int, default=4)
+    p.add_argument("--request-timeout", type=float, default=60.0, help="the limited server's deadline")
+    p.add_argument("--max-tokens", type=int, default=32, help="longest completion (they range to half)")
+    p.add_argument("--prompts", type=int, default=16)
+    p.add_argument("--levels", default="1,2,4,8,16,32", help="concurrent clients, in order")
+    p.add_argument("--level-seconds", type=float, default=8.0)
+    p.add_argument("--retry-wait", type=float, default=0.2, help="a refused client's pause")
+    p.add_argument("--max-seconds", type=float, default=900.0, help="the whole run, both servers")
+    p.add_argument("--max-requests", type=int, default=20_000, help="attempts, the whole run")
+    p.add_argument("--no-unbounded", action="store_true", help="skip the server without limits")
+    p.add_argument("--conditions", default="", help="what else ran on the machine (into the JSON)")
+    p.add_argument("--out", type=Path, default=None, help="directory for the JSON")
+    args = p.parse_args(argv)
+    args.levels = [int(x) for x in args.levels.split(",")]
+    if min(args.levels) < 1 or args.max_tokens < 2 or args.max_batch < 1 or args.max_waiting < 0:
+        p.error("--levels, --max-tokens (>= 2), --max-batch and --max-waiting must be positive")
+    return args
+
+
+# -- the model ----------------------------------------------------------------------------------------
+def peaked_state(cfg, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Random weights with fan-in scaling and a 3x head: peaked next-token distributions, so a greedy
+    token never hangs on a near-tie that a different batch size's rounding could flip."""
+    from trilm.model.spec import canonical_shapes
+
+    gen = torch.Generator().manual_seed(seed)
+    state = {}
+    for name, shape in canonical_shapes(cfg).items():
+        if len(shape) == 1:
+            state[name] = 1 + 0.1 * torch.randn(shape, generator=gen)
+        elif name == "embed.weight":
+            state[name] = torch.randn(shape, generator=gen)
+        else:
+            scale = (3.0 if name == "head.weight" else 1.0) / shape[1] ** 0.5
+            state[name] = scale * torch.randn(shape, generator=gen)
+    return state
+
+
+def write_model(workdir: Path, family: str, size: str, vocab: int = 2048) -> Path:
+    from trilm.data import embedded_corpus_dir
+    from trilm.data.slimpajama import read_documents
+    from trilm.data.tokenizer import train_tokenizer
+    from trilm.model import preset
+    from trilm.model.snapshot import SnapshotMeta
+    from trilm.store import snapshot as store
+
+    files = sorted(embedded_corpus_dir().glob("train/chunk*/*.jsonl.zst"))
+    docs = list(itertools.islice((d.text for f in files for d in read_documents(f)), 400))
+    tok = train_tokenizer(docs, workdir / "tokenizer.model", vocab_size=vocab, num_threads=1)
+    cfg = preset(f"{family}-{size}", vocab_size=vocab)
+    meta = SnapshotMeta(family=family, size=size, tokenizer_hash=tok.hash)
+    out = workdir / f"{family}-{size}"
+    store.write_snapshot(out, cfg, meta, peaked_state(cfg), tokenizer=tok.path)
+    return out
+
+
+def prompts_and_lengths(n: int, max_tokens: int) -> list[tuple[str, int]]:
+    """``n`` prompts cut from the embedded corpus (3–24 words) with completion lengths spread over
+    [max_tokens / 2, max_tokens], so requests finish at different steps and the batch keeps changing."""
+    from trilm.data import embedded_corpus_dir
+    from trilm.data.slimpajama import read_documents
+
+    files = sorted(embedded_corpus_dir().glob("test/chunk*/*.jsonl.zst"))
+    words = [d.text.split() for f in files for d in read_documents(f)]
+    words = [w for w in words if len(w) >= 24]
+    low = max_tokens // 2
+    return [
+        (" ".join(words[i % len(words)][: 3 + (7 * i) % 22]), low + (5 * i) % (max_tokens - low + 1))
+        for i in range(n)
+    ]
+
+
+# -- the server ---------------------------------------------------------------------------------------
+class Server:
+    """``trilm serve`` in a subprocess on a free loopback port; stopped with SIGINT (its clean path)."""
+
+    def __init__(self, args, model: Path, max_waiting: int, timeout: float, log: Path):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        cmd = [sys.executable, "-m", "trilm.cli", "serve", "--model", str(model), "--host", "127.0.0.1"]
+        cmd += ["--port", str(self.port), "--device", args.device, "--threads", str(args.threads)]
+        cmd += ["--max-batch", str(args.max_batch), "--max-waiting", str(max_waiting)]
+        cmd += ["--request-timeout", str(timeout), "--log-level", "warning", "--model-name", "load"]
+        self.command = cmd
+        self.log = log
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log.open("w"))
+
+    def wait_ready(self, timeout: float = 600) -> None:
+        import httpx2 as httpx
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"trilm serve exited with {self.proc.returncode}: {self.log.read_text()}")
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                time.sleep(0.2)
+        raise RuntimeError(f"trilm serve did not come up in {timeout} s: {self.log.read_text()[-2000:]}")
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+def scrape(url: str) -> dict[str, float]:
+    """The server's counters and gauges, read with prometheus_client's parser (histograms: count, sum)."""
+    import httpx2 as httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out = {}
+    for family in text_string_to_metric_families(httpx.get(url + "/metrics", timeout=10).text):
+        for s in family.samples:
+            if s.name.endswith("_bucket") or s.name.endswith("_created"):
+                continue
+            label = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
+            out[f"{s.name}{{{label}}}" if label else s.name] = s.value
+    return out
+
+
+# -- the clients --------------------------------------------------------------------------------------
+async def one_request(client, prompt: str, max_tokens: int, timeout: float) -> dict:
+    import openai
+
+    start = time.perf_counter()
+    first, parts, usage, finish = None, [], None, None
+    try:
+        stream = await client.completions.create(
+            model="load", prompt=prompt, max_tokens=max_tokens, temperature=0, stream=True,
+            stream_options={"include_usage": True}, extra_body={"ignore_eos": True}, timeout=timeout,
+        )  # fmt: skip
+        async for chunk in stream:
+            if chunk.choices:
+                if first is None:
+                    first = time.perf_counter()
+                parts.append(chunk.choices[0].text)
+                finish = chunk.choices[0].finish_reason or finish
+            if chunk.usage is not None:
+                usage = chunk.usage.completion_tokens
+    except openai.APIStatusError as exc:
+        status = exc.status_code
+        outcome = "refused" if status in (429, 503) else "error"
+        return {"outcome": outcome, "status": status, "message": str(exc)[:200]}
+    except (TimeoutError, openai.APIError) as exc:  # a mid-stream error event, a client timeout
+        return {"outcome": "error", "status": None, "message": f"{type(exc).__name__}: {exc}"[:200]}
+    end = time.perf_counter()
+    return {
+        "outcome": "accepted",
+        "text": "".join(parts),
+        "finish_reason": finish,
+        "completion_tokens": usage,
+        "ttft_s": None if first is None else first - start,
+        "latency_s": end - start,
+    }
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q
+    lo, hi = math.floor(rank), math.ceil(rank)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (rank - lo)
+
+
+class Budget:
+    """The run's bounds: attempts left and the wall-clock deadline."""
+
+    def __init__(self, requests: int, seconds: float):
+        self.requests, self.deadline = requests, time.monotonic() + seconds
+
+    def take(self) -> bool:
+        if self.requests <= 0 or time.monotonic() >= self.deadline:
+            return False
+        self.requests -= 1
+        return True
+
+
+async def run_level(url: str, clients: int, jobs, reference, args, budget: Budget) -> dict:
+    import httpx2 as httpx
+    import openai
+
+    limits = httpx.Limits(max_connections=clients + 8, max_keepalive_connections=clients + 8)
+    client = openai.AsyncOpenAI(
+        base_url=url + "/v1", api_key="load", max_retries=0,
+        http_client=openai.DefaultAsyncHttpxClient(limits=limits),
+    )  # fmt: skip
+    level_end = min(time.monotonic() + args.level_seconds, budget.deadline)
+    records: list[dict] = []
+    timeout = args.request_timeout + 30
+    counter = itertools.count()
+    seen = {"running": 0, "waiting": 0}
+
+    async def one_client() -> None:
+        while time.monotonic() < level_end and budget.take():
+            k = next(counter) % len(jobs)
+            prompt, n = jobs[k]
+            rec = await one_request(client, prompt, n, timeout)
+            rec["job"] = k
+            records.append(rec)
+            if rec["outcome"] == "refused":
+                await asyncio.sleep(args.retry_wait)
+
+    async def watch() -> None:
+        async with httpx.AsyncClient(timeout=10) as http:
+            while time.monotonic() < level_end:
+                health = (await http.get(url + "/health")).json()
+                seen["running"] = max(seen["running"], health["running"])
+                seen["waiting"] = max(seen["waiting"], health["waiting"])
+                await asyncio.sleep(0.05)
+
+    before = scrape(url)
+    started = time.perf_counter()
+    await asyncio.gather(watch(), *(one_client() for _ in range(clients)))
+    wall = time.perf_counter() - started
+    after = scrape(url)
+    await client.close()
+    for rec in records:
+        if rec["outcome"] == "accepted":
+            n = jobs[rec["job"]][1]
+            rec["correct"] = (
+                rec["text"] == reference[rec["job"]]
+                and rec["finish_reason"] == "length"
+                and rec["completion_tokens"] == n
+            )
+    return summarize(clients, records, wall, seen, before, after)
+
+
+def summarize(clients, records, wall, seen, before, after) -> dict:
+    accepted = [r for r in records if r["outcome"] == "accepted"]
+    refused = [r for r in records if r["outcome"] == "refused"]
+    errors = [r for r in records if r["outcome"] == "error"]
+    ttft = [r["ttft_s"] for r in accepted if r["ttft_s"] is not None]
+    latency = [r["latency_s"] for r in accepted]
+    tokens = sum(r["completion_tokens"] or 0 for r in accepted)
+
+    def server(name: str) -> float:
+        return after.get(name, 0.0) - before.get(name, 0.0)
+
+    return {
+        "clients": clients,
+        "wall_s": round(wall, 3),
+        "attempts": len(records),
+        "accepted": len(accepted),
+        "refused": len(refused),
+        "refused_by_status": {str(s): sum(r["status"] == s for r in refused) for s in (429, 503)},
+        "errors": len(errors),
+        "error_samples": [r["message"] for r in errors[:3]],
+        "wrong": sum(not r["correct"] for r in accepted),
+        "refused_fraction": round(len(refused) / len(records), 4) if records else None,
+        "completed_per_s": round(len(accepted) / wall, 3),
+        "generated_tokens_per_s": round(tokens / wall, 1),
+        "ttft_s": {"p50": _round(_percentile(ttft, 0.5)), "p99": _round(_percentile(ttft, 0.99))},
+        "latency_s": {
+            "p50": _round(_percentile(latency, 0.5)),
+            "p99": _round(_percentile(latency, 0.99)),
+            "max": _round(max(latency, default=None)),
+        },
+        "most_running_seen": seen["running"],
+        "most_waiting_seen": seen["waiting"],
+        "server": {
+            "finished_length": server("trilm_requests_finished_total{reason=length}"),
+            "finished_cancelled": server("trilm_requests_finished_total{reason=cancelled}"),
+            "finished_timeout": server("trilm_requests_finished_total{reason=timeout}"),
+            "rejected_queue_full": server("trilm_requests_rejected_total{reason=queue_full}"),
+            "generation_tokens": server("trilm_generation_tokens_total"),
+        },
+    }
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
+
+
+async def lone_runs(url: str, jobs, timeout: float) -> tuple[list[str], dict]:
+    import openai
+
+    client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="load", max_retries=0)
+    recs = [await one_request(client, prompt, n, timeout) for prompt, n in jobs]
+    await client.close()
+    bad = [r for r in recs if r["outcome"] != "accepted" or r["finish_reason"] != "length"]
+    if bad:
+        raise RuntimeError(f"a lone request failed: {bad[0]}")
+    ttft = [r["ttft_s"] for r in recs]
+    lat = [r["latency_s"] for r in recs]
+    stats = {
+        "ttft_s": {"p50": _round(_percentile(ttft, 0.5)), "max": _round(max(ttft))},
+        "latency_s": {"p50": _round(_percentile(lat, 0.5)), "max": _round(max(lat))},
+    }
+    return [r["text"] for r in recs], stats
+
+
+# -- the run ------------------------------------------------------------------------------------------
+def ramp(args, model: Path, name: str, max_waiting: int, timeout: float, workdir: Path, budget, reference):
+    server = Server(args, model, max_waiting, timeout, workdir / f"server-{name}.log")
+    result = {"server": name, "command": " ".join(server.command[1:]), "levels": [], "skipped_levels": []}
+    try:
+        server.wait_ready()
+        texts, lone = asyncio.run(lone_runs(server.url, args.jobs, args.request_timeout + 30))
+        if reference is None:
+            reference = texts
+        result["lone"] = lone
+        result["lone_equals_reference"] = texts == reference
+        for clients in args.levels:
+            if budget.requests <= 0 or time.monotonic() >= budget.deadline:
+                result["skipped_levels"].append(clients)
+                continue
+            level = asyncio.run(run_level(server.url, clients, args.jobs, reference, args, budget))
+            result["levels"].append(level)
+            lat = level["latency_s"]
+            print(
+                f"{name:9s} {clients:4d} clients: {level['accepted']:5d} accepted {level['refused']:5d} "
+                f"refused ({level['refused_fraction']}) {level['wrong']} wrong {level['errors']} errors; "
+                f"{level['generated_tokens_per_s']:8.1f} tok/s; latency p50 {lat['p50']} p99 {lat['p99']} s; "
+                f"waiting <= {level['most_waiting_seen']}",
+                flush=True,
+            )
+    finally:
+        result["exit_code"] = server.stop()
+    return result, reference
+
+
+def verdicts(args, runs: list[dict]) -> dict:
+    capacity = args.max_batch + args.max_waiting
+    limited = runs[0]
+    past = [lv for lv in limited["levels"] if lv["clients"] > capacity]
+    at = [lv for lv in limited["levels"] if lv["clients"] <= capacity]
+    out = {
+        "capacity_requests": capacity,
+        "levels_past_capacity": [lv["clients"] for lv in past],
+        "wrong_accepted_requests": sum(lv["wrong"] for run in runs for lv in run["levels"]),
+        "errors": sum(lv["errors"] for run in runs for lv in run["levels"]),
+        "refused_past_capacity": all(lv["refused"] > 0 for lv in past) if past else None,
+        "waiting_never_above_limit": all(
+            lv["most_waiting_seen"] <= args.max_waiting for lv in limited["levels"]
+        ),
+        "clean_exits": all(run["exit_code"] == 0 for run in runs),
+    }
+    for run in runs:
+        p99 = [lv["latency_s"]["p99"] for lv in run["levels"] if lv["latency_s"]["p99"] is not None]
+        at_cap = [lv["latency_s"]["p99"] for lv in run["levels"] if lv["clients"] <= capacity]
+        out[f"{run['server']}_p99_latency_s_by_level"] = p99
+        if at_cap and p99:
+            out[f"{run['server']}_p99_latency_highest_over_at_capacity"] = round(p99[-1] / max(at_cap), 3)
+    if past and at:
+        out["limited_p99_latency_past_capacity_max_s"] = max(lv["latency_s"]["p99"] for lv in past)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = datetime.datetime.now()
+    load_before = list(os.getloadavg())
+    budget = Budget(args.max_requests, args.max_seconds)
+    with tempfile.TemporaryDirectory(prefix="serve-load-") as tmp:
+        workdir = Path(tmp)
+        model = args.model or write_model(workdir, args.family, args.size)
+        args.jobs = prompts_and_lengths(args.prompts, args.max_tokens)
+        limited, reference = ramp(
+            args, model, "limited", args.max_waiting, args.request_timeout, workdir, budget, None
+        )
+        runs = [limited]
+        if not args.no_unbounded:
+            runs.append(ramp(args, model, "unbounded", UNBOUNDED_WAITING, 0, workdir, budget, reference)[0])
+    device = "cuda" if args.device.startswith("cuda") else "cpu"
+    result = {
+        "benchmark": "serve_load",
+        "command": "python -m benchmarks.serve_load " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "date": started.date().isoformat(),
+        "started": started.isoformat(timespec="seconds"),
+        "machine": {
+            "device": device,
+            "gpu": torch.cuda.get_device_name(0) if device == "cuda" and torch.cuda.is_available() else None,
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "torch": torch.__version__,
+            "load_average_before": load_before,
+            "load_average_after": list(os.getloadavg()),
+            "conditions": args.conditions,
+        },
+        "settings": {
+            "model": str(args.model) if args.model else f"{args.family}-{args.size} (peaked random weights)",
+            "server_threads": args.threads,
+            "max_batch": args.max_batch,
+            "max_waiting": args.max_waiting,
+            "request_timeout_s": args.request_timeout,
+            "levels": args.levels,
+            "level_seconds": args.level_seconds,
+            "retry_wait_s": args.retry_wait,
+            "prompts": len(args.jobs),
+            "completion_tokens": sorted({n for _, n in args.jobs}),
+        },
+        "runs": runs,
+        "verdicts": verdicts(args, runs),
+    }
+    print(json.dumps(result["verdicts"], indent=1))
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        path = args.out / f"serve-load-{device}-{result['date']}.json"
+        path.write_text(json.dumps(result, indent=1) + "\n")
+        print(f"wrote {path}")
+    return 0 if result["verdicts"]["wrong_accepted_requests"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
