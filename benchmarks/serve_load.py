@@ -32,12 +32,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
 import itertools
 import json
 import math
 import os
-import platform
 import signal
 import socket
 import subprocess
@@ -47,6 +45,8 @@ import time
 from pathlib import Path
 
 import torch
+
+from benchmarks.common import CHECKOUT, machine, today, write_result
 
 UNBOUNDED_WAITING = 1_000_000
 
@@ -146,7 +146,7 @@ class Server:
         cmd += ["--request-timeout", str(timeout), "--log-level", "warning", "--model-name", "load"]
         self.command = cmd
         self.log = log
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log.open("w"))
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log.open("w"), cwd=CHECKOUT)
 
     def wait_ready(self, timeout: float = 600) -> None:
         import httpx2 as httpx
@@ -417,10 +417,15 @@ def verdicts(args, runs: list[dict]) -> dict:
     return out
 
 
+def _interrupted(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")  # unwinds through the servers' stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    started = datetime.datetime.now()
-    load_before = list(os.getloadavg())
+    signal.signal(signal.SIGTERM, _interrupted)
+    started = time.time()
+    load_before = [round(x, 2) for x in os.getloadavg()]
     budget = Budget(args.max_requests, args.max_seconds)
     with tempfile.TemporaryDirectory(prefix="serve-load-") as tmp:
         workdir = Path(tmp)
@@ -432,22 +437,16 @@ def main(argv: list[str] | None = None) -> int:
         runs = [limited]
         if not args.no_unbounded:
             runs.append(ramp(args, model, "unbounded", UNBOUNDED_WAITING, 0, workdir, budget, reference)[0])
-    device = "cuda" if args.device.startswith("cuda") else "cpu"
+    kind = "cuda" if args.device.startswith("cuda") else "cpu"
     result = {
         "benchmark": "serve_load",
-        "command": "python -m benchmarks.serve_load " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "date": started.date().isoformat(),
-        "started": started.isoformat(timespec="seconds"),
-        "machine": {
-            "device": device,
-            "gpu": torch.cuda.get_device_name(0) if device == "cuda" and torch.cuda.is_available() else None,
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "torch": torch.__version__,
-            "load_average_before": load_before,
-            "load_average_after": list(os.getloadavg()),
-            "conditions": args.conditions,
-        },
+        "device": machine(
+            kind=kind,
+            server_device=args.device,
+            load_average_before=load_before,
+            conditions=args.conditions,
+        ),
+        "wall_seconds": round(time.time() - started, 1),
         "settings": {
             "model": str(args.model) if args.model else f"{args.family}-{args.size} (peaked random weights)",
             "server_threads": args.threads,
@@ -465,9 +464,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(json.dumps(result["verdicts"], indent=1))
     if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        path = args.out / f"serve-load-{device}-{result['date']}.json"
-        path.write_text(json.dumps(result, indent=1) + "\n")
+        path = args.out / f"serve-load-{kind}-{today()}.json"
+        write_result(path, result, module=__spec__.name, argv=argv)
         print(f"wrote {path}")
     return 0 if result["verdicts"]["wrong_accepted_requests"] == 0 else 1
 

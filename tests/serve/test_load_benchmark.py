@@ -34,4 +34,5 @@ def test_serve_load_benchmark_smoke(tmp_path):
     verdicts = report["verdicts"]
     assert verdicts["capacity_requests"] == 2 and verdicts["levels_past_capacity"] == [3]
     assert verdicts["wrong_accepted_requests"] == 0 and verdicts["clean_exits"]
-    assert report["machine"]["device"] == "cpu" and report["settings"]["max_waiting"] == 1
+    assert report["device"]["kind"] == "cpu" and report["settings"]["max_waiting"] == 1
+    assert report["command"].startswith("python -m benchmarks.serve_load --size nano")
