@@ -68,7 +68,7 @@ class Occupancy:
     def __init__(self, max_batch: int, limits: Limits):
         self.max_batch, self.limits = max_batch, limits
         self._lock = threading.Lock()
-        self._open = 0
+        self._open: set[int] = set()
         self._unstarted: dict[int, int] = {}  # request id -> prompt tokens, in arrival order
         self._started_at: dict[int, float] = {}
         self._service = deque(maxlen=64)  # seconds from start to end of recent requests
@@ -79,7 +79,7 @@ class Occupancy:
         """Admit all of ``requests`` (id, prompt tokens) or none: raises :class:`Rejected` when any would
         wait beyond the limits."""
         with self._lock:
-            running = self._open - len(self._unstarted)
+            running = len(self._open) - len(self._unstarted)
             free = max(self.max_batch - running, 0)
             queue = [*self._unstarted.values(), *(n for _, n in requests)]
             waiting = queue[free:]
@@ -87,7 +87,7 @@ class Occupancy:
             if limits.max_waiting is not None and len(waiting) > limits.max_waiting:
                 raise self._refuse(
                     "queue_full",
-                    f"the server is at capacity: {self._open} requests hold its {self.max_batch} slots "
+                    f"the server is at capacity: {len(self._open)} requests hold its {self.max_batch} slots "
                     f"and its queue (max_waiting {limits.max_waiting}), no room for {len(requests)} more",
                     len(waiting) - limits.max_waiting,
                 )
@@ -102,7 +102,7 @@ class Occupancy:
                     f"{limits.max_waiting_tokens} (max_waiting_tokens)",
                     1,
                 )
-            self._open += len(requests)
+            self._open.update(rid for rid, _ in requests)
             self._unstarted.update(requests)
 
     def refuse_shutdown(self) -> Rejected:
@@ -127,7 +127,7 @@ class Occupancy:
 
     def closed(self, rid: int) -> None:
         with self._lock:
-            self._open -= 1
+            self._open.discard(rid)
             self._unstarted.pop(rid, None)
             began = self._started_at.pop(rid, None)
             if began is not None:
@@ -136,6 +136,6 @@ class Occupancy:
     def counts(self) -> tuple[int, int, int]:
         """(running, waiting for a slot, prompt tokens of the waiting) as admission counts them."""
         with self._lock:
-            running = self._open - len(self._unstarted)
+            running = len(self._open) - len(self._unstarted)
             waiting = list(self._unstarted.values())[max(self.max_batch - running, 0) :]
             return running, len(waiting), sum(waiting)

@@ -502,6 +502,8 @@ class Engine:
         return reason is not None
 
     def _finish(self, seq: _Sequence, reason: str) -> None:
+        if seq.handle.finished:  # ended within a step that then failed: already closed once
+            return
         self._close(seq, reason)
         text = seq.text.finish() if seq.text is not None and reason != "cancelled" else ""
         seq.handle._publish(Delta(text, [], reason))
