@@ -7,18 +7,18 @@
 What it does, all by itself, and then stops: writes a model (``--family``/``--size``, the quickstart's
 128×4 shape with a 2,048-token tokenizer by default; random weights, drawn peaked as in the serving tests
 so that greedy decoding has clear winners) unless ``--model`` names one; starts the real ``trilm serve``
-command on a free loopback port; asks each of its prompts once with no other request in flight (the
+command twice on free loopback ports — one server with admission control (``--max-waiting``,
+``--request-timeout``) and one whose queue is in effect unbounded (``--max-waiting 1000000``, no
+deadline; ``--no-unbounded`` leaves it out); asks each prompt once with no other request in flight (the
 *lone run*: the reference text, and the lone time to first token and latency); then, for each level of
-concurrent clients (``--levels``), runs that many closed-loop clients for ``--level-seconds``: each sends
-a streaming greedy completion, reads it to the end and sends the next, and after a refusal (429/503)
-waits ``--retry-wait`` seconds before trying again. Every accepted request must end with
-``finish_reason == "length"``, ``max_tokens`` completion tokens and exactly the lone run's text; any
-other outcome is counted as wrong.
-
-The same ramp runs twice: against the server with admission control (``--max-waiting``) and against one
-whose queue is in effect unbounded (``--max-waiting 1000000``, no deadline), so the JSON shows side by
-side what the limits change: refusals instead of queueing, and bounded latency instead of latency that
-grows with the number of clients. ``--no-unbounded`` skips the second.
+concurrent clients (``--levels``), runs that many closed-loop clients for ``--level-seconds`` per server,
+in ``--rounds`` rounds that alternate between the two servers (on a shared CPU the machine's speed swings
+within seconds; alternating lets both meet the same machine). Each client sends a streaming greedy
+completion, reads it to the end and sends the next; after a refusal (429/503) it waits ``--retry-wait``
+seconds. Every accepted request must end with ``finish_reason == "length"``, ``max_tokens`` completion
+tokens and exactly the lone run's text; any other outcome is counted as wrong. So the JSON shows side by
+side what the limits change: refusals instead of a growing queue, and latency that stops growing past
+capacity instead of growing with the number of clients.
 
 Bounds: the server binds 127.0.0.1 only; the whole run stops after ``--max-seconds`` (levels not reached
 are listed as skipped) or ``--max-requests`` attempts; every request has a client timeout. Output:
@@ -64,7 +64,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-tokens", type=int, default=32, help="longest completion (they range to half)")
     p.add_argument("--prompts", type=int, default=16)
     p.add_argument("--levels", default="1,2,4,8,16,32", help="concurrent clients, in order")
-    p.add_argument("--level-seconds", type=float, default=8.0)
+    p.add_argument("--level-seconds", type=float, default=15.0, help="per level and server")
+    p.add_argument("--rounds", type=int, default=3, help="alternating rounds a level is split into")
     p.add_argument("--retry-wait", type=float, default=0.2, help="a refused client's pause")
     p.add_argument("--max-seconds", type=float, default=900.0, help="the whole run, both servers")
     p.add_argument("--max-requests", type=int, default=20_000, help="attempts, the whole run")
@@ -246,7 +247,17 @@ class Budget:
         return True
 
 
-async def run_level(url: str, clients: int, jobs, reference, args, budget: Budget) -> dict:
+SERVER_COUNTS = {
+    "finished_length": "trilm_requests_finished_total{reason=length}",
+    "finished_cancelled": "trilm_requests_finished_total{reason=cancelled}",
+    "finished_timeout": "trilm_requests_finished_total{reason=timeout}",
+    "rejected_queue_full": "trilm_requests_rejected_total{reason=queue_full}",
+    "generation_tokens": "trilm_generation_tokens_total",
+}
+"""What the server itself counted during a round (from /metrics), to set beside what the clients saw."""
+
+
+async def run_round(url: str, clients: int, seconds: float, jobs, reference, args, budget: Budget) -> dict:
     import httpx2 as httpx
     import openai
 
@@ -255,7 +266,7 @@ async def run_level(url: str, clients: int, jobs, reference, args, budget: Budge
         base_url=url + "/v1", api_key="load", max_retries=0,
         http_client=openai.DefaultAsyncHttpxClient(limits=limits),
     )  # fmt: skip
-    level_end = min(time.monotonic() + args.level_seconds, budget.deadline)
+    level_end = min(time.monotonic() + seconds, budget.deadline)
     records: list[dict] = []
     timeout = args.request_timeout + 30
     counter = itertools.count()
@@ -293,22 +304,23 @@ async def run_level(url: str, clients: int, jobs, reference, args, budget: Budge
                 and rec["finish_reason"] == "length"
                 and rec["completion_tokens"] == n
             )
-    return summarize(clients, records, wall, seen, before, after)
+    server = {k: after.get(name, 0.0) - before.get(name, 0.0) for k, name in SERVER_COUNTS.items()}
+    return {"records": records, "wall": wall, "seen": seen, "server": server}
 
 
-def summarize(clients, records, wall, seen, before, after) -> dict:
+def summarize(clients: int, rounds: list[dict]) -> dict:
+    """One level of one server: its rounds pooled."""
+    records = [r for rnd in rounds for r in rnd["records"]]
+    wall = sum(rnd["wall"] for rnd in rounds)
     accepted = [r for r in records if r["outcome"] == "accepted"]
     refused = [r for r in records if r["outcome"] == "refused"]
     errors = [r for r in records if r["outcome"] == "error"]
     ttft = [r["ttft_s"] for r in accepted if r["ttft_s"] is not None]
     latency = [r["latency_s"] for r in accepted]
     tokens = sum(r["completion_tokens"] or 0 for r in accepted)
-
-    def server(name: str) -> float:
-        return after.get(name, 0.0) - before.get(name, 0.0)
-
     return {
         "clients": clients,
+        "rounds": len(rounds),
         "wall_s": round(wall, 3),
         "attempts": len(records),
         "accepted": len(accepted),
@@ -326,15 +338,9 @@ def summarize(clients, records, wall, seen, before, after) -> dict:
             "p99": _round(_percentile(latency, 0.99)),
             "max": _round(max(latency, default=None)),
         },
-        "most_running_seen": seen["running"],
-        "most_waiting_seen": seen["waiting"],
-        "server": {
-            "finished_length": server("trilm_requests_finished_total{reason=length}"),
-            "finished_cancelled": server("trilm_requests_finished_total{reason=cancelled}"),
-            "finished_timeout": server("trilm_requests_finished_total{reason=timeout}"),
-            "rejected_queue_full": server("trilm_requests_rejected_total{reason=queue_full}"),
-            "generation_tokens": server("trilm_generation_tokens_total"),
-        },
+        "most_running_seen": max(rnd["seen"]["running"] for rnd in rounds),
+        "most_waiting_seen": max(rnd["seen"]["waiting"] for rnd in rounds),
+        "server": {k: sum(rnd["server"][k] for rnd in rounds) for k in SERVER_COUNTS},
     }
 
 
@@ -379,12 +385,19 @@ def ramp(args, model: Path, workdir: Path, budget: Budget) -> list[dict]:
             texts, run["lone"] = asyncio.run(lone_runs(server.url, args.jobs, args.request_timeout + 30))
             reference = reference or texts
             run["lone_equals_reference"] = texts == reference
+        seconds = args.level_seconds / args.rounds
         for clients in args.levels:
-            for (name, server), run in zip(servers, runs):
-                if budget.requests <= 0 or time.monotonic() >= budget.deadline:
+            if budget.requests <= 0 or time.monotonic() >= budget.deadline:
+                for run in runs:
                     run["skipped_levels"].append(clients)
-                    continue
-                level = asyncio.run(run_level(server.url, clients, args.jobs, reference, args, budget))
+                continue
+            rounds = [[] for _ in servers]
+            for _ in range(args.rounds):  # alternating, so a swing in the machine's load hits both
+                for (_, server), got in zip(servers, rounds):
+                    got.append(asyncio.run(run_round(server.url, clients, seconds, args.jobs, reference,
+                                                     args, budget)))  # fmt: skip
+            for (name, _), run, got in zip(servers, runs, rounds):
+                level = summarize(clients, got)
                 run["levels"].append(level)
                 lat = level["latency_s"]
                 print(
