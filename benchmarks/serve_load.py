@@ -72,6 +72,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-unbounded", action="store_true", help="skip the server without limits")
     p.add_argument("--conditions", default="", help="what else ran on the machine (into the JSON)")
     p.add_argument("--out", type=Path, default=None, help="directory for the JSON")
+    p.add_argument("--markdown", type=Path, default=None, help="print a result file's tables, run nothing")
     args = p.parse_args(argv)
     args.levels = [int(x) for x in args.levels.split(",")]
     if min(args.levels) < 1 or args.max_tokens < 2 or args.max_batch < 1 or args.max_waiting < 0:
@@ -253,6 +254,10 @@ SERVER_COUNTS = {
     "finished_timeout": "trilm_requests_finished_total{reason=timeout}",
     "rejected_queue_full": "trilm_requests_rejected_total{reason=queue_full}",
     "generation_tokens": "trilm_generation_tokens_total",
+    "queue_seconds_sum": "trilm_request_queue_seconds_sum",
+    "queue_seconds_count": "trilm_request_queue_seconds_count",
+    "latency_seconds_sum": "trilm_request_latency_seconds_sum",
+    "latency_seconds_count": "trilm_request_latency_seconds_count",
 }
 """What the server itself counted during a round (from /metrics), to set beside what the clients saw."""
 
@@ -318,6 +323,9 @@ def summarize(clients: int, rounds: list[dict]) -> dict:
     ttft = [r["ttft_s"] for r in accepted if r["ttft_s"] is not None]
     latency = [r["latency_s"] for r in accepted]
     tokens = sum(r["completion_tokens"] or 0 for r in accepted)
+    server = {k: sum(rnd["server"][k] for rnd in rounds) for k in SERVER_COUNTS}
+    queue = server["queue_seconds_sum"] / max(server["queue_seconds_count"], 1)
+    service = server["latency_seconds_sum"] / max(server["latency_seconds_count"], 1) - queue
     return {
         "clients": clients,
         "rounds": len(rounds),
@@ -340,7 +348,10 @@ def summarize(clients: int, rounds: list[dict]) -> dict:
         },
         "most_running_seen": max(rnd["seen"]["running"] for rnd in rounds),
         "most_waiting_seen": max(rnd["seen"]["waiting"] for rnd in rounds),
-        "server": {k: sum(rnd["server"][k] for rnd in rounds) for k in SERVER_COUNTS},
+        "server": server,
+        "server_mean_queue_s": _round(queue),
+        "server_mean_service_s": _round(service),
+        "queue_over_service": _round(queue / service) if service > 0 else None,
     }
 
 
@@ -415,7 +426,11 @@ def ramp(args, model: Path, workdir: Path, budget: Budget) -> list[dict]:
 
 def verdicts(args, runs: list[dict]) -> dict:
     """What the issue asks the run to show, computed from the levels: refusals instead of a growing queue
-    past capacity, latency that stops growing there, and no accepted request with a wrong answer."""
+    past capacity, latency that stops growing there, and no accepted request with a wrong answer.
+
+    ``queue_over_service`` (the server's mean time waiting for a slot over its mean time from prefill to
+    last token, from its own histograms) measures queueing in units of the machine's current speed: on a
+    shared CPU whose speed swings it is the steadier sign of whether waiting grows with the clients."""
     capacity = args.max_batch + args.max_waiting
     limited = runs[0]
     past = [lv for lv in limited["levels"] if lv["clients"] > capacity]
@@ -440,11 +455,43 @@ def verdicts(args, runs: list[dict]) -> dict:
             "latency_p50_s_by_clients": {lv["clients"]: lv["latency_s"]["p50"] for lv in levels},
             "latency_p99_s_by_clients": {lv["clients"]: lv["latency_s"]["p99"] for lv in levels},
             "most_waiting_seen_by_clients": {lv["clients"]: lv["most_waiting_seen"] for lv in levels},
+            "queue_over_service_by_clients": {lv["clients"]: lv["queue_over_service"] for lv in levels},
             f"latency_growth_{cap['clients']}_to_{top['clients']}_clients": {
                 q: round(top["latency_s"][q] / cap["latency_s"][q], 3) for q in ("p50", "p99")
             },
         }
     return out
+
+
+def markdown(result: dict) -> str:
+    """The tables of a result file, one row per level of clients, a table per server."""
+    s = result["settings"]
+    lines = [
+        f"{s['model']}, {s['max_batch']} slots, max_waiting {s['max_waiting']} (capacity "
+        f"{s['max_batch'] + s['max_waiting']} requests), {s['completion_tokens'][0]}–"
+        f"{s['completion_tokens'][-1]} tokens per completion, {s['level_seconds']:g} s per level and server",
+    ]
+    for run in result["runs"]:
+        lone = run["lone"]
+        lines += [
+            "",
+            f"**{run['server']}** (lone run: time to first token {lone['ttft_s']['p50']:.3f} s, latency "
+            f"{lone['latency_s']['p50']:.2f} s, medians)",
+            "",
+            "| clients | completed/s | tokens/s | refused | TTFT p50 / p99 (s) | latency p50 / p99 (s) "
+            "| queue / service | most waiting | wrong |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for lv in run["levels"]:
+            t, lat = lv["ttft_s"], lv["latency_s"]
+            lines.append(
+                f"| {lv['clients']} | {lv['completed_per_s']:.2f} | {lv['generated_tokens_per_s']:.0f} | "
+                f"{100 * lv['refused_fraction']:.0f} % ({lv['refused']}) | {t['p50']:.2f} / {t['p99']:.2f} | "
+                f"{lat['p50']:.2f} / {lat['p99']:.2f} | {lv['queue_over_service']:.2f} | "
+                f"{lv['most_waiting_seen']} | {lv['wrong']} of "
+                f"{lv['accepted']} |"
+            )
+    return "\n".join(lines)
 
 
 def _interrupted(signum, frame):
@@ -453,6 +500,9 @@ def _interrupted(signum, frame):
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.markdown is not None:
+        print(markdown(json.loads(args.markdown.read_text())))
+        return 0
     signal.signal(signal.SIGTERM, _interrupted)
     started = time.time()
     load_before = [round(x, 2) for x in os.getloadavg()]
