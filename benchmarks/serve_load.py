@@ -212,7 +212,8 @@ async def one_request(client, prompt: str, max_tokens: int, timeout: float) -> d
     except openai.APIStatusError as exc:
         status = exc.status_code
         outcome = "refused" if status in (429, 503) else "error"
-        return {"outcome": outcome, "status": status, "message": str(exc)[:200]}
+        elapsed = time.perf_counter() - start
+        return {"outcome": outcome, "status": status, "message": str(exc)[:200], "latency_s": elapsed}
     except (TimeoutError, openai.APIError) as exc:  # a mid-stream error event, a client timeout
         return {"outcome": "error", "status": None, "message": f"{type(exc).__name__}: {exc}"[:200]}
     end = time.perf_counter()
@@ -322,6 +323,7 @@ def summarize(clients: int, rounds: list[dict]) -> dict:
     errors = [r for r in records if r["outcome"] == "error"]
     ttft = [r["ttft_s"] for r in accepted if r["ttft_s"] is not None]
     latency = [r["latency_s"] for r in accepted]
+    refusal = [r["latency_s"] for r in refused]
     tokens = sum(r["completion_tokens"] or 0 for r in accepted)
     server = {k: sum(rnd["server"][k] for rnd in rounds) for k in SERVER_COUNTS}
     queue = server["queue_seconds_sum"] / max(server["queue_seconds_count"], 1)
@@ -345,6 +347,10 @@ def summarize(clients: int, rounds: list[dict]) -> dict:
             "p50": _round(_percentile(latency, 0.5)),
             "p99": _round(_percentile(latency, 0.99)),
             "max": _round(max(latency, default=None)),
+        },
+        "refusal_latency_s": {
+            "p50": _round(_percentile(refusal, 0.5)),
+            "p99": _round(_percentile(refusal, 0.99)),
         },
         "most_running_seen": max(rnd["seen"]["running"] for rnd in rounds),
         "most_waiting_seen": max(rnd["seen"]["waiting"] for rnd in rounds),
@@ -479,7 +485,7 @@ def markdown(result: dict) -> str:
             f"{lone['latency_s']['p50']:.2f} s, medians)",
             "",
             "| clients | completed/s | tokens/s | refused | TTFT p50 / p99 (s) | latency p50 / p99 (s) "
-            "| queue / service | most waiting | wrong |",
+            "| server: queue + service, mean (s) | most waiting | wrong |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
         for lv in run["levels"]:
@@ -487,7 +493,8 @@ def markdown(result: dict) -> str:
             lines.append(
                 f"| {lv['clients']} | {lv['completed_per_s']:.2f} | {lv['generated_tokens_per_s']:.0f} | "
                 f"{100 * lv['refused_fraction']:.0f} % ({lv['refused']}) | {t['p50']:.2f} / {t['p99']:.2f} | "
-                f"{lat['p50']:.2f} / {lat['p99']:.2f} | {lv['queue_over_service']:.2f} | "
+                f"{lat['p50']:.2f} / {lat['p99']:.2f} | {lv['server_mean_queue_s']:.2f} + "
+                f"{lv['server_mean_service_s']:.2f} | "
                 f"{lv['most_waiting_seen']} | {lv['wrong']} of "
                 f"{lv['accepted']} |"
             )
