@@ -14,8 +14,9 @@ deadline; ``--no-unbounded`` leaves it out); asks each prompt once with no other
 concurrent clients (``--levels``), runs that many closed-loop clients for ``--level-seconds`` per server,
 in ``--rounds`` rounds that alternate between the two servers (on a shared CPU the machine's speed swings
 within seconds; alternating lets both meet the same machine). Each client sends a streaming greedy
-completion, reads it to the end and sends the next; after a refusal (429/503) it waits ``--retry-wait``
-seconds. Every accepted request must end with ``finish_reason == "length"``, ``max_tokens`` completion
+completion, reads it to the end and sends the next; after a refusal (429/503) it waits what the
+answer's ``Retry-After`` says, as the ``openai`` client's own retries do (``--retry-wait S``: a fixed
+pause instead). Every accepted request must end with ``finish_reason == "length"``, ``max_tokens`` completion
 tokens and exactly the lone run's text; any other outcome is counted as wrong. So the JSON shows side by
 side what the limits change: refusals instead of a growing queue, and latency that stops growing past
 capacity instead of growing with the number of clients.
@@ -66,7 +67,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--levels", default="1,2,4,8,16,32", help="concurrent clients, in order")
     p.add_argument("--level-seconds", type=float, default=15.0, help="per level and server")
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds a level is split into")
-    p.add_argument("--retry-wait", type=float, default=0.2, help="a refused client's pause")
+    p.add_argument(
+        "--retry-wait", type=float, default=None, help="a refused client's pause (default: Retry-After)"
+    )
     p.add_argument("--max-seconds", type=float, default=900.0, help="the whole run, both servers")
     p.add_argument("--max-requests", type=int, default=20_000, help="attempts, the whole run")
     p.add_argument("--no-unbounded", action="store_true", help="skip the server without limits")
@@ -213,7 +216,9 @@ async def one_request(client, prompt: str, max_tokens: int, timeout: float) -> d
         status = exc.status_code
         outcome = "refused" if status in (429, 503) else "error"
         elapsed = time.perf_counter() - start
-        return {"outcome": outcome, "status": status, "message": str(exc)[:200], "latency_s": elapsed}
+        retry_after = float(exc.response.headers.get("retry-after", 1))
+        return {"outcome": outcome, "status": status, "message": str(exc)[:200], "latency_s": elapsed,
+                "retry_after": retry_after}  # fmt: skip
     except (TimeoutError, openai.APIError) as exc:  # a mid-stream error event, a client timeout
         return {"outcome": "error", "status": None, "message": f"{type(exc).__name__}: {exc}"[:200]}
     end = time.perf_counter()
@@ -286,7 +291,8 @@ async def run_round(url: str, clients: int, seconds: float, jobs, reference, arg
             rec["job"] = k
             records.append(rec)
             if rec["outcome"] == "refused":
-                await asyncio.sleep(args.retry_wait)
+                wait = rec["retry_after"] if args.retry_wait is None else args.retry_wait
+                await asyncio.sleep(wait)
 
     async def watch() -> None:
         async with httpx.AsyncClient(timeout=10) as http:
@@ -352,6 +358,7 @@ def summarize(clients: int, rounds: list[dict]) -> dict:
             "p50": _round(_percentile(refusal, 0.5)),
             "p99": _round(_percentile(refusal, 0.99)),
         },
+        "retry_after_s": sorted({r["retry_after"] for r in refused}),
         "most_running_seen": max(rnd["seen"]["running"] for rnd in rounds),
         "most_waiting_seen": max(rnd["seen"]["waiting"] for rnd in rounds),
         "server": server,
@@ -537,7 +544,7 @@ def main(argv: list[str] | None = None) -> int:
             "request_timeout_s": args.request_timeout,
             "levels": args.levels,
             "level_seconds": args.level_seconds,
-            "retry_wait_s": args.retry_wait,
+            "retry_wait_s": "Retry-After" if args.retry_wait is None else args.retry_wait,
             "prompts": len(args.jobs),
             "completion_tokens": sorted({n for _, n in args.jobs}),
         },
