@@ -183,8 +183,15 @@ def scrape(url: str) -> dict[str, float]:
     import httpx2 as httpx
     from prometheus_client.parser import text_string_to_metric_families
 
+    for attempt in range(3):
+        try:
+            text = httpx.get(url + "/metrics", timeout=30).text
+            break
+        except httpx.TransportError:
+            if attempt == 2:
+                raise
     out = {}
-    for family in text_string_to_metric_families(httpx.get(url + "/metrics", timeout=10).text):
+    for family in text_string_to_metric_families(text):
         for s in family.samples:
             if s.name.endswith("_bucket") or s.name.endswith("_created"):
                 continue
@@ -297,7 +304,11 @@ async def run_round(url: str, clients: int, seconds: float, jobs, reference, arg
     async def watch() -> None:
         async with httpx.AsyncClient(timeout=10) as http:
             while time.monotonic() < level_end:
-                health = (await http.get(url + "/health")).json()
+                try:
+                    health = (await http.get(url + "/health")).json()
+                except httpx.TransportError:  # a kept-alive connection the server closed meanwhile
+                    seen["health_retries"] = seen.get("health_retries", 0) + 1
+                    continue
                 seen["running"] = max(seen["running"], health["running"])
                 seen["waiting"] = max(seen["waiting"], health["waiting"])
                 await asyncio.sleep(0.05)
