@@ -284,14 +284,15 @@ async def run_round(url: str, clients: int, seconds: float, jobs, reference, arg
         base_url=url + "/v1", api_key="load", max_retries=0,
         http_client=openai.DefaultAsyncHttpxClient(limits=limits),
     )  # fmt: skip
-    level_end = min(time.monotonic() + seconds, budget.deadline)
     records: list[dict] = []
     timeout = args.request_timeout + 30
     counter = itertools.count()
     seen = {"running": 0, "waiting": 0}
 
     async def one_client() -> None:
-        while time.monotonic() < level_end and budget.take():
+        first = True  # every client sends at least once a round, however slowly the machine runs
+        while (first or time.monotonic() < level_end) and budget.take():
+            first = False
             k = next(counter) % len(jobs)
             prompt, n = jobs[k]
             rec = await one_request(client, prompt, n, timeout)
@@ -314,6 +315,7 @@ async def run_round(url: str, clients: int, seconds: float, jobs, reference, arg
                 await asyncio.sleep(0.05)
 
     before = scrape(url)
+    level_end = min(time.monotonic() + seconds, budget.deadline)
     started = time.perf_counter()
     await asyncio.gather(watch(), *(one_client() for _ in range(clients)))
     wall = time.perf_counter() - started

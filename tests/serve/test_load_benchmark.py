@@ -16,7 +16,8 @@ REPO = Path(__file__).resolve().parents[2]
 def test_serve_load_benchmark_smoke(tmp_path):
     cmd = [sys.executable, "-m", "benchmarks.serve_load", "--size", "nano", "--max-batch", "1"]
     cmd += ["--max-waiting", "1", "--levels", "1,3", "--level-seconds", "1.5", "--prompts", "3"]
-    cmd += ["--max-tokens", "6", "--no-unbounded", "--max-seconds", "300", "--out", str(tmp_path)]
+    cmd += ["--max-tokens", "6", "--rounds", "1", "--no-unbounded", "--max-seconds", "300"]
+    cmd += ["--out", str(tmp_path)]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
