@@ -85,6 +85,9 @@ class RunPlan:
         sched = Schedule.for_optimizer(cfg.optim, cfg.schedule, cfg.steps)
         snaps = snapshot_steps(cfg.checkpoint, cfg.steps)
         states = state_steps(cfg.checkpoint, cfg.steps)
+        start = _branch_step(cfg.branch_from)
+        if start is not None:  # a branch writes only what comes after its start
+            snaps, states = [s for s in snaps if s > start], [s for s in states if s > start]
         mem = self.memory_gb()
         m = cfg.model
         lines = [
@@ -114,6 +117,10 @@ class RunPlan:
         ]
         for ev in sched.events():
             lines.append(f"  event            step {ev.step}: {ev.name} ({ev.detail})")
+        if start is not None:
+            lines.append(
+                f"starts from        {cfg.branch_from} (a branch: trains steps {start:,}–{cfg.steps:,})"
+            )
         lines += [
             f"snapshots          {len(snaps)} at steps {_compact(snaps)}",
             f"resumable states   every {cfg.checkpoint.state_every} steps (+ last), keep last "
@@ -145,3 +152,11 @@ def _compact(steps: list[int], limit: int = 14) -> str:
         return ", ".join(map(str, steps))
     head = ", ".join(map(str, steps[: limit - 3]))
     return f"{head}, …, {', '.join(map(str, steps[-2:]))}"
+
+
+def _branch_step(branch_from: str) -> int | None:
+    """The step of a ``branch_from`` state directory (``…/state/step-N``), or None without one."""
+    if not branch_from:
+        return None
+    name = branch_from.rstrip("/").rsplit("/", 1)[-1]
+    return int(name[5:]) if name.startswith("step-") and name[5:].isdigit() else None
