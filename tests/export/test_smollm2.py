@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / "data_cache"
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # about 3 min on two free cores; 10+ under load
 
 
 @pytest.fixture(scope="module")
