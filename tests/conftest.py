@@ -1,4 +1,9 @@
-"""Shared fixtures: every test starts without leftover process groups or megatron parallel state."""
+"""Shared fixtures: every test starts without leftover process groups or megatron parallel state.
+
+``TRILM_TEST_THREADS=N`` runs the suite with N torch threads (``make test-portability`` uses 1 and 2, with
+``ATEN_CPU_CAPABILITY`` and the MKL/oneDNN instruction-set caps, to check that no verdict depends on one
+CPU's summation order); the header of the run says which capability and thread count were in force.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,18 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+if os.environ.get("TRILM_TEST_THREADS"):
+    torch.set_num_threads(int(os.environ["TRILM_TEST_THREADS"]))
+
+
+def pytest_report_header(config):
+    names = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
+    caps = {k: os.environ[k] for k in names if os.environ.get(k)}
+    return (
+        f"torch CPU capability {torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} torch "
+        f"thread(s)" + (f" ({', '.join(f'{k}={v}' for k, v in caps.items())})" if caps else "")
+    )
 
 
 def pytest_collection_modifyitems(config, items):
@@ -28,3 +45,11 @@ def _clean_parallel_state():
     parallel = sys.modules.get("trilm.parallel")
     if parallel is not None:
         parallel.shutdown_parallel()
+
+
+@pytest.fixture(scope="session")
+def trilm_wheel(tmp_path_factory):
+    """trilm's wheel, built once per session from this checkout (tests/venvs.py installs it)."""
+    from tests.venvs import build_wheel
+
+    return build_wheel(tmp_path_factory.mktemp("trilm-wheel"))

@@ -18,7 +18,7 @@ from trilm.config import ConfigError
 COMMANDS: dict[str, tuple[str, str]] = {
     "model": ("trilm.model.cli", "inspect presets: parameter counts, FLOPs per token"),
     "data": ("trilm.data.cli", "corpus, tokenizer training, tokenize into packed shards"),
-    "train": ("trilm.train.cli", "pretrain a TriLM/FloatLM/BiLM (same as train/pretrain.py)"),
+    "train": ("trilm.train.cli", "pretrain a TriLM/FloatLM/BiLM (same as python -m trilm.train)"),
     "suite": ("trilm.suite.cli", "suites of runs: plan, launch, status, analyse (families × sizes)"),
     "quickstart": ("trilm.quickstart", "the main job on the embedded corpus, on CPU, in minutes"),
     "eval": ("trilm.eval.cli", "evaluate snapshots: perplexity, lm-eval tasks, results table"),

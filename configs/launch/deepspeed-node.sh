@@ -4,12 +4,13 @@
 # ssh, told which node it is, starting PROCS_PER_NODE training processes here. No node logs into another,
 # and SLURM tracks (and scancel reaches) every process of the run.
 #   needs: PROCS_PER_NODE, MASTER_ADDR, MASTER_PORT; arguments: --config CONFIG.yaml [key=value ...]
+#   DEEPSPEED: the launcher of the environment trilm is installed in (default: `deepspeed` on PATH); each
+#   process runs `python -m trilm.train` with that environment's python, so no checkout is needed.
 set -euo pipefail
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-DEEPSPEED=${DEEPSPEED:-$REPO/.venv/bin/deepspeed}
+DEEPSPEED=${DEEPSPEED:-deepspeed}
 HOSTFILE=$(mktemp "${TMPDIR:-/tmp}/trilm-hostfile-XXXXXX")
 trap 'rm -f "$HOSTFILE"' EXIT
 # The same node order on every node (node rank r = SLURM_NODEID); host names are only labels here.
 scontrol show hostnames "${SLURM_STEP_NODELIST:-$SLURM_JOB_NODELIST}" | sed "s/\$/ slots=${PROCS_PER_NODE}/" > "$HOSTFILE"
 "$DEEPSPEED" --hostfile "$HOSTFILE" --no_ssh --node_rank "$SLURM_NODEID" \
-    --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" "$REPO/train/pretrain.py" "$@"
+    --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" --module trilm.train "$@"

@@ -22,11 +22,12 @@ from typing import Any
 import yaml
 
 from trilm.config import Config, ConfigError, require
+from trilm.configs import config_dir, packaged
 from trilm.families import FAMILY_NAMES
 from trilm.train.config import TrainConfig
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-SUITE_DIR = REPO_ROOT / "configs" / "suites"
+SUITE_DIR = config_dir() / "suites"
+"""The named suites (``trilm suite plan spectra``), installed with trilm (:mod:`trilm.configs`)."""
 
 
 @dataclasses.dataclass
@@ -37,7 +38,8 @@ class FamilySpec(Config):
     """``trilm``, ``floatlm`` or ``bilm``."""
     config: str = ""
     """Template run YAML; ``{family}`` and ``{size}`` are substituted. Relative paths are looked up next to
-    the suite file, then in the current directory, then in the repository."""
+    the suite file, then in the current directory, then among trilm's installed configs (``configs/...``,
+    :mod:`trilm.configs`)."""
     batch_tokens: int = 0
     """Global batch in tokens; 0 = the template's."""
     overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -309,7 +311,7 @@ def _find_template(pattern: str, family: str, size: str, suite_file: Path) -> Pa
     if path.is_absolute():
         candidates = [path]
     else:
-        candidates = [suite_file.parent / path, Path.cwd() / path, REPO_ROOT / path]
+        candidates = [suite_file.parent / path, Path.cwd() / path, packaged(path)]
     for c in candidates:
         if c.is_file():
             return c
@@ -475,8 +477,11 @@ def load_suite(
 
 
 def shown_path(path: Path) -> str:
-    """Relative to the repository when inside it (plans and reports are committed), else as given."""
-    try:
-        return str(path.resolve().relative_to(REPO_ROOT))
-    except ValueError:
-        return str(path)
+    """A path as plans and reports print it (they are committed): an installed config as ``configs/...``
+    (the same text in a checkout and from a wheel), else relative to the current directory when inside it,
+    else as given."""
+    resolved = path.resolve()
+    for base, prefix in ((config_dir().resolve(), Path("configs")), (Path.cwd().resolve(), Path())):
+        if resolved.is_relative_to(base):
+            return str(prefix / resolved.relative_to(base))
+    return str(path)

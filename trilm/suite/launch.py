@@ -33,12 +33,15 @@ from pathlib import Path
 
 from trilm.atomic import write_text
 from trilm.config import ConfigError
-from trilm.suite.config import REPO_ROOT, Suite, SuiteRun
+from trilm.configs import config_dir
+from trilm.suite.config import Suite, SuiteRun
 from trilm.suite.status import FAILED, run_status
 from trilm.train.checkpoint import RunDir, lock_holder
 
-PRETRAIN = REPO_ROOT / "train" / "pretrain.py"
-NODE_SCRIPT = REPO_ROOT / "configs" / "launch" / "deepspeed-node.sh"
+TRAIN_MODULE = "trilm.train"
+"""What every launcher starts in each process (``python -m trilm.train``; torchrun's and the DeepSpeed
+launcher's ``--module``): the installed trainer, so a launch needs no checkout."""
+NODE_SCRIPT = config_dir() / "launch" / "deepspeed-node.sh"
 
 
 @dataclasses.dataclass
@@ -197,7 +200,7 @@ def _local_command(run: SuiteRun, configs: dict[str, Path]) -> str:
     config = shlex.quote(str(configs[run.name]))
     if run.devices == 1:
         return f"trilm train --config {config}"
-    return f"torchrun --nproc_per_node {run.devices} {PRETRAIN} --config {config}"
+    return f"torchrun --nproc_per_node {run.devices} -m {TRAIN_MODULE} --config {config}"
 
 
 def _train_one(run: SuiteRun, config: Path, detail: str, progress: bool) -> Outcome:
@@ -218,7 +221,8 @@ def _train_one(run: SuiteRun, config: Path, detail: str, progress: bool) -> Outc
             loss = f", val loss {final:.4f}" if final is not None else ""
             return Outcome(run.name, action, f"{summary.steps:,} steps{loss}")
         torchrun = Path(sys.executable).parent / "torchrun"
-        cmd = [str(torchrun), "--nproc_per_node", str(run.devices), str(PRETRAIN), "--config", str(config)]
+        cmd = [str(torchrun), "--nproc_per_node", str(run.devices), "-m", TRAIN_MODULE]
+        cmd += ["--config", str(config)]
         done = subprocess.run(cmd, check=False)
         if done.returncode:
             raise RuntimeError(f"{' '.join(cmd)} exited with status {done.returncode}")
@@ -301,7 +305,7 @@ def run_script(suite: Suite, run: SuiteRun, config: Path, hostfile: Path | None)
         f'exec {shlex.quote(_deepspeed())} --hostfile "$HOSTFILE" --num_nodes {run.nodes}'
         f" --num_gpus {run.devices_on_node} \\",
         '    --master_addr "$MASTER" --master_port "${MASTER_PORT:-29500}" \\',
-        f'    {shlex.quote(str(PRETRAIN))} --config "$CONFIG"',
+        f'    --module {TRAIN_MODULE} --config "$CONFIG"',
         "",
     ]
     return "\n".join(lines)

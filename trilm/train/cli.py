@@ -1,4 +1,4 @@
-"""``trilm train --config RUN.yaml [key=value ...] [--dry-run]`` (same as ``python train/pretrain.py``)."""
+"""``trilm train --config RUN.yaml [key=value ...] [--dry-run]`` (same as ``python -m trilm.train``)."""
 
 from __future__ import annotations
 

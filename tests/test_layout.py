@@ -1,0 +1,114 @@
+"""What the repository's layout promises, checked on the sources: the library holds the product and runs
+from a wheel, benchmarks run as modules of the ``benchmarks`` package, and nothing outside ``tests/``
+depends on the tests.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = sorted(
+    p for p in (ROOT / "benchmarks").glob("*.py") if p.name not in ("__init__.py", "common.py")
+)
+NOT_TESTS = ("trilm", "kernels", "benchmarks", "train", "checkpoints_tools")
+
+
+def _imports(path: Path) -> list[str]:
+    """Every module name a source file imports (absolute imports, at any depth of the file)."""
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append(node.module)
+    return names
+
+
+def _sources(*folders: str) -> list[Path]:
+    return [p for folder in folders for p in sorted((ROOT / folder).rglob("*.py"))]
+
+
+def test_nothing_outside_tests_imports_the_tests():
+    offenders = [
+        f"{p.relative_to(ROOT)} imports {name}"
+        for p in _sources(*NOT_TESTS)
+        for name in _imports(p)
+        if name == "tests" or name.startswith("tests.")
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_no_script_edits_the_import_path():
+    """Benchmarks run as ``python -m benchmarks.NAME`` and the tools import the installed trilm."""
+    pattern = re.compile(r"sys\.path\s*(\.insert|\.append|\[|\+=|=)")
+    offenders = [
+        f"{p.relative_to(ROOT)}:{n}"
+        for p in _sources("benchmarks", "checkpoints_tools", "train", "trilm", "kernels")
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert not offenders, offenders
+
+
+def test_the_library_does_not_locate_the_checkout():
+    """An installed wheel has no checkout around it: package data is read with importlib.resources."""
+    offenders = [
+        f"{p.relative_to(ROOT)}:{n}"
+        for p in _sources("trilm", "kernels")
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if "REPO_ROOT" in line or re.search(r"__file__\)\.(resolve\(\)\.)?parents\[[1-9]\]", line)
+    ]
+    assert not offenders, offenders
+
+
+@pytest.mark.parametrize(
+    ("package", "forbidden"),
+    [("trilm.posthoc", "trilm.train"), ("trilm.store", "trilm.train"), ("trilm.store", "megatron")],
+)
+def test_layers_that_must_not_depend_on_the_trainer(package, forbidden):
+    folder = ROOT / Path(*package.split("."))
+    offenders = [
+        f"{p.relative_to(ROOT)} imports {name}"
+        for p in sorted(folder.rglob("*.py"))
+        for name in _imports(p)
+        if name == forbidden or name.startswith(forbidden + ".")
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
+@pytest.mark.parametrize("path", BENCHMARKS, ids=lambda p: p.stem)
+def test_every_benchmark_describes_its_machine_through_the_common_module(path):
+    """One machine description and one result writer (benchmarks/common.py): a script that writes results
+    writes them through it and builds no machine description of its own. posthoc_model only prepares the
+    model the post-hoc benchmarks share, and writes no result."""
+    text = path.read_text()
+    assert "json.dump(" not in text and ".write_text(json.dumps" not in text, path.name
+    assert "platform.platform(" not in text and '"machine": {' not in text, path.name
+    if path.stem != "posthoc_model":
+        assert "write_result(" in text, f"{path.name} writes no result through benchmarks.common"
+
+
+def test_every_benchmark_imports_as_a_module_of_the_package():
+    """``python -m benchmarks.NAME`` works only if the module imports with the repository root on the path
+    (what ``-m`` gives) and nothing else."""
+    for path in BENCHMARKS:
+        module = importlib.import_module(f"benchmarks.{path.stem}")
+        assert module.__spec__.name == f"benchmarks.{path.stem}"
+
+
+def test_the_result_writer_records_device_date_and_command(tmp_path):
+    from benchmarks.common import machine, write_result
+
+    path = write_result(tmp_path / "r" / "x.json", {"rows": [1]}, module="benchmarks.demo", argv=["--a", "1"])
+    import json
+
+    data = json.loads(path.read_text())
+    assert data["command"] == "python -m benchmarks.demo --a 1" and data["rows"] == [1]
+    assert set(data["device"]) == set(machine()) and data["date"][:4].isdigit()
+    assert not list(path.parent.glob(".*tmp*"))  # written through a rename, nothing left behind
