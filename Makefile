@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 RUN_DIR ?= runs/quickstart
 PYTEST_ARGS ?=
 
-.PHONY: install quickstart test test-gpu lint format clean
+.PHONY: install quickstart test test-portability test-gpu typecheck lint format clean
 
 install: $(STAMP)
 
@@ -25,8 +25,40 @@ quickstart: install
 test: install
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
+# The suite under other CPU code paths: torch's own kernels at each instruction set (ATEN_CPU_CAPABILITY),
+# with MKL (BLAS, LAPACK) and oneDNN capped to the same set, at 1 and 2 torch threads; avx512 only where
+# the CPU has it. Each leg is a full `make test` run: a verdict must not depend on summation order.
+PORTABILITY_CAPS    ?= default avx2 $(shell grep -qw avx512bw /proc/cpuinfo 2>/dev/null && echo avx512)
+PORTABILITY_THREADS ?= 1 2
+MKL_ISA_default := SSE4_2
+MKL_ISA_avx2    := AVX2
+MKL_ISA_avx512  := AVX512
+DNNL_ISA_default := SSE41
+DNNL_ISA_avx2    := AVX2
+DNNL_ISA_avx512  := AVX512_CORE
+
+test-portability: install
+	@set -e; for cap in $(PORTABILITY_CAPS); do for threads in $(PORTABILITY_THREADS); do \
+	    case $$cap in default) mkl=$(MKL_ISA_default) dnnl=$(DNNL_ISA_default) ;; \
+	        avx2) mkl=$(MKL_ISA_avx2) dnnl=$(DNNL_ISA_avx2) ;; *) mkl=$(MKL_ISA_avx512) dnnl=$(DNNL_ISA_avx512) ;; esac; \
+	    echo "== test-portability: ATEN_CPU_CAPABILITY=$$cap MKL_ENABLE_INSTRUCTIONS=$$mkl ONEDNN_MAX_CPU_ISA=$$dnnl, $$threads thread(s)"; \
+	    ATEN_CPU_CAPABILITY=$$cap MKL_ENABLE_INSTRUCTIONS=$$mkl ONEDNN_MAX_CPU_ISA=$$dnnl TRILM_TEST_THREADS=$$threads \
+	        $(BIN)/python -m pytest -q $(PYTEST_ARGS); \
+	done; done
+
 test-gpu: install
 	$(BIN)/python -m pytest -q -m gpu $(PYTEST_ARGS)
+
+# mypy over the layout a wheel installs (pyproject's [tool.mypy] says why a tree of links): trilm/ with
+# kernels/ as trilm/kernels and configs/ as trilm/configs.
+TYPECHECK_TREE := $(VENV)/typecheck
+typecheck: install
+	rm -rf $(TYPECHECK_TREE)/trilm && mkdir -p $(TYPECHECK_TREE)/trilm
+	for f in trilm/*; do ln -s "$(CURDIR)/$$f" $(TYPECHECK_TREE)/trilm/; done
+	ln -s "$(CURDIR)/kernels" $(TYPECHECK_TREE)/trilm/kernels
+	ln -s "$(CURDIR)/configs" $(TYPECHECK_TREE)/trilm/configs
+	cd $(TYPECHECK_TREE) && "$(CURDIR)/$(BIN)/mypy" --config-file "$(CURDIR)/pyproject.toml" \
+	    --cache-dir "$(CURDIR)/$(TYPECHECK_TREE)/.mypy_cache" -p trilm
 
 lint: install
 	$(BIN)/ruff check .

@@ -39,6 +39,8 @@ def test_quantize_uniform_groups_and_packing(bits, g):
 
 
 def test_rtn_matches_the_original_gptq_code_bit_for_bit():
+    """Bit for bit on any CPU: the grid is a per-row min/max (exact) and each entry is one correctly
+    rounded division, a round and a multiplication — no sums whose order an instruction set could change."""
     data = np.load(check_quantizer_fixtures())
     w0 = torch.from_numpy(data["W0"])
     codes, scales, zeros = quantize_uniform(w0, 4, None)

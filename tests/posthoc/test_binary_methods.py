@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.posthoc.conftest import correlated_hessian
+from tests.posthoc.conftest import assert_matches_reference, correlated_hessian
 from trilm.config import ConfigError
 from trilm.formats import PartialBinaryWeight, ResidualBinaryWeight, billm_bits, pbllm_bits, stbllm_bits
 from trilm.posthoc import quantize_layer
@@ -26,40 +26,40 @@ def _single_thread():
     torch.set_num_threads(before)
 
 
-def within_reference_tolerance(weight, ref, step, proxy, ref_proxy):
-    """The fixtures README's advice: |Δ| ≤ 1e-6 is equal; ≤ 0.5 % of entries differ, each by at most one
-    grid step of its row (``step``, (N, K)); proxy loss within 2 %."""
-    diff = (weight - ref).abs()
-    differ = diff > 1e-6
-    assert float(differ.float().mean()) <= 0.005, f"{int(differ.sum())} entries differ"
-    assert bool((diff[differ] <= step[differ] * (1 + 1e-4)).all())
-    assert proxy == pytest.approx(ref_proxy, rel=0.02)
+def within_reference_tolerance(quantize, arrays, weight, ref, ref_proxy):
+    """Agreement that holds on any x86-64 CPU (tests/posthoc/conftest.py says why an entry count does not):
+    entries differ only in rows with near-tie decisions, and the proxy loss moves only by those rows."""
+    assert_matches_reference(quantize, arrays["W0"], arrays["H"], weight, ref, ref_proxy)
 
 
 @pytest.mark.parametrize(("low_frac", "metric"), PBLLM_CASES)
 def test_pbllm_reproduces_reference(low_frac, metric, ref_fixtures, one_thread):
     arrays, cases = ref_fixtures
     case = f"pbllm_xnor_lowfrac{low_frac}_{metric}"
-    r = quantize_layer(
-        "pbllm", arrays["W0"], arrays["H"], low_frac=low_frac, salient_metric=metric, reference_mode=True
-    )
+    settings = dict(low_frac=low_frac, salient_metric=metric, reference_mode=True)
+    r = quantize_layer("pbllm", arrays["W0"], arrays["H"], **settings)
     p = r.packed
-    assert isinstance(p, PartialBinaryWeight) and torch.equal(p.dequantize(), r.weight)
-    step = torch.maximum(2 * p.alpha.float(), p.scale.float()).unsqueeze(1).expand_as(r.weight)
-    within_reference_tolerance(r.weight, arrays[case], step, r.proxy_loss, cases[case]["proxy_loss"])
+    assert isinstance(p, PartialBinaryWeight) and torch.equal(p.dequantize(), r.weight)  # on its grid
+
+    def quantize(W, H):
+        return quantize_layer("pbllm", W, H, **settings).weight
+
+    within_reference_tolerance(quantize, arrays, r.weight, arrays[case], cases[case]["proxy_loss"])
 
 
 @pytest.mark.parametrize("metric", ["hessian", "magnitude"])
 def test_billm_reproduces_reference(metric, ref_fixtures, one_thread):
     arrays, cases = ref_fixtures
     case = f"billm_braq_{metric}"
-    r = quantize_layer("billm", arrays["W0"], arrays["H"], salient_metric=metric, reference_mode=True)
+    settings = dict(salient_metric=metric, reference_mode=True)
+    r = quantize_layer("billm", arrays["W0"], arrays["H"], **settings)
     p = r.packed
-    assert isinstance(p, ResidualBinaryWeight) and torch.equal(p.dequantize(), r.weight)
-    # one step = flipping a sign: twice the largest α of the row's block
-    alphas = p.parameters()[:, [1, 2, 4, 6]].float().abs().amax(1)  # (blocks, N)
-    step = 2 * alphas.t().repeat_interleave(p.block_size, dim=1)[:, : r.weight.shape[1]]
-    within_reference_tolerance(r.weight, arrays[case], step, r.proxy_loss, cases[case]["proxy_loss"])
+    assert isinstance(p, ResidualBinaryWeight) and torch.equal(p.dequantize(), r.weight)  # on its grid
+
+    def quantize(W, H):
+        return quantize_layer("billm", W, H, **settings).weight
+
+    within_reference_tolerance(quantize, arrays, r.weight, arrays[case], cases[case]["proxy_loss"])
     # the fixture's structure: ≤ 8 distinct values per row inside each 128-column block
     for start in range(0, 256, 128):
         assert max(len(torch.unique(row)) for row in r.weight[:, start : start + 128]) <= 8
@@ -207,3 +207,26 @@ def test_bad_settings_name_the_key():
         quantize_layer("stbllm", W, H, blocksize=64)
     with pytest.raises(ConfigError, match="salient_metric"):
         quantize_layer("billm", W, H, salient_metric="fisher")
+
+
+def test_the_reference_comparison_tolerates_summation_order_not_another_method(ref_fixtures, one_thread):
+    """The check above has teeth both ways: our own output under another float32 summation order (a
+    perturbation of H at that scale, as on a CPU with other vector units) passes it; the corrected
+    statistics (a different method, differing in most rows) do not."""
+    from tests.posthoc.conftest import TIE_NOISE, row_proxies
+
+    arrays, _ = ref_fixtures
+    W, H = arrays["W0"], arrays["H"]
+    settings = dict(low_frac=0.5, salient_metric="hessian", reference_mode=True)
+
+    def quantize(W, H):
+        return quantize_layer("pbllm", W, H, **settings).weight
+
+    ours = quantize(W, H)
+    noise = torch.randn(H.shape, generator=torch.Generator().manual_seed(99), dtype=torch.float64)
+    elsewhere = quantize(W, (H.double() * (1 + TIE_NOISE * (noise + noise.t()) / 2)).float())
+    assert not torch.equal(elsewhere, ours)  # seed 99 flips a near-tie row: the case an entry count failed
+    assert_matches_reference(quantize, W, H, ours, elsewhere, float(row_proxies(W, elsewhere, H).sum()))
+    corrected = quantize_layer("pbllm", W, H, low_frac=0.5, salient_metric="hessian").weight
+    with pytest.raises(AssertionError, match="entries differ"):
+        assert_matches_reference(quantize, W, H, ours, corrected, float(row_proxies(W, corrected, H).sum()))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.posthoc.conftest import assert_matches_reference
 from trilm.posthoc import quantize_layer
 
 GPTQ_CASES = [
@@ -45,9 +46,16 @@ def test_reproduces_reference(case, ref_fixtures, one_thread):
     if method == "rtn":
         cfg = {k: cfg[k] for k in ("bits", "group_size", "sym")}
     result = quantize_layer(method, W, H, **cfg)
-    same = (result.weight - ref).abs() <= 1e-6
-    assert float(same.float().mean()) >= 0.999, f"{case}: {int((~same).sum())} rounding decisions differ"
-    assert result.proxy_loss == pytest.approx(cases[case]["proxy_loss"], rel=1e-3)
+    if method == "rtn":
+        # per-entry round(w / s) on a min/max grid: no sums, every operation correctly rounded: the same
+        # bits on any IEEE CPU
+        assert torch.equal(result.weight, ref)
+    else:  # column by column with error feedback: near-ties re-decide their rows (tests/posthoc/conftest.py)
+
+        def quantize(W, H):
+            return quantize_layer(method, W, H, **cfg).weight
+
+        assert_matches_reference(quantize, W, H, result.weight, ref, cases[case]["proxy_loss"])
     # the packed weight is exactly the dequantized one, with at most 2^bits levels per row and group
     packed = result.packed
     assert torch.equal(packed.dequantize(), result.weight)
@@ -61,6 +69,7 @@ def test_reproduces_reference(case, ref_fixtures, one_thread):
 
 
 def test_act_order_follows_stable_descending_diag(ref_fixtures, one_thread):
+    """A stable sort of H's diagonal as stored: exact comparisons of the same numbers on any CPU."""
     arrays, cases = ref_fixtures
     result = quantize_layer("gptq", arrays["W0"], arrays["H"], **settings(cases["gptq_w4_g32_act"]["cfg"]))
     expected = torch.sort(torch.diag(arrays["H"]), descending=True, stable=True).indices
@@ -71,6 +80,8 @@ def test_act_order_follows_stable_descending_diag(ref_fixtures, one_thread):
 
 
 def test_orderings_documented_in_the_fixtures(ref_fixtures, one_thread):
+    """Orderings with wide margins (reference proxies: GPTQ W4 0.66 vs RTN 7.2; act-order 0.31 vs 0.40), far
+    beyond what near-tie rows can move (a few rows, by < 10 % of their share each)."""
     arrays, cases = ref_fixtures
     W, H = arrays["W0"], arrays["H"]
     loss = {c: quantize_layer("gptq", W, H, **settings(cases[c]["cfg"])).proxy_loss for c in GPTQ_CASES}

@@ -145,7 +145,7 @@ def text_bytes(em: EvalModel, tokens: torch.Tensor) -> int | None:
     if tok is None:
         return None
     ids = tokens.tolist()
-    total, doc = 0, []
+    total, doc = 0, list[int]()
     for t in [*ids, tok.eos_id]:
         if t == tok.eos_id:
             total += len(tok.decode([i for i in doc if i != tok.bos_id]).encode("utf-8"))

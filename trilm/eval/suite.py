@@ -248,7 +248,7 @@ def suite_rows(run_dir: str | Path, eval_name: str = "val_loss") -> list[ResultR
     return [dataclasses.replace(r, eval=eval_name) for r in rows]
 
 
-def write_suite_table(run_dirs: list[str | Path], table: str | Path) -> tuple[int, int]:
+def write_suite_table(run_dirs: Sequence[str | Path], table: str | Path) -> tuple[int, int]:
     """Add the recorded-loss rows of every run to ``table``; returns (added, skipped as already present)."""
     rows = evaluate_suite(run_dirs, None, SuiteEvalConfig(progress=False))
     return write_rows(table, rows)

@@ -236,7 +236,7 @@ def pg_search(
             nonlocal skipped
             lrs = {name: schedules[name].lr(step) for name in scores}
             batch = sampler.next().to(device)
-            sampled = {name: [] for name in scores}
+            sampled: dict[str, list[torch.Tensor]] = {name: [] for name in scores}
             step_losses = []
             for _ in range(cfg.mask_samples):
                 masks = {name: torch.bernoulli(s, generator=gen) for name, s in scores.items()}
