@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import site
 import subprocess
 import sys
@@ -20,10 +21,24 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+WHEEL_SOURCES = ("pyproject.toml", "README.md", "trilm", "kernels", "configs")
+"""What the wheel is built from (pyproject's package-dir roots and metadata files)."""
+
+
 def build_wheel(out: Path) -> Path:
-    """``pip wheel --no-deps --no-build-isolation .`` into ``out``; the wheel's path."""
+    """``pip wheel --no-deps --no-build-isolation .`` into ``out``; the wheel's path. Built from a copy of
+    the sources: setuptools builds in the source tree, and a ``build/`` left there by an earlier build
+    would carry modules since deleted into this wheel."""
+    source = out / "source"
+    source.mkdir(parents=True)
+    for name in WHEEL_SOURCES:
+        if (ROOT / name).is_dir():
+            ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+            shutil.copytree(ROOT / name, source / name, symlinks=True, ignore=ignore)
+        else:
+            shutil.copy2(ROOT / name, source / name)
     cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out)]
-    done = subprocess.run([*cmd, str(ROOT)], capture_output=True, text=True, timeout=600)
+    done = subprocess.run([*cmd, str(source)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     (wheel,) = out.glob("trilm-*.whl")
     return wheel
