@@ -5,7 +5,7 @@ exit → resume step).
     python -m benchmarks.multinode --out benchmarks/results                    # every launcher available
     python -m benchmarks.multinode --drills torchrun,hang --out /tmp/drills    # a subset
 
-Drills (the run is the multi-node tests' own, ``tests/train/conftest.py``: the tiny TriLM at TP 2 × DP 2
+Drills (the run is the multi-node tests' own, ``benchmarks/cluster/runs.py``: the tiny TriLM at TP 2 × DP 2
 under ZeRO-1, 16 steps, on two loopback nodes × two processes, gloo):
 
 - ``torchrun``: ``torchrun --nnodes 2 --node-rank r`` per node; node 1 SIGKILLed after step 6 is logged;
