@@ -26,13 +26,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shlex
 import subprocess
 import sys
 import time
 import zipfile
 from pathlib import Path
+
+from benchmarks.common import write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / "data_cache"
@@ -295,16 +296,11 @@ def write_report(results: dict[str, dict], args, out_dir: Path, planned: list[st
             for k, v in vars(args).items()
             if k not in ("rows", "report_only")
         },
-        "machine": {
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-        },
         "rows": results,
         "missing": [name for name in planned or [] if name not in results],
     }
-    (out_dir / "results.json").write_text(json.dumps(payload, indent=2) + "\n")
-    (out_dir / "report.md").write_text(render(payload))
+    path = write_result(out_dir / "results.json", payload, module=__spec__.name, indent=2)
+    (out_dir / "report.md").write_text(render(json.loads(path.read_text())))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -347,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             print(f"[{time.strftime('%H:%M:%S')}] {name} (load {load_average():.1f})", flush=True)
             row = run_row(name, plan[name], snapshot, args, env)
-            path.write_text(json.dumps(row, indent=2) + "\n")
+            write_result(path, row, module=__spec__.name, argv=argv, indent=2)
             print(
                 f"  ppl {row['ppl']:.3f}, {row['bits']['stored']} bits stored, {row['seconds']:.0f} s",
                 flush=True,

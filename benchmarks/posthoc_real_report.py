@@ -90,7 +90,7 @@ def render(payload: dict) -> str:
         f"- **Calibration**: {settings['calib_samples']} windows of {settings['calib_seq_len']} tokens drawn "
         "(seed 0) from the corpus' train split — other documents than the held-out text. OmniQuant: "
         f"{settings['omni_epochs']} epochs. Policy-gradient pruning: {settings['pg_steps']} steps.",
-        f"- **Machine**: {payload['machine']['cpus']} CPUs shared with other jobs, {settings['threads']} "
+        f"- **Machine**: {payload['device']['cpus']} CPUs shared with other jobs, {settings['threads']} "
         "torch thread(s) per command; the load average before/after each command is in the table "
         "(timings are wall clock under that load, so compare them within this table only).",
         "",
