@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks.common import write_result
+
 ROOT = Path(__file__).resolve().parents[1]
 PROBES = (
     "The quick brown fox jumps over the lazy dog.",
@@ -104,9 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             "same_tokens": trilm_reply == cpp_reply,
         },
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    out = write_result(args.out, result, module=__spec__.name, argv=argv, indent=2)
     print(json.dumps({k: result[k] for k in ("logits", "mean_nll", "chat")}, indent=2, ensure_ascii=False))
     print(f"tokenization equal on {len(PROBES)} probes: {result['tokenization']['all_equal']}; wrote {out}")
     return 0
