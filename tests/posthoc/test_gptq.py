@@ -160,7 +160,7 @@ def test_bad_settings_are_refused(cfg, match):
 def test_registry_names_the_methods_and_their_exact_keys():
     get_method("gptq")
     assert {"rtn", "gptq"} <= set(METHODS)
-    keys = {"bits", "group_size", "sym", "act_order", "static_groups", "blocksize", "percdamp"}
+    keys = {"bits", "group_size", "sym", "act_order", "static_groups", "blocksize", "percdamp", "group_fit"}
     assert set(get_method("gptq").config().to_dict()) == keys
     with pytest.raises(ConfigError, match="unknown post-hoc method 'gptx'"):
         quantize_layer("gptx", weight(), torch.eye(128))
