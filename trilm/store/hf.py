@@ -34,6 +34,7 @@ from trilm.model.hf import (
 )
 from trilm.model.spec import canonical_shapes
 from trilm.store.errors import StoreError
+from trilm.store.jsonfile import read_json, read_json_object
 from trilm.store.layout import (
     CONFIG_FILE,
     EXPORT_MARKER,
@@ -42,7 +43,6 @@ from trilm.store.layout import (
     HF_WEIGHTS,
     TOKENIZER_FILE,
 )
-from trilm.store.snapshot import read_json, read_json_object
 from trilm.store.tensors import read_header, read_tensors, write_tensors
 
 

@@ -22,6 +22,7 @@ from trilm.model.snapshot import SnapshotMeta
 from trilm.model.spec import canonical_shapes
 from trilm.store.errors import StoreError
 from trilm.store.integrity import complete_marker
+from trilm.store.jsonfile import read_json
 from trilm.store.layout import (
     CONFIG_FILE,
     PACKED_FILE,
@@ -45,22 +46,6 @@ def snapshot_config_text(cfg: ModelConfig, meta: SnapshotMeta | None = None) -> 
 def write_snapshot_config(directory: str | Path, cfg: ModelConfig, meta: SnapshotMeta | None = None) -> Path:
     """(Re)write ``config.json`` of a directory being written (atomically, as every file here)."""
     return write_text(Path(directory) / CONFIG_FILE, snapshot_config_text(cfg, meta))
-
-
-def read_json(path: Path, hint: str = "") -> Any:
-    """The JSON content of a file of a model directory; a missing or unreadable file is named."""
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise StoreError(f"{path}: not found{hint}") from None
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise StoreError(f"{path}: invalid JSON: {exc}") from None
-
-
-def read_json_object(path: Path) -> dict[str, Any]:
-    """A JSON object file ({} when absent, or when it holds something else)."""
-    data = read_json(path) if path.is_file() else {}
-    return data if isinstance(data, dict) else {}
 
 
 def read_snapshot_config(directory: str | Path) -> tuple[ModelConfig, SnapshotMeta]:

@@ -43,8 +43,8 @@ from trilm.data.tokenizer import (
     padded_size,
 )
 from trilm.store.errors import StoreError
+from trilm.store.jsonfile import read_json_object
 from trilm.store.layout import HF_TOKENIZER_CONFIG, RUN_CONFIG
-from trilm.store.snapshot import read_json_object
 
 VOCAB_ROUNDING = 128
 """Vocabulary sizes are compared rounded up to this many rows (embeddings are padded so)."""
