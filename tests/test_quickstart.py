@@ -85,3 +85,28 @@ def test_quickstart_pipeline(tmp_path, capsys):
     assert "0 rows added, 4 already present" in run.stdout
     index = json.loads((tmp_path / "trilm-128x4/suite_index.json").read_text())
     assert [e["step"] for e in index] == [0, 1, 2, 4] and index[-1]["tokens"] == 4 * 1024
+
+
+def test_the_family_order_is_checked_against_the_ladder_at_every_size():
+    from trilm.quickstart import ladder_agreement
+
+    reference = {
+        "32x2": {f: {"loss": v, "tokens": 2_097_152} for f, v in (("floatlm", 3.98), ("trilm", 4.07))},
+        "128x4": {f: {"loss": v, "tokens": 2_097_152} for f, v in (("floatlm", 3.52), ("trilm", 3.57))},
+    }
+    # the quickstart's numbers of 2026-12-02 at 128x4: TriLM below FloatLM, the opposite of the ladder
+    finals = {"32x2": {"floatlm": 4.60, "trilm": 4.65}, "128x4": {"floatlm": 4.1996, "trilm": 4.1571}}
+    small, large = ladder_agreement(finals, reference)
+    assert small.startswith("32x2") and "FloatLM < TriLM: as in the ladder" in small
+    assert "NOT the ladder's order FloatLM < TriLM" in large and "FloatLM 3.5200, TriLM 3.5700" in large
+
+
+def test_the_packaged_ladder_reference_covers_the_quickstart_sizes():
+    from trilm.configs import packaged
+
+    from trilm.quickstart import LADDER_FINALS
+    from trilm.suite import load_suite
+
+    sizes = json.loads(packaged(LADDER_FINALS).read_text())["sizes"]
+    for run in load_suite("quickstart").runs:
+        assert run.family in sizes[run.size], run.name

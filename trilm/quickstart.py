@@ -19,12 +19,19 @@ resumes), rows already in the results table.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 from pathlib import Path
+from typing import Any
+
+from trilm.families import display_name
+from trilm.suite.analyse import ORDER
+from trilm.suite.text import si
 
 PROMPTS = ("In the beginning", "The Python interpreter")
 LADDER = "docs/results/ladder/README.md (the CPU ladder in the trilm repository)"
+LADDER_FINALS = "configs/reference/ladder-finals.json"
 
 
 def build_parser(parser: argparse.ArgumentParser, command: str = "quickstart") -> None:
@@ -66,9 +73,40 @@ def _samples(suite, tokenizer_path: Path) -> str:
     return "\n".join(out)
 
 
+def ladder_agreement(finals: dict[str, dict[str, Any]], reference: dict[str, Any] | None = None) -> list[str]:
+    """Per size, the order of the families' final losses here against the CPU ladder's at the same size (the
+    same corpus and tokenizer, four times the tokens, each run at its best rate): a short budget can reorder
+    families, and the output must say so next to the numbers rather than state the order as a finding.
+    ``finals`` is :func:`trilm.suite.analyse.final_losses`' table; ``reference`` the ladder's (default: the
+    packaged ``configs/reference/ladder-finals.json``)."""
+    if reference is None:
+        from trilm.configs import packaged
+
+        reference = json.loads(packaged(LADDER_FINALS).read_text())["sizes"]
+    lines = []
+    for size, entry in finals.items():
+        ladder = reference.get(size, {})
+        families = [f for f in ORDER if f in entry and f in ladder]
+        if len(families) < 2:
+            continue
+        here = sorted(families, key=lambda f: entry[f])
+        there = sorted(families, key=lambda f: ladder[f]["loss"])
+        order = " < ".join(display_name(f) for f in here)
+        figures = ", ".join(f"{display_name(f)} {ladder[f]['loss']:.4f}" for f in there)
+        tokens = max(ladder[f]["tokens"] for f in families)
+        if here == there:
+            lines.append(f"{size:<6} {order}: as in the ladder ({figures} at {si(tokens)} tokens)")
+        else:
+            lines.append(
+                f"{size:<6} {order}: NOT the ladder's order {' < '.join(display_name(f) for f in there)}"
+                f" ({figures} at {si(tokens)} tokens); this budget is too short to settle it"
+            )
+    return lines
+
+
 def run(args) -> int:
     from trilm.suite import load_suite
-    from trilm.suite.analyse import analyse_suite, summary_text
+    from trilm.suite.analyse import analyse_suite, final_losses, summary_text
     from trilm.suite.launch import cheapest_first, launch_local, prepare_data
 
     start = time.perf_counter()
@@ -96,7 +134,9 @@ def run(args) -> int:
     print(_samples(suite, root / "data" / "tokenizer.model"))
     print(f"== 4/4 analysis: every checkpoint → results table → L(N) fits, family comparison → {root}")
     result = analyse_suite(suite, bootstrap=args.bootstrap, seed=0)
-    print(summary_text(result.report))
+    agreement = ladder_agreement(final_losses(result.report))
+    after = ["", "family order by size (lowest loss first) against the CPU ladder:", *agreement]
+    print(summary_text(result.report, after_table=after if agreement else []))
     print(f"\nreport {result.summary_file}, {result.out_dir / 'report.md'}; plots in {result.out_dir}")
     print(f"the same story at five sizes and 4x the tokens, with its pilots: {LADDER}")
     runs = " ".join(str(r.run_dir) for r in suite.runs)

@@ -1,0 +1,52 @@
+"""The ladder's final loss per (family, size) as package data: ``configs/reference/ladder-finals.json``.
+
+    python docs/results/ladder/finals.py        # from the repository root, after report.py
+
+``trilm quickstart`` compares the family ordering at each of its sizes with the ladder's (same corpus and
+tokenizer, four times the tokens, each run at its best rate). A wheel has no ``docs/``, so the numbers travel
+as package data; this script writes them from ``analysis/results.csv`` (the best-rate runs ``report.py``
+analysed), so they are never typed by hand.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+OUT = HERE.parents[2] / "configs" / "reference" / "ladder-finals.json"
+
+
+def finals(table: Path) -> dict:
+    import csv
+
+    last: dict[str, dict] = {}
+    with table.open() as f:
+        for row in csv.DictReader(f):
+            if row["run"] not in last or int(row["step"]) > int(last[row["run"]]["step"]):
+                last[row["run"]] = row
+    out: dict[str, dict] = {}
+    for run, row in sorted(last.items()):
+        size = out.setdefault(row["size"], {})
+        rate = run.rsplit("-lr", 1)[1] if "-lr" in run else None
+        size[row["family"]] = {
+            "loss": round(float(row["loss"]), 4),
+            "tokens": int(float(row["tokens"])),
+            "lr": float(rate) if rate else None,
+        }
+    return out
+
+
+def main() -> None:
+    data = {
+        "source": "docs/results/ladder/analysis/results.csv (docs/results/ladder/finals.py)",
+        "what": "final validation loss (nats/token) of the CPU ladder's best-rate run per family and size",
+        "sizes": finals(HERE / "analysis" / "results.csv"),
+    }
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"wrote {OUT}")
+
+
+if __name__ == "__main__":
+    main()
