@@ -195,6 +195,32 @@ def _decay_stage(rows: list, suite) -> list[dict[str, Any]]:
     return out
 
 
+def _rate_drop(ladder_rows: list) -> list[dict[str, Any]]:
+    """The ladder's fresh runs around the middle of the run, where TriLM and BiLM halve their rate (Spectra's
+    rate drop at ½; FloatLM's cosine has no event there): the loss fallen in the 256 steps after the middle
+    against the 256 steps before it. Their difference is what the event buys beyond the run's own trend."""
+    out = []
+    for name, last in sorted(_finals(ladder_rows).items()):
+        if not name.endswith(f"-{LADDER_RATE}"):
+            continue
+        mid = last.step // 2
+        before, at, after = (_loss_at(ladder_rows, name, s) for s in (mid - 256, mid, mid + 256))
+        if before is None or at is None or after is None:
+            continue
+        out.append(
+            {
+                "run": name,
+                "family": last.family,
+                "size": last.size,
+                "middle_step": mid,
+                "gain_before": before - at,
+                "gain_after": at - after,
+                "excess": (at - after) - (before - at),
+            }
+        )
+    return out
+
+
 def _plot(fitted: dict, predictions: list[dict[str, Any]], out: Path) -> list[str]:
     import matplotlib
 
@@ -331,6 +357,17 @@ def _markdown(result: dict[str, Any]) -> str:
             f"| {d['run']} | {d['loss_before']:.4f} ({d['before_step']}) | {d['loss_end']:.4f} |"
             f" {d['gain']:.4f} ({100 * d['share_of_final']:.1f} % of the final loss) | {trend} |"
         )
+    lines += [
+        "",
+        "Spectra's rate drop, in the CPU ladder's fresh runs at the same peak rate (TriLM and BiLM halve the"
+        " rate at the middle of the run; FloatLM's cosine has no event there): the loss fallen in the 256"
+        " steps after the middle against the 256 steps before it.",
+        "",
+        "| ladder run | fallen in the 256 steps before the middle | in the 256 after | what the event adds |",
+        "|---|---|---|---|",
+    ]
+    for d in result["ladder_rate_drop"]:
+        lines.append(f"| {d['run']} | {d['gain_before']:.4f} | {d['gain_after']:.4f} | {d['excess']:+.4f} |")
     wall = result["train_seconds"]
     lines += ["", f"Wall time of the training (this machine, summed over runs): {wall:,.0f} s."]
     return "\n".join(lines) + "\n"
@@ -374,6 +411,7 @@ def report(args: argparse.Namespace) -> None:
         "predictions": predictions,
         "fresh_comparison": _fresh_comparison(rows, fresh_rows, ladder_rows),
         "decay_stage": _decay_stage(rows, suite),
+        "ladder_rate_drop": _rate_drop(ladder_rows),
         "train_seconds": _train_seconds([r.run_dir for r in suite.runs + fresh.runs] + branches),
     }
     out = Path(args.out)

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Every command behind docs/results/cooldown/, from the repository root. Each training run is one thread; finished
+# runs and branches are skipped on a rerun, so this script resumes where it stopped.
+set -euo pipefail
+export OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false
+
+# 1. The WSD runs (12: three families x four sizes, 2,097,152 tokens each), keeping the states the branches start from.
+trilm suite launch cooldown --local --jobs 2
+# 2. Their cooldown branches at 1/8, 1/4, 3/8, 1/2 and 3/4 of the budget (each trains only its cooldown).
+trilm suite cooldown cooldown --jobs 2
+# 3. Fresh runs to half the budget on each family's own decaying schedule, for the equal-compute comparison.
+trilm suite launch cooldown-fresh --local --jobs 2
+# 4. Fit on the branches at <= 1/2 of the budget, predict the rest, compare, write README.md and predictions.json.
+python -m benchmarks.cooldown report
