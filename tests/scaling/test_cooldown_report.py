@@ -1,0 +1,74 @@
+"""The cooldown experiment's report (benchmarks/cooldown.py) on rows drawn from a known L(N, D): fitted on the
+branches at <= 1/2 of the budget, it must predict the runs' own ends, and the fresh-run and decay-stage tables
+must pair and difference the right rows."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from benchmarks.cooldown import _fit_and_predict, _fresh_comparison, _rate_drop
+from trilm.scaling.table import ResultRow
+
+E, A, ALPHA, B, BETA = 3.2, 400.0, 0.5, 900.0, 0.45
+BUDGET = 2_097_152
+SIZES = {"32x2": 32_928, "64x2": 106_752, "96x3": 332_064, "128x4": 852_480}
+
+
+def law(n: float, d: float) -> float:
+    return E + A / n**ALPHA + B / d**BETA
+
+
+def row(run: str, family: str, size: str, tokens: float, step: int, loss: float, **extra) -> ResultRow:
+    n = SIZES[size]
+    return ResultRow.from_counts(
+        run=run, family=family, size=size, params=n + 131_072, nonembedding_params=n, linear_params=n,
+        tokens=tokens, flops=6.0 * n * tokens, step=step, eval="val_loss", loss=loss, **extra,
+    )  # fmt: skip
+
+
+def suite_rows(noise: float = 0.0) -> list[ResultRow]:
+    rng = np.random.default_rng(0)
+    rows = []
+    for size, n in SIZES.items():
+        parent = f"floatlm-{size}"
+        rows.append(row(parent, "floatlm", size, BUDGET, 2048, law(n, BUDGET) + noise * rng.normal()))
+        for at in (0.125, 0.25, 0.375, 0.5, 0.75):
+            d = at * BUDGET
+            loss = law(n, d) + noise * rng.normal()
+            rows.append(row(f"{parent}-cd{int(d)}", "floatlm", size, d, int(2048 * at), loss, parent=parent))
+    return rows
+
+
+def test_the_fit_on_early_branches_predicts_the_held_out_ends():
+    laws, predictions, _ = _fit_and_predict(suite_rows(), bootstrap=0)
+    assert laws["floatlm"]["points"] == 16  # 4 sizes x the branches at 1/8 ... 1/2
+    held = {p["run"]: p for p in predictions}
+    assert len(held) == 8  # the four runs' own ends and the four branches at 3/4
+    ends = [p for p in predictions if p["kind"].startswith("run end")]
+    assert len(ends) == 4 and all(p["D"] == BUDGET for p in ends)
+    for p in predictions:  # noiseless data of the law's own form: the fit recovers it
+        assert abs(p["error"]) < 1e-3, p
+        assert p["interval"] is None and p["inside_interval"] is None  # no bootstrap asked for
+
+
+def test_noisy_branches_give_intervals_and_errors_of_the_noise_scale():
+    _, predictions, _ = _fit_and_predict(suite_rows(noise=0.005), bootstrap=200)
+    assert all(p["interval"] is not None and p["interval"][0] <= p["predicted"] <= p["interval"][1]
+               for p in predictions)  # fmt: skip
+    assert max(abs(p["error"]) for p in predictions) < 0.05
+
+
+def test_a_branch_is_compared_with_the_fresh_run_of_its_length_and_the_ladder_run_of_its_budget():
+    rows = suite_rows()
+    fresh = [row("floatlm-128x4", "floatlm", "128x4", BUDGET / 2, 1024, 3.70)]
+    name = "floatlm-128x4-lr0.004"
+    ladder = [row(name, "floatlm", "128x4", s * 1024, s, 5.0 - s / 1000) for s in (768, 1024, 1280)]
+    ladder.append(row(name, "floatlm", "128x4", BUDGET, 2048, 3.52))
+    pairs = {(c["wsd"], c["fresh"].split(":")[0]): c for c in _fresh_comparison(rows, fresh, ladder)}
+    branch = pairs[("floatlm-128x4-cd1048576", "fresh (cooldown-fresh suite)")]
+    assert branch["wsd_kind"] == "branch" and branch["difference"] == branch["wsd_loss"] - 3.70
+    end = pairs[("floatlm-128x4", "ladder fresh run")]
+    assert end["wsd_kind"] == "run end" and end["fresh_loss"] == 3.52
+    (drop,) = _rate_drop(ladder)
+    assert drop["middle_step"] == 1024
+    assert np.isclose(drop["gain_before"], 0.256) and np.isclose(drop["excess"], 0.0)
