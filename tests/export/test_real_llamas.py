@@ -199,6 +199,22 @@ def test_foreign_tokenizer_is_refused_unless_forced(tmp_path, bpe_dir, capsys):
     assert "the tokenizer has 384 tokens, the model's vocabulary 1,024" in capsys.readouterr().err
 
 
+def test_quantize_calibration_with_a_foreign_tokenizer_is_refused_unless_forced(tmp_path, bpe_dir, capsys):
+    path, _ = llama_dir(tmp_path, bpe_dir)
+    data = _jsonl(tmp_path / "calib.jsonl", [t[:800] for t in corpus_texts("train", 2)])
+    foreign = foreign_sp(tmp_path)
+    argv = ["quantize", str(path), "--method", "gptq", "--bits", "4", "--group-size", "16"]
+    argv += ["--calib", str(data), "--samples", "2", "--seq-len", "32", "--no-progress"]
+    argv += ["--tokenizer", str(foreign.path)]
+    assert main([*argv, "--out", str(tmp_path / "q1")]) == 2
+    err = capsys.readouterr().err
+    assert "its vocabulary is not that of the model's own tokenizer" in err and "--force-tokenizer" in err
+    assert not (tmp_path / "q1").exists()
+    assert main([*argv, "--out", str(tmp_path / "q2"), "--force-tokenizer"]) == 0
+    assert "warning: --force-tokenizer" in capsys.readouterr().err
+    assert (tmp_path / "q2" / "model.safetensors").is_file()
+
+
 def test_gguf_round_trip_of_a_tied_bpe_llama(tmp_path, bpe_dir, capsys):
     path, model = llama_dir(tmp_path, bpe_dir, head_dim=16)
     snap, gguf_file, back = tmp_path / "snap", tmp_path / "m.gguf", tmp_path / "back"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 import types
 import typing
 from pathlib import Path
@@ -81,6 +82,11 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "quantize") -> 
     )
     cal.add_argument("--seed", type=int, default=0, help="calibration sampling seed (0)")
     cal.add_argument("--tokenizer", type=Path, default=None, help="default: the model's own tokenizer")
+    cal.add_argument(
+        "--force-tokenizer",
+        action="store_true",
+        help="use --tokenizer even where it is not the model's own (another vocabulary or recorded hash)",
+    )
     eng = parser.add_argument_group("engine")
     eng.add_argument("--device", default="cpu", help="cpu (default) or cuda[:i]")
     eng.add_argument("--forward-batch", type=int, default=8, help="sequences per block forward (8)")
@@ -124,7 +130,9 @@ def job_from_args(args) -> Any:
         values = mode_config(args.mode).to_dict()
     values.update(given)
     config = method.config(**values)
-    opened = open_source(args.model, args.tokenizer)  # once: the job below reuses it
+    opened = open_source(args.model, args.tokenizer, args.force_tokenizer)  # once: the job below reuses it
+    if opened.tokenizer.forced:
+        print(f"warning: --force-tokenizer: {opened.tokenizer.forced}", file=sys.stderr)
     cfg = opened.config
     seq_len = args.seq_len or min(2048, cfg.context)
     calib = None  # a data-free method reads none (quantize_to_quantlm names --calib when one is missing)
@@ -148,6 +156,7 @@ def job_from_args(args) -> Any:
         engine=EngineConfig(device=args.device, batch_size=args.forward_batch, progress=not args.no_progress),
         options=options,
         tokenizer=args.tokenizer,
+        force_tokenizer=args.force_tokenizer,
         eval_split=args.eval,
         eval_sequences=args.eval_sequences,
         eval_seq_len=seq_len,

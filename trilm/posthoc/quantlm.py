@@ -52,6 +52,8 @@ class QuantizeJob:
     engine: EngineConfig = dataclasses.field(default_factory=EngineConfig)
     options: MethodOptions = dataclasses.field(default_factory=MethodOptions)
     tokenizer: Path | None = None
+    force_tokenizer: bool = False
+    """Accept ``tokenizer`` where the store's tokenizer policy would refuse it (not the model's own)."""
     eval_split: Path | None = None
     """A prepared split: evaluate the written QuantLM's validation loss before it is moved into place."""
     eval_sequences: int = 0
@@ -70,9 +72,9 @@ class QuantizeSummary:
     val_loss: float | None
 
 
-def open_source(path: Path, tokenizer: Path | None = None) -> ModelDir:
+def open_source(path: Path, tokenizer: Path | None = None, force_tokenizer: bool = False) -> ModelDir:
     """The float model to quantize, opened through the store (weights read later, verified first)."""
-    return open_model(path, tokenizer=tokenizer)
+    return open_model(path, tokenizer=tokenizer, force_tokenizer=force_tokenizer)
 
 
 def check_source(src: ModelDir, method: str) -> None:
@@ -160,7 +162,9 @@ def quantize_to_quantlm(job: QuantizeJob) -> QuantizeSummary:
         job = dataclasses.replace(job, calib=None, eval_seq_len=job.eval_seq_len or job.calib.seq_len)
     if method.unwritable is not None and (why := method.unwritable(job.config)):
         raise ConfigError(f"--method {job.method}: {why}")
-    src = job.opened if job.opened is not None else open_source(job.source, job.tokenizer)
+    src = job.opened
+    if src is None:
+        src = open_source(job.source, job.tokenizer, job.force_tokenizer)
     cfg, src_meta = src.config, src.meta
     check_source(src, job.method)
     check_shapes(cfg, job.config)
