@@ -31,6 +31,12 @@ def venv_tool(name: str) -> str:
     return str(Path(sys.executable).parent / name)
 
 
+NUMERICS_VARS = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA", "TRILM_TEST_THREADS")
+"""What decides the CPU code path (``make test-portability`` sets them): a rank started over ssh must run
+the same kernels as the reference run, or the bitwise comparison measures the instruction set, not the
+launcher."""
+
+
 def node_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """What every training process needs here: one thread, and this checkout first on the path."""
     path = os.environ.get("PYTHONPATH", "")
@@ -151,8 +157,9 @@ class DeepSpeedSsh(Launcher):
     of the hostfile through pdsh and ssh (here an sshd on loopback, see :mod:`benchmarks.cluster.sshd`).
 
     Processes started over ssh do not inherit the launcher's environment; DeepSpeed passes on the
-    variables listed in its ``.deepspeed_env`` file (``DS_ENV_FILE``), which carries the thread count
-    and the node's process tag (pdsh replaces ``%n`` with the node's rank)."""
+    variables listed in its ``.deepspeed_env`` file (``DS_ENV_FILE``), which carries the thread count,
+    the node's process tag (pdsh replaces ``%n`` with the node's rank) and the CPU code path
+    (:data:`NUMERICS_VARS`)."""
 
     name = "deepspeed (pdsh/ssh)"
 
@@ -180,7 +187,9 @@ class DeepSpeedSsh(Launcher):
     def start(
         self, processes: ProcessSet, config: Path, label: str, overrides: list[str] | None = None
     ) -> list[Launched]:
-        self.env_file.write_text(f"OMP_NUM_THREADS=1\n{TAG_VAR}={processes.tag(label + '-node%n')}\n")
+        lines = ["OMP_NUM_THREADS=1", f"{TAG_VAR}={processes.tag(label + '-node%n')}"]
+        lines += [f"{k}={os.environ[k]}" for k in NUMERICS_VARS if k in os.environ]
+        self.env_file.write_text("\n".join(lines) + "\n")
         env = node_env({**self.ssh_env, "DS_ENV_FILE": str(self.env_file)})
         (cmd,) = self.commands(config, overrides or [], free_port())
         return [processes.start(f"{label}-launcher", cmd, env=env, cwd=ROOT)]
