@@ -13,6 +13,7 @@ sshd and a real SLURM on loopback), ``drills`` (run to the end, kill a node mid-
 from __future__ import annotations
 
 import contextlib
+import io
 import multiprocessing as mp
 import os
 import queue as queue_module
@@ -30,6 +31,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _to_bytes(value: Any) -> bytes:
+    """A rank's result as bytes. Tensors put on a queue as they are travel as shared-memory file descriptors,
+    which the parent fetches from a listener in the rank's process: a rank that exits first (under load)
+    takes the listener with it and the parent fails with FileNotFoundError."""
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    return buffer.getvalue()
+
+
 def _worker(fn, rank, world_size, port, args, env, results) -> None:
     os.environ.update(
         {
@@ -44,8 +54,7 @@ def _worker(fn, rank, world_size, port, args, env, results) -> None:
     os.environ.update(env or {})
     torch.set_num_threads(1)
     try:
-        value = fn(*args)
-        results.put((rank, True, value))
+        results.put((rank, True, _to_bytes(fn(*args))))
     except BaseException:
         results.put((rank, False, traceback.format_exc()))
     finally:
@@ -93,7 +102,7 @@ def run_distributed(
     if failures:
         detail = "\n".join(f"--- rank {r} ---\n{tb}" for r, tb in sorted(failures.items()))
         raise RuntimeError(f"distributed run failed on ranks {sorted(failures)}:\n{detail}")
-    return [collected[r][1] for r in range(world_size)]
+    return [torch.load(io.BytesIO(collected[r][1]), weights_only=False) for r in range(world_size)]
 
 
 def has_cuda() -> bool:
