@@ -137,6 +137,12 @@ def run(args) -> int:
     agreement = ladder_agreement(final_losses(result.report))
     after = ["", "family order by size (lowest loss first) against the CPU ladder:", *agreement]
     print(summary_text(result.report, after_table=after if agreement else []))
+    differ = [line.split()[0] for line in agreement if "NOT the ladder's order" in line]
+    if differ:
+        print(
+            f"  note: at {', '.join(differ)} the families are not in the CPU ladder's order (above), so the"
+            " comparison of the fitted curves describes this budget, not the families"
+        )
     print(f"\nreport {result.summary_file}, {result.out_dir / 'report.md'}; plots in {result.out_dir}")
     print(f"the same story at five sizes and 4x the tokens, with its pilots: {LADDER}")
     runs = " ".join(str(r.run_dir) for r in suite.runs)
