@@ -138,9 +138,9 @@ def _fresh_comparison(rows: list, fresh_rows: list, ladder_rows: list) -> list[d
     by_key = defaultdict(list)
     for r in finals.values():
         by_key[(r.family, r.size, int(r.tokens))].append(r)
-    for source, table in (("fresh (cooldown-fresh suite)", _finals(fresh_rows)), ("ladder fresh run", {})):
-        if source.startswith("ladder"):
-            table = {n: r for n, r in _finals(ladder_rows).items() if n.endswith(f"-{LADDER_RATE}")}
+    ladder = {n: r for n, r in _finals(ladder_rows).items() if n.endswith(f"-{LADDER_RATE}")}
+    sources = (("fresh (cooldown-fresh suite)", _finals(fresh_rows)), ("ladder fresh run", ladder))
+    for source, table in sources:
         for name, fresh in sorted(table.items()):
             for wsd in by_key.get((fresh.family, fresh.size, int(fresh.tokens)), []):
                 out.append(

@@ -96,7 +96,9 @@ def test_the_family_order_is_checked_against_the_ladder_at_every_size():
     }
     # the quickstart's numbers of 2026-12-02 at 128x4: TriLM below FloatLM, the opposite of the ladder
     finals = {"32x2": {"floatlm": 4.60, "trilm": 4.65}, "128x4": {"floatlm": 4.1996, "trilm": 4.1571}}
-    small, large = ladder_agreement(finals, reference)
+    checks = ladder_agreement(finals, reference)
+    assert [(c.size, c.agrees) for c in checks] == [("32x2", True), ("128x4", False)]
+    small, large = (c.text for c in checks)
     assert small.startswith("32x2") and "FloatLM < TriLM: as in the ladder" in small
     assert "NOT the ladder's order FloatLM < TriLM" in large and "FloatLM 3.5200, TriLM 3.5700" in large
 

@@ -23,11 +23,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
-
-from trilm.families import display_name
-from trilm.suite.analyse import ORDER
-from trilm.suite.text import si
+from typing import Any, NamedTuple
 
 PROMPTS = ("In the beginning", "The Python interpreter")
 LADDER = "docs/results/ladder/README.md (the CPU ladder in the trilm repository)"
@@ -73,7 +69,15 @@ def _samples(suite, tokenizer_path: Path) -> str:
     return "\n".join(out)
 
 
-def ladder_agreement(finals: dict[str, dict[str, Any]], reference: dict[str, Any] | None = None) -> list[str]:
+class LadderCheck(NamedTuple):
+    size: str
+    agrees: bool
+    text: str
+
+
+def ladder_agreement(
+    finals: dict[str, dict[str, Any]], reference: dict[str, Any] | None = None
+) -> list[LadderCheck]:
     """Per size, the order of the families' final losses here against the CPU ladder's at the same size (the
     same corpus and tokenizer, four times the tokens, each run at its best rate): a short budget can reorder
     families, and the output must say so next to the numbers rather than state the order as a finding.
@@ -83,7 +87,11 @@ def ladder_agreement(finals: dict[str, dict[str, Any]], reference: dict[str, Any
         from trilm.configs import packaged
 
         reference = json.loads(packaged(LADDER_FINALS).read_text())["sizes"]
-    lines = []
+    from trilm.families import display_name
+    from trilm.suite.analyse import ORDER
+    from trilm.suite.text import si
+
+    checks = []
     for size, entry in finals.items():
         ladder = reference.get(size, {})
         families = [f for f in ORDER if f in entry and f in ladder]
@@ -95,13 +103,14 @@ def ladder_agreement(finals: dict[str, dict[str, Any]], reference: dict[str, Any
         figures = ", ".join(f"{display_name(f)} {ladder[f]['loss']:.4f}" for f in there)
         tokens = max(ladder[f]["tokens"] for f in families)
         if here == there:
-            lines.append(f"{size:<6} {order}: as in the ladder ({figures} at {si(tokens)} tokens)")
+            text = f"{size:<6} {order}: as in the ladder ({figures} at {si(tokens)} tokens)"
         else:
-            lines.append(
+            text = (
                 f"{size:<6} {order}: NOT the ladder's order {' < '.join(display_name(f) for f in there)}"
                 f" ({figures} at {si(tokens)} tokens); this budget is too short to settle it"
             )
-    return lines
+        checks.append(LadderCheck(size, here == there, text))
+    return checks
 
 
 def run(args) -> int:
@@ -134,10 +143,11 @@ def run(args) -> int:
     print(_samples(suite, root / "data" / "tokenizer.model"))
     print(f"== 4/4 analysis: every checkpoint → results table → L(N) fits, family comparison → {root}")
     result = analyse_suite(suite, bootstrap=args.bootstrap, seed=0)
-    agreement = ladder_agreement(final_losses(result.report))
-    after = ["", "family order by size (lowest loss first) against the CPU ladder:", *agreement]
-    print(summary_text(result.report, after_table=after if agreement else []))
-    differ = [line.split()[0] for line in agreement if "NOT the ladder's order" in line]
+    checks = ladder_agreement(final_losses(result.report))
+    heading = "family order by size (lowest loss first) against the CPU ladder:"
+    after = ["", heading, *[c.text for c in checks]]
+    print(summary_text(result.report, after_table=after if checks else []))
+    differ = [c.size for c in checks if not c.agrees]
     if differ:
         print(
             f"  note: at {', '.join(differ)} the families are not in the CPU ladder's order (above), so the"

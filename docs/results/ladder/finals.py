@@ -18,20 +18,18 @@ OUT = HERE.parents[2] / "configs" / "reference" / "ladder-finals.json"
 
 
 def finals(table: Path) -> dict:
-    import csv
+    from trilm.scaling.table import read_table
 
-    last: dict[str, dict] = {}
-    with table.open() as f:
-        for row in csv.DictReader(f):
-            if row["run"] not in last or int(row["step"]) > int(last[row["run"]]["step"]):
-                last[row["run"]] = row
+    last = {}
+    for row in read_table(table):
+        if row.run not in last or row.step > last[row.run].step:
+            last[row.run] = row
     out: dict[str, dict] = {}
     for run, row in sorted(last.items()):
-        size = out.setdefault(row["size"], {})
         rate = run.rsplit("-lr", 1)[1] if "-lr" in run else None
-        size[row["family"]] = {
-            "loss": round(float(row["loss"]), 4),
-            "tokens": int(float(row["tokens"])),
+        out.setdefault(row.size, {})[row.family] = {
+            "loss": round(row.loss, 4),
+            "tokens": int(row.tokens),
             "lr": float(rate) if rate else None,
         }
     return out
