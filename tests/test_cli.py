@@ -20,3 +20,18 @@ def test_every_listed_command_imports_and_answers_help(name, capsys):
     assert exc.value.code == 0
     out = capsys.readouterr().out
     assert out.startswith(f"usage: trilm {name}")
+
+
+def test_python_dash_m_trilm_is_the_trilm_command():
+    """Scripts (benchmarks.cooldown) run ``python -m trilm`` to stay in the interpreter that started them."""
+    import subprocess
+    import sys
+
+    def trilm(*args: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "trilm", *args]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+    done = trilm("--help")
+    assert done.returncode == 0, done.stderr
+    assert all(f"  {name} " in done.stdout for name in COMMANDS)
+    assert trilm("no-such-command").returncode != 0
