@@ -146,13 +146,17 @@ def run(args) -> int:
     checks = ladder_agreement(final_losses(result.report))
     heading = "family order by size (lowest loss first) against the CPU ladder:"
     after = ["", heading, *[c.text for c in checks]]
-    print(summary_text(result.report, after_table=after if checks else []))
     differ = [c.size for c in checks if not c.agrees]
-    if differ:
-        print(
-            f"  note: at {', '.join(differ)} the families are not in the CPU ladder's order (above), so the"
-            " comparison of the fitted curves describes this budget, not the families"
-        )
+    caveat = (
+        f"at {', '.join(differ)} the families are not in the CPU ladder's order (above): the fitted curves"
+        " below describe this budget, not the families"
+        if differ
+        else None
+    )
+    text = summary_text(result.report, after_table=after if checks else [], comparison_caveat=caveat)
+    print(text)
+    if caveat and f"note: {caveat}" not in text:
+        print(f"  note: {caveat}")
     print(f"\nreport {result.summary_file}, {result.out_dir / 'report.md'}; plots in {result.out_dir}")
     print(f"the same story at five sizes and 4x the tokens, with its pilots: {LADDER}")
     runs = " ".join(str(r.run_dir) for r in suite.runs)

@@ -66,6 +66,28 @@ def test_the_quickstart_fits_that_are_not_physical_are_not_laws(report):
     assert "not identified: floatlm-96x3: " in summary and "E rises with N" in summary
 
 
+def test_the_quickstart_floatlm_law_whose_floor_is_its_last_point_is_not_a_law(report):
+    """The quickstart printed FloatLM's L(N) with E = 4.197 against 4.1996 at 128x4, then TriLM 128x4 "below
+    any loss the FloatLM fit reaches": a floor the largest model already touches is that model's loss."""
+    law = report.families["floatlm"].law_x
+    assert law.fit.params["E"] == pytest.approx(4.197, abs=0.01)
+    assert not law.identified
+    assert any(
+        "E interval" in r and "reaches the lowest loss, 4.1996 (128x4)" in r
+        for r in law.identification.reasons
+    )
+    for fam in ("trilm", "bilm"):  # floors clear of their lowest points stay laws
+        assert report.families[fam].law_x.identified, report.families[fam].law_x.identification.reasons
+    summary = summary_text(report, comparison_caveat="this budget orders the families otherwise")
+    assert "below any loss the FloatLM fit reaches" not in summary
+    assert "FloatLM  L(N_nonemb) = " not in summary
+    heading = summary.splitlines().index("family comparison (fitted curves):")
+    assert summary.splitlines()[heading + 1] == "  note: this budget orders the families otherwise"
+    # 154× BiLM's parameters, as the fit would say, lies beyond one decade of BiLM's data: not read off
+    assert "154×" not in summary
+    assert "TriLM 128x4       853k: loss 4.1674 — below the BiLM fit up to 10× its largest model" in summary
+
+
 def _law(form: str, params: dict, inputs: dict, loss) -> LawFit:
     from trilm.scaling.fit import FitResult, predict_log
 

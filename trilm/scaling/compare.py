@@ -17,6 +17,10 @@ import numpy as np
 from trilm.scaling.bootstrap import BootstrapResult
 from trilm.scaling.fit import FitResult, get_form, predict_log
 
+EXTRAPOLATE = 10.0
+"""A fitted law is read at most this factor (one decade) beyond its data: curves are drawn that far, and a
+size matched further out is reported as beyond the reference's reach, not as a ratio."""
+
 
 def _curve_log(thetas: np.ndarray, log_x: np.ndarray) -> np.ndarray:
     return predict_log(get_form("N"), thetas, log_x[None, :])
@@ -123,6 +127,7 @@ def compare_pair(
         "reference": reference,
         "family": family,
         "search_range": [float(lo), float(hi)],
+        "reference_x_max": float(np.max(x_ref)),
         "crossings": [{"x": x, "within_data": bool(both_lo <= x <= both_hi)} for x in cross],
         "lower_family_by_range": segments,
     }
@@ -152,6 +157,7 @@ def compare_pair(
             "fitted_loss": fam_loss,
             "reference_x": ref_x,
             "ratio": ref_x / float(p["x"]),
+            "beyond_reference_data": bool(ref_x > EXTRAPOLATE * float(np.max(x_ref))),
             "reference_loss_at_x": float(fit_ref.predict(N=p["x"])),
         }
         if pairs is not None:

@@ -15,6 +15,11 @@ story the data do not. A law counts as identified only when all of these hold:
   so nothing tests it);
 - the irreducible loss E is pinned: a fit whose E collapses towards 0 (below :data:`MIN_E_FRACTION` of the
   lowest loss) is a bare power law through the points, with E not identified;
+- E lies below the lowest loss, and with a bootstrap its interval does too: a floor the lowest point already
+  reaches (within the interval) is that point, not a limit the data show. Such a law puts every lower loss of
+  another family "below anything it reaches" and says the largest model has nothing left to gain, both
+  artefacts of a decrease that flattened at the last sizes (the quickstart's FloatLM of 2026-12-02:
+  E = 4.197, interval [4.191, 4.201], against 4.1996 at its largest size);
 - its parameters lie inside the search box, not at its edge (:data:`BOX`, Hoffmann's grid of starts): an
   exponent within :data:`EDGE` of its top, a log-coefficient within :data:`EDGE` of :data:`MAX_LOG_COEF`,
   or a term too small to matter at any point, is a number the optimizer ran to, not one the data chose;
@@ -84,6 +89,13 @@ def identify(law: LawFit, unit: str = "sizes", variable: str | None = None) -> I
     if params["E"] < MIN_E_FRACTION * float(np.min(law.loss)):
         reasons.append(f"E = {params['E']:.3g} ≈ 0 (the irreducible loss is not identified)")
     reasons += edge_reasons(form, params, law.inputs, law.loss)
+    lowest = int(np.argmin(law.loss))
+    low, low_label = float(law.loss[lowest]), law.labels[lowest]
+    if params["E"] >= low:
+        reasons.append(
+            f"E = {params['E']:.4g} is not below the lowest loss, {low:.4f} ({low_label}):"
+            " the data show no floor"
+        )
     x = law.inputs[form.variables[0]]
     distinct = np.unique(x).size
     if len(form.variables) == 1:
@@ -111,6 +123,13 @@ def identify(law: LawFit, unit: str = "sizes", variable: str | None = None) -> I
                 reasons.append(f"zero-width {cell} (every usable resample is the same data)")
             elif lo <= MIN_EXPONENT:
                 reasons.append(f"{int(boot.level * 100)}% {cell} reaches 0")
+        e_lo, e_hi = summary["E"]["lo"], summary["E"]["hi"]
+        if params["E"] < low <= e_hi and not exact:
+            reasons.append(
+                f"the {int(boot.level * 100)}% E interval [{e_lo:.4g}, {e_hi:.4g}] reaches the lowest loss,"
+                f" {low:.4f} ({low_label}): the data do not show the loss levelling off below that point,"
+                " so E is that point's loss, not a floor"
+            )
     return Identification(not reasons, tuple(dict.fromkeys(reasons)))
 
 

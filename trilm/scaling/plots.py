@@ -25,6 +25,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from trilm.families import display_name
+from trilm.scaling.compare import EXTRAPOLATE
 from trilm.scaling.table import family_kind
 
 if TYPE_CHECKING:
@@ -34,8 +35,6 @@ KIND_COLORS = {"floatlm": "tab:blue", "trilm": "tab:red", "bilm": "tab:green"}
 OTHER_COLORS = ["tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan", "tab:gray", "tab:orange"]
 MARGIN = 0.06
 """Share of the data's span (log span on log axes) added on each side."""
-EXTRAPOLATE = 10.0
-"""A fitted curve goes at most this factor (one decade) beyond its data."""
 EVENT_STYLE = {
     "warmup_end": ("warm-up ends", ":"),
     "cooldown_start": ("cooldown starts", "--"),

@@ -169,9 +169,12 @@ def _comparison(c: dict[str, Any]) -> list[str]:
     for m in c["matches"]:
         interval = m.get("reference_x_interval")
         cell = f"[{fmt(interval[0])}, {fmt(interval[1])}]" if interval else "–"
+        ratio = fmt(m["ratio"], 3)
+        if m.get("beyond_reference_data"):
+            ratio += " (beyond one decade of the data: not a reading of the fit)"
         lines.append(
             f"| {m['size']} | {fmt(m['x'])} | {fmt(m['loss'])} | {fmt(m['fitted_loss'])} |"
-            f" {fmt(m['reference_loss_at_x'])} | {fmt(m['reference_x'])} | {fmt(m['ratio'], 3)} | {cell} |"
+            f" {fmt(m['reference_loss_at_x'])} | {fmt(m['reference_x'])} | {ratio} | {cell} |"
         )
     if c["axis"] == "params" and c.get("gaps"):
         lines += ["", *_gap_lines(c, fam, ref)]

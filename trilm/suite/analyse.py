@@ -312,7 +312,11 @@ def _signed(value: float) -> str:
 
 
 def comparison_lines(report: Report) -> list[str]:
-    """What the fitted curves say, per family against the reference, at equal parameters and equal bits."""
+    """What the fitted curves say, per family against the reference, at equal parameters and equal bits.
+    A match further out than one decade beyond the reference's largest model (:data:`EXTRAPOLATE`) is not
+    read off the curve: it would be the extrapolation the plots refuse to draw."""
+    from trilm.scaling.compare import EXTRAPOLATE
+
     lines = []
     for c in report.comparisons:
         if c["axis"] == "observed":
@@ -342,13 +346,18 @@ def comparison_lines(report: Report) -> list[str]:
                 f"    fitted gap {fam}−{ref}: {g['gap'][0]:+.4f} at {si(g['x'][0])} → {g['gap'][-1]:+.4f}"
                 f" at {si(g['x'][-1])}; change {change}"
             )
+        what = "parameters" if c["axis"] == "params" else "bits"
         for m in c["matches"]:
             ratio = m["ratio"]
-            verdict = (
-                f"as good as {ref} with {ratio:.3g}× its {'parameters' if c['axis'] == 'params' else 'bits'}"
-                if ratio == ratio and ratio != float("inf")
-                else f"below any loss the {ref} fit reaches"
-            )
+            if ratio != ratio or ratio == float("inf"):
+                verdict = f"below any loss the {ref} fit reaches"
+            elif m.get("beyond_reference_data"):
+                verdict = (
+                    f"below the {ref} fit up to {EXTRAPOLATE:g}× its largest model (a match further out is"
+                    " not read off the curve)"
+                )
+            else:
+                verdict = f"as good as {ref} with {ratio:.3g}× its {what}"
             lines.append(f"    {fam} {m['size']:<8} {si(m['x']):>7}: loss {m['loss']:.4f} — {verdict}")
     return lines
 
@@ -387,10 +396,13 @@ def ordering_lines(report: Report) -> list[str]:
     return lines
 
 
-def summary_text(report: Report, after_table: list[str] | None = None) -> str:
+def summary_text(
+    report: Report, after_table: list[str] | None = None, comparison_caveat: str | None = None
+) -> str:
     """Terminal summary: final losses per size and family (with ``after_table`` right below them), whether
     they fall with size, the identified laws (or why not), the L(D) fits along each run and the
-    comparisons."""
+    comparisons (headed by ``comparison_caveat``, e.g. that this budget orders the families otherwise than
+    a longer one, so the reader meets it before the first "X is lower")."""
     lines = ["final validation loss per size (nats/token; A−B: loss of A minus loss of B)"]
     lines += [loss_table(report), *(after_table or []), *[f"  {line}" for line in ordering_lines(report)], ""]
     fits = fit_lines(report)
@@ -405,7 +417,9 @@ def summary_text(report: Report, after_table: list[str] | None = None) -> str:
         lines += ["", runs[0], *[f"  {line}" for text in runs[1:] for line in text.splitlines()]]
     comp = comparison_lines(report)
     if comp:
-        lines += ["", "family comparison (fitted curves):", *[f"  {c}" for c in comp]]
+        lines += ["", "family comparison (fitted curves):"]
+        lines += [f"  note: {comparison_caveat}"] if comparison_caveat else []
+        lines += [f"  {c}" for c in comp]
     return "\n".join(lines)
 
 
