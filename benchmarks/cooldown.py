@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import CHECKOUT, write_result
+from benchmarks.cooldown_diagnosis import alternatives, bound, markdown, size_gaps
+from benchmarks.cooldown_diagnosis import finals as _finals
 
 OUT = CHECKOUT / "docs" / "results" / "cooldown"
 LADDER_TABLE = CHECKOUT / "docs" / "results" / "ladder" / "analysis" / "results.csv"
@@ -59,15 +61,6 @@ def run(args: argparse.Namespace) -> None:
     _trilm("suite", "cooldown", SUITE, "--jobs", jobs)
     _trilm("suite", "launch", FRESH, "--local", "--jobs", jobs)
     print(f"cooldown experiment trained in {time.time() - start:,.0f} s (runs already finished are skipped)")
-
-
-def _finals(rows: list) -> dict[str, Any]:
-    """The last checkpoint of every run in ``rows``."""
-    last: dict[str, Any] = {}
-    for r in rows:
-        if r.run not in last or r.step > last[r.run].step:
-            last[r.run] = r
-    return last
 
 
 def _loss_at(rows: list, run: str, step: int) -> float | None:
@@ -323,7 +316,7 @@ def _markdown(result: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for p in preds:
-        ci = "" if not p["interval"] else f" [{p['interval'][0]:.4f}, {p['interval'][1]:.4f}]"
+        ci = "" if not p["interval"] else f" [{bound(p['interval'][0])}, {bound(p['interval'][1])}]"
         lines.append(
             f"| {p['run']} | {NAMES[p['family']]} | {p['N']:,} | {p['D']:,} | {p['kind']} |"
             f" {p['predicted']:.4f}{ci} | {p['measured']:.4f} | {p['error']:+.4f} |"
@@ -368,8 +361,11 @@ def _markdown(result: dict[str, Any]) -> str:
     ]
     for d in result["ladder_rate_drop"]:
         lines.append(f"| {d['run']} | {d['gain_before']:.4f} | {d['gain_after']:.4f} | {d['excess']:+.4f} |")
+    if "size_gaps" in result:
+        lines += ["", *markdown(result, NAMES)]
     wall = result["train_seconds"]
-    lines += ["", f"Wall time of the training (this machine, summed over runs): {wall:,.0f} s."]
+    if wall is not None:
+        lines += ["", f"Wall time of the training (this machine, summed over runs): {wall:,.0f} s."]
     return "\n".join(lines) + "\n"
 
 
@@ -385,24 +381,48 @@ def _train_seconds(run_dirs: list[Path]) -> float:
     return total
 
 
-def report(args: argparse.Namespace) -> None:
+def _tables(args: argparse.Namespace, suite, fresh, out: Path) -> tuple[list, list, float | None]:
+    """The experiment's results tables (every checkpoint of every run and branch) and its training time.
+
+    From the runs, each table is also copied beside the report (``results.csv``, ``fresh-results.csv``), so
+    ``report --from-tables`` rewrites the report from the committed tables when the runs are gone."""
+    import shutil
+
     from trilm.scaling.table import read_table
     from trilm.suite.analyse import analyse_suite
-    from trilm.suite.config import load_suite
     from trilm.suite.cooldown import cooldown_branches
 
-    suite, fresh = load_suite(SUITE), load_suite(FRESH)
+    if args.from_tables:
+        previous = out / "predictions.json"
+        seconds = json.loads(previous.read_text()).get("train_seconds") if previous.is_file() else None
+        fresh_table = out / "fresh-results.csv"
+        fresh_rows = read_table(fresh_table) if fresh_table.is_file() else []
+        return read_table(out / "results.csv"), fresh_rows, seconds
     analyse_suite(suite, bootstrap=args.bootstrap, plots=False)
-    rows = read_table(suite.root / "results.csv")
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(suite.root / "results.csv", out / "results.csv")
     fresh_rows = []
     if any((r.run_dir / "snapshots").is_dir() for r in fresh.runs):
         analyse_suite(fresh, bootstrap=0, plots=False)
+        shutil.copyfile(fresh.root / "results.csv", out / "fresh-results.csv")
         fresh_rows = read_table(fresh.root / "results.csv")
+    branches = [b.run.run_dir for b in cooldown_branches(suite) if not b.itself]
+    seconds = _train_seconds([r.run_dir for r in suite.runs + fresh.runs] + branches)
+    return read_table(out / "results.csv"), fresh_rows, seconds
+
+
+def report(args: argparse.Namespace) -> None:
+    from trilm.scaling.table import read_table
+    from trilm.suite.config import load_suite
+
+    suite, fresh = load_suite(SUITE), load_suite(FRESH)
+    out = Path(args.out)
+    rows, fresh_rows, seconds = _tables(args, suite, fresh, out)
     ladder_rows = read_table(LADDER_TABLE) if LADDER_TABLE.is_file() else []
     laws, predictions, fitted = _fit_and_predict(rows, args.bootstrap)
-    branches = [b.run.run_dir for b in cooldown_branches(suite) if not b.itself]
+    budget = max(r.tokens for r in suite.runs)
     result = {
-        "budget": max(r.tokens for r in suite.runs),
+        "budget": budget,
         "at": list(suite.config.cooldown.at),
         "fit_up_to": FIT_UP_TO,
         "target_nats": TARGET,
@@ -412,9 +432,10 @@ def report(args: argparse.Namespace) -> None:
         "fresh_comparison": _fresh_comparison(rows, fresh_rows, ladder_rows),
         "decay_stage": _decay_stage(rows, suite),
         "ladder_rate_drop": _rate_drop(ladder_rows),
-        "train_seconds": _train_seconds([r.run_dir for r in suite.runs + fresh.runs] + branches),
+        "train_seconds": seconds,
+        "size_gaps": size_gaps(rows, budget, ORDER),
+        "alternatives": alternatives(rows, budget, FIT_UP_TO, ORDER, args.alt_bootstrap),
     }
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     write_result(out / "predictions.json", result, module="benchmarks.cooldown")
     plots = _plot(fitted, predictions, out) if fitted else []
@@ -435,6 +456,14 @@ def main(argv: list[str] | None = None) -> None:
     p_rep = sub.add_parser("report", help="fit, predict and write docs/results/cooldown/")
     p_rep.add_argument("--bootstrap", type=int, default=1000)
     p_rep.add_argument("--out", default=str(OUT))
+    p_rep.add_argument(
+        "--from-tables",
+        action="store_true",
+        help="read the results tables committed beside the report instead of the runs",
+    )
+    p_rep.add_argument(
+        "--alt-bootstrap", type=int, default=200, help="bootstrap resamples of the alternative fits"
+    )
     args = parser.parse_args(argv)
     {"run": run, "report": report}[args.command](args)
 

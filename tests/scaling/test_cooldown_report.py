@@ -4,7 +4,10 @@ must pair and difference the right rows."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
+import pytest
 
 from benchmarks.cooldown import _fit_and_predict, _fresh_comparison, _rate_drop
 from trilm.scaling.table import ResultRow
@@ -72,3 +75,55 @@ def test_a_branch_is_compared_with_the_fresh_run_of_its_length_and_the_ladder_ru
     (drop,) = _rate_drop(ladder)
     assert drop["middle_step"] == 1024
     assert np.isclose(drop["gain_before"], 0.256) and np.isclose(drop["excess"], 0.0)
+
+
+def kaplan_rows() -> list[ResultRow]:
+    """Rows from Kaplan's interacting form, whose gap between sizes grows with D (what the CPU runs show)."""
+    from benchmarks.cooldown_diagnosis import kaplan_loss
+
+    theta = np.array([np.log(3.0), np.log(3e4), np.log(3e5), 0.5, 0.5])
+    rows = []
+    for size, n in SIZES.items():
+        parent = f"floatlm-{size}"
+        for at in (0.125, 0.25, 0.375, 0.5, 0.75, 1.0):
+            d = at * BUDGET
+            loss = float(kaplan_loss(theta, np.array([n]), np.array([d]))[0])
+            name, extra = (parent, {}) if at == 1.0 else (f"{parent}-cd{int(d)}", {"parent": parent})
+            rows.append(row(name, "floatlm", size, d, int(2048 * at), loss, **extra))
+    return rows
+
+
+def test_the_diagnosis_measures_the_gap_between_sizes_at_each_d():
+    from benchmarks.cooldown_diagnosis import size_gaps
+
+    additive = size_gaps(suite_rows(), BUDGET, ("floatlm",))
+    assert [g["fraction"] for g in additive] == [0.125, 0.25, 0.375, 0.5, 0.75, 1.0]
+    gaps = [g["gap_smallest_largest"] for g in additive]
+    assert np.allclose(gaps, A / SIZES["32x2"] ** ALPHA - A / SIZES["128x4"] ** ALPHA)  # one gap at every D
+    growing = [g["gap_smallest_largest"] for g in size_gaps(kaplan_rows(), BUDGET, ("floatlm",))]
+    assert all(b > a for a, b in itertools.pairwise(growing))
+
+
+def test_kaplans_form_predicts_what_the_additive_law_cannot():
+    from benchmarks.cooldown import NAMES, TARGET
+    from benchmarks.cooldown_diagnosis import alternatives, markdown, size_gaps
+
+    rows = kaplan_rows()
+    _, additive, _ = _fit_and_predict(rows, bootstrap=0)
+    alt = alternatives(rows, BUDGET, 0.5, ("floatlm",), bootstrap=12)
+    kaplan = alt["kaplan"]["floatlm"]
+    assert kaplan["points"] == 16 and kaplan["params"]["alpha"] == pytest.approx(0.5, abs=0.02)
+    ends = {p["run"]: p for p in kaplan["predictions"]}
+    assert set(ends) == {p["run"] for p in additive}
+    assert max(abs(p["error"]) for p in kaplan["predictions"]) < 1e-3  # noiseless data of its own form
+    assert max(abs(p["error"]) for p in additive) > TARGET  # the additive law misses the growing gap
+    assert "predictions" in alt["late_window"]["floatlm"]
+    result = {
+        "target_nats": TARGET,
+        "budget": BUDGET,
+        "predictions": [{**p, "family": "floatlm"} for p in additive],
+        "size_gaps": size_gaps(rows, BUDGET, ("floatlm",)),
+        "alternatives": alt,
+    }
+    text = "\n".join(markdown(result, {"floatlm": NAMES["floatlm"]}))
+    assert "| FloatLM | " in text and "8 of 8 within 0.03 nats" in text
