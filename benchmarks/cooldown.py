@@ -10,8 +10,10 @@ parameters, warmup-stable-decay at the ladder's rate), its cooldown branches (``
 the ``cooldown-fresh`` suite (fresh runs to half the budget on each family's own decaying schedule).
 ``report`` then fits L(N, D) = E + A/N^α + B/D^β per family on the branches that end at no more than half
 of the budget, and predicts what it never saw: each WSD run's own end at the full budget (and the branches
-at ¾). Held-out means held out of the fit; the runs' ends share their training up to the last branch point
-with the fitted branches, which is what the method sells (one run per size gives the whole grid).
+at ¾), and the CPU ladder's runs of the same budget and rate, trained separately on each family's own
+decaying schedule. Held-out means held out of the fit; the runs' ends share their training up to the last
+branch point with the fitted branches, which is what the method sells (one run per size gives the whole
+grid); the ladder's runs share nothing with them.
 
 It also compares, at equal compute, a cooldown branch with a fresh run of the same length on the family's
 own schedule (Hägele et al. 2024 report that they match), the WSD runs' ends with the CPU ladder's fresh
@@ -121,6 +123,42 @@ def _fit_and_predict(rows: list, bootstrap: int) -> tuple[dict[str, Any], list[d
                 }
             )
     return laws, predictions, fitted
+
+
+def _ladder_finals(ladder_rows: list, budget: float) -> list:
+    """The final checkpoints of the CPU ladder's runs at the suite's rate and budget, by family and size."""
+    last = [r for n, r in _finals(ladder_rows).items() if n.endswith(f"-{LADDER_RATE}")]
+    return sorted(
+        (r for r in last if abs(r.tokens - budget) <= 1), key=lambda r: (r.family, r.nonembedding_params)
+    )
+
+
+def _predict_separate(fitted: dict, ladder_rows: list, budget: float) -> list[dict[str, Any]]:
+    """The CPU ladder's runs at the suite's rate and budget, trained separately on each family's own decaying
+    schedule (docs/results/ladder/): what the law fitted on WSD branches predicts for them."""
+    from trilm.scaling.nd import predict
+
+    out = []
+    for r in _ladder_finals(ladder_rows, budget):
+        if r.family not in fitted:
+            continue
+        p = predict(fitted[r.family][0], r.nonembedding_params, r.tokens)
+        out.append(
+            {
+                "run": r.run,
+                "family": r.family,
+                "size": r.size,
+                "N": r.nonembedding_params,
+                "D": int(r.tokens),
+                "kind": "separate run (CPU ladder, own schedule)",
+                "predicted": p.predicted,
+                "interval": None if p.lo is None else [p.lo, p.hi],
+                "measured": r.loss,
+                "error": p.predicted - r.loss,
+                "inside_interval": p.contains(r.loss),
+            }
+        )
+    return out
 
 
 def _fresh_comparison(rows: list, fresh_rows: list, ladder_rows: list) -> list[dict[str, Any]]:
@@ -287,7 +325,8 @@ def _markdown(result: dict[str, Any]) -> str:
         f"WSD runs of {result['budget']:,} tokens at four sizes per family; cooldown branches (1-sqrt over"
         f" the last 20 % of each branch) at {', '.join(str(a) for a in result['at'])} of the budget. The fit"
         f" uses the branches that end at ≤ {FIT_UP_TO:g} of the budget; the predictions are for what it"
-        " never saw.",
+        " never saw: the branches at ¾, the WSD runs' own ends, and the CPU ladder's runs of the same budget"
+        " and peak rate, trained separately on each family's own decaying schedule.",
         "",
         "## Fits (approach 3, Huber in log space, bootstrap by lineage)",
         "",
@@ -421,6 +460,7 @@ def report(args: argparse.Namespace) -> None:
     ladder_rows = read_table(LADDER_TABLE) if LADDER_TABLE.is_file() else []
     laws, predictions, fitted = _fit_and_predict(rows, args.bootstrap)
     budget = max(r.tokens for r in suite.runs)
+    predictions += _predict_separate(fitted, ladder_rows, budget)
     result = {
         "budget": budget,
         "at": list(suite.config.cooldown.at),
@@ -434,7 +474,9 @@ def report(args: argparse.Namespace) -> None:
         "ladder_rate_drop": _rate_drop(ladder_rows),
         "train_seconds": seconds,
         "size_gaps": size_gaps(rows, budget, ORDER),
-        "alternatives": alternatives(rows, budget, FIT_UP_TO, ORDER, args.alt_bootstrap),
+        "alternatives": alternatives(
+            rows, budget, FIT_UP_TO, ORDER, args.alt_bootstrap, tuple(_ladder_finals(ladder_rows, budget))
+        ),
     }
     out.mkdir(parents=True, exist_ok=True)
     write_result(out / "predictions.json", result, module="benchmarks.cooldown")

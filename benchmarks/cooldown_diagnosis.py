@@ -149,10 +149,16 @@ def predict_kaplan(fit: dict[str, Any], n: float, d: float, level: float = 0.95)
 
 
 def alternatives(
-    rows: list, budget: float, fit_up_to: float, order: tuple[str, ...], bootstrap: int
+    rows: list,
+    budget: float,
+    fit_up_to: float,
+    order: tuple[str, ...],
+    bootstrap: int,
+    separate: tuple = (),
 ) -> dict[str, Any]:
     """The additive form on the later window and Kaplan's form on the main fit's points, each predicting the
-    same held-out rows as the main fit: per family the parameters and per held-out row the prediction."""
+    same held-out rows as the main fit (``rows``' held-out ends and the ``separate`` runs' finals): per
+    family the parameters and per held-out row the prediction."""
     from trilm.scaling.analyze import branch_parent, lineage
     from trilm.scaling.fit import FitError
     from trilm.scaling.nd import fit_nd, predict
@@ -163,6 +169,7 @@ def alternatives(
         fam = [r for r in last.values() if r.family == family]
         points = [r for r in fam if branch_parent(r) and r.tokens <= fit_up_to * budget + 1]
         held = sorted((r for r in fam if r not in points), key=lambda r: (r.nonembedding_params, r.tokens))
+        held += [r for r in separate if r.family == family]
         if len(points) < 6:
             continue
         late = [r for r in points if r.tokens >= LATE_WINDOW * budget - 1]

@@ -77,6 +77,25 @@ def test_a_branch_is_compared_with_the_fresh_run_of_its_length_and_the_ladder_ru
     assert np.isclose(drop["gain_before"], 0.256) and np.isclose(drop["excess"], 0.0)
 
 
+def test_the_ladders_separately_trained_runs_of_the_same_budget_are_predicted_too():
+    from benchmarks.cooldown import _predict_separate
+
+    _, _, fitted = _fit_and_predict(suite_rows(), bootstrap=0)
+    name = "floatlm-128x4-lr0.004"
+    n = SIZES["128x4"]
+    ladder = [
+        row(name, "floatlm", "128x4", 1024 * 1024, 1024, 4.0),
+        row(name, "floatlm", "128x4", BUDGET, 2048, 3.5),
+    ]
+    ladder += [row("floatlm-128x4-lr0.002", "floatlm", "128x4", BUDGET, 2048, 3.6)]  # another rate: not this
+    ladder += [row("trilm-128x4-lr0.004", "trilm", "128x4", BUDGET, 2048, 3.6)]  # a family without a fit
+    (p,) = _predict_separate(fitted, ladder, BUDGET)
+    assert p["run"] == name and p["D"] == BUDGET and p["measured"] == 3.5 and p["kind"].startswith("separate")
+    assert np.isclose(p["predicted"], law(n, BUDGET), atol=1e-3) and np.isclose(
+        p["error"], p["predicted"] - 3.5
+    )
+
+
 def kaplan_rows() -> list[ResultRow]:
     """Rows from Kaplan's interacting form, whose gap between sizes grows with D (what the CPU runs show)."""
     from benchmarks.cooldown_diagnosis import kaplan_loss
