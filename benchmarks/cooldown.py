@@ -34,7 +34,14 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import CHECKOUT, write_result
-from benchmarks.cooldown_diagnosis import alternatives, bound, markdown, size_gaps
+from benchmarks.cooldown_diagnosis import (
+    alternatives,
+    bound,
+    markdown,
+    rerun_differences,
+    rerun_markdown,
+    size_gaps,
+)
 from benchmarks.cooldown_diagnosis import finals as _finals
 
 OUT = CHECKOUT / "docs" / "results" / "cooldown"
@@ -402,6 +409,8 @@ def _markdown(result: dict[str, Any]) -> str:
         lines.append(f"| {d['run']} | {d['gain_before']:.4f} | {d['gain_after']:.4f} | {d['excess']:+.4f} |")
     if "size_gaps" in result:
         lines += ["", *markdown(result, NAMES)]
+    if result.get("rerun"):
+        lines += ["", *rerun_markdown(result["rerun"], _earlier())]
     wall = result["train_seconds"]
     if wall is not None:
         lines += ["", f"Wall time of the training (this machine, summed over runs): {wall:,.0f} s."]
@@ -418,6 +427,14 @@ def _train_seconds(run_dirs: list[Path]) -> float:
         if times:
             total += max(times) - min(times)
     return total
+
+
+EARLIER = OUT / "earlier-session-predictions.json"
+"""This report as an earlier session's run of the experiment wrote it (same configs and seeds)."""
+
+
+def _earlier() -> dict[str, Any]:
+    return json.loads(EARLIER.read_text()) if EARLIER.is_file() else {}
 
 
 def _tables(args: argparse.Namespace, suite, fresh, out: Path) -> tuple[list, list, float | None]:
@@ -461,6 +478,7 @@ def report(args: argparse.Namespace) -> None:
     laws, predictions, fitted = _fit_and_predict(rows, args.bootstrap)
     budget = max(r.tokens for r in suite.runs)
     predictions += _predict_separate(fitted, ladder_rows, budget)
+    rerun = rerun_differences(predictions, _earlier()) if out == OUT else []
     result = {
         "budget": budget,
         "at": list(suite.config.cooldown.at),
@@ -473,6 +491,7 @@ def report(args: argparse.Namespace) -> None:
         "decay_stage": _decay_stage(rows, suite),
         "ladder_rate_drop": _rate_drop(ladder_rows),
         "train_seconds": seconds,
+        "rerun": rerun,
         "size_gaps": size_gaps(rows, budget, ORDER),
         "alternatives": alternatives(
             rows, budget, FIT_UP_TO, ORDER, args.alt_bootstrap, tuple(_ladder_finals(ladder_rows, budget))

@@ -292,3 +292,38 @@ def markdown(result: dict[str, Any], names: dict[str, str]) -> list[str]:
                 f" {q['error']:+.4f} |"
             )
     return lines
+
+
+def rerun_differences(predictions: list[dict[str, Any]], earlier: dict[str, Any]) -> list[dict[str, Any]]:
+    """The same held-out runs measured in an earlier session's run of this experiment (same configs and seeds;
+    another machine of the same kind, so other summation orders): how far a loss moves when nothing but the
+    floating-point path changes. The 0.03-nat target is meaningful only above that."""
+    before = {p["run"]: p["measured"] for p in earlier.get("predictions", [])}
+    return [
+        {"run": p["run"], "family": p["family"], "now": p["measured"], "earlier": before[p["run"]],
+         "difference": p["measured"] - before[p["run"]]}
+        for p in predictions
+        if p["run"] in before
+    ]  # fmt: skip
+
+
+def rerun_markdown(diffs: list[dict[str, Any]], earlier: dict[str, Any]) -> list[str]:
+    if not diffs:
+        return []
+    worst = max(diffs, key=lambda d: abs(d["difference"]))
+    rms = float(np.sqrt(np.mean([d["difference"] ** 2 for d in diffs])))
+    lines = [
+        "## The same runs, trained again",
+        "",
+        "An earlier session ran this experiment with the same code, configs and seeds on another machine of"
+        f" the same kind ({earlier.get('date', '?')[:10]}; its report: `earlier-session-predictions.json`)."
+        f" Over the {len(diffs)} held-out runs both measured, the losses differ by {rms:.4f} nats RMS, at"
+        f" most {worst['difference']:+.4f} ({worst['run']}). Nothing but the machine changed, so that much"
+        " is the noise of the floating-point path (summation order), and no law can predict one run closer.",
+        "",
+        "| run | this session | earlier session | difference |",
+        "|---|---|---|---|",
+    ]
+    for d in diffs:
+        lines.append(f"| {d['run']} | {d['now']:.4f} | {d['earlier']:.4f} | {d['difference']:+.4f} |")
+    return lines

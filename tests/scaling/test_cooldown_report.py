@@ -146,3 +146,15 @@ def test_kaplans_form_predicts_what_the_additive_law_cannot():
     }
     text = "\n".join(markdown(result, {"floatlm": NAMES["floatlm"]}))
     assert "| FloatLM | " in text and "8 of 8 within 0.03 nats" in text
+
+
+def test_an_earlier_sessions_measurements_of_the_same_runs_are_paired_by_name():
+    from benchmarks.cooldown_diagnosis import rerun_differences, rerun_markdown
+
+    now = [{"run": "trilm-128x4", "family": "trilm", "measured": 3.5549}, {"run": "new", "measured": 1.0}]
+    earlier = {"date": "2026-12-03T17:14:06", "predictions": [{"run": "trilm-128x4", "measured": 3.5888}]}
+    (d,) = rerun_differences(now, earlier)
+    assert d["run"] == "trilm-128x4" and np.isclose(d["difference"], 3.5549 - 3.5888)
+    text = "\n".join(rerun_markdown([d], earlier))
+    assert "at most -0.0339 (trilm-128x4)" in text and "2026-12-03" in text
+    assert rerun_markdown([], earlier) == []
