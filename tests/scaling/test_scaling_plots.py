@@ -170,3 +170,17 @@ def test_the_nd_plot_extrapolates_at_most_one_decade(tmp_path):
     d = fitted.inputs["D"]
     assert ax.get_xlim()[1] <= d.max() * plots.EXTRAPOLATE * 1.6
     _within(ax.get_ylim(), [*fitted.loss, 2.0], log=False)
+
+
+def test_a_loss_under_the_reference_floor_is_said_with_the_floor_and_its_interval():
+    """The quickstart of 2026-12-03: BiLM's L(N) floor E = 4.184 and TriLM 128x4 at 4.1604. "Below any loss
+    the BiLM fit reaches" claimed more than an E with an interval can carry."""
+    from trilm.suite.analyse import _below_floor
+
+    wide = {"reference_E": 4.184, "reference_E_interval": [4.150, 4.200], "level": 0.95}
+    assert _below_floor("BiLM", 4.1604, wide) == (
+        "below the BiLM fit's floor E = 4.1840, but inside its 95% interval [4.1500, 4.2000]: not settled"
+    )
+    tight = {**wide, "reference_E_interval": [4.170, 4.195]}
+    assert _below_floor("BiLM", 4.1604, tight).endswith("and its 95% interval [4.1700, 4.1950]")
+    assert _below_floor("BiLM", 4.1604, {"reference_E": 4.184}) == "below the BiLM fit's floor E = 4.1840"

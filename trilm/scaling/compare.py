@@ -128,9 +128,14 @@ def compare_pair(
         "family": family,
         "search_range": [float(lo), float(hi)],
         "reference_x_max": float(np.max(x_ref)),
+        "reference_E": float(fit_ref.params["E"]),
         "crossings": [{"x": x, "within_data": bool(both_lo <= x <= both_hi)} for x in cross],
         "lower_family_by_range": segments,
     }
+    if boot_ref is not None:
+        e = boot_ref.summary()["E"]
+        out["reference_E_interval"] = [e["lo"], e["hi"]]
+        out["level"] = boot_ref.level
     pairs = _paired(boot_fam, boot_ref)
     if pairs is not None:
         th_fam, th_ref = pairs

@@ -311,6 +311,18 @@ def _signed(value: float) -> str:
     return f"{value:+.4f}" if abs(value) < 100 else f"{value:+.2e}"
 
 
+def _below_floor(ref: str, loss: float, c: dict) -> str:
+    """A loss under the reference fit's floor E: said with E and its interval, and not as a finding when the
+    interval reaches the loss (the floor is then not known well enough to be beaten)."""
+    text = f"below the {ref} fit's floor E = {c['reference_E']:.4f}"
+    if "reference_E_interval" not in c:
+        return text
+    (lo, hi), level = c["reference_E_interval"], int(100 * c.get("level", 0.95))
+    if loss >= lo:
+        return f"{text}, but inside its {level}% interval [{lo:.4f}, {hi:.4f}]: not settled"
+    return f"{text} and its {level}% interval [{lo:.4f}, {hi:.4f}]"
+
+
 def comparison_lines(report: Report) -> list[str]:
     """What the fitted curves say, per family against the reference, at equal parameters and equal bits.
     A match further out than one decade beyond the reference's largest model (:data:`EXTRAPOLATE`) is not
@@ -350,7 +362,7 @@ def comparison_lines(report: Report) -> list[str]:
         for m in c["matches"]:
             ratio = m["ratio"]
             if ratio != ratio or ratio == float("inf"):
-                verdict = f"below any loss the {ref} fit reaches"
+                verdict = _below_floor(ref, m["loss"], c)
             elif m.get("beyond_reference_data"):
                 verdict = (
                     f"below the {ref} fit up to {EXTRAPOLATE:g}× its largest model (a match further out is"
