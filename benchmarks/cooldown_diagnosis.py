@@ -120,7 +120,7 @@ def fit_kaplan(points: list, units: list[str], bootstrap: int, seed: int = 0) ->
         w = np.array([counts[names.index(u)] for u in units], float)
         if np.count_nonzero(counts) < 2:
             continue
-        t = _fit_kaplan_once(n, d, loss, w, [theta, *_grid(loss)[::24]])
+        t = _fit_kaplan_once(n, d, loss, w, [theta, *_grid(loss)[::36]])
         if t is not None:
             samples.append(t)
     return {
