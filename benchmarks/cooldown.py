@@ -38,6 +38,7 @@ from benchmarks.cooldown_diagnosis import (
     alternatives,
     bound,
     markdown,
+    prediction_row,
     rerun_differences,
     rerun_markdown,
     size_gaps,
@@ -114,22 +115,14 @@ def _fit_and_predict(rows: list, bootstrap: int) -> tuple[dict[str, Any], list[d
         }
         for r in sorted(held, key=lambda r: (r.nonembedding_params, r.tokens)):
             p = predict(law, r.nonembedding_params, r.tokens)
-            predictions.append(
-                {
-                    "run": r.run,
-                    "family": family,
-                    "size": r.size,
-                    "N": r.nonembedding_params,
-                    "D": int(r.tokens),
-                    "kind": "run end (full budget)" if not branch_parent(r) else "branch",
-                    "predicted": p.predicted,
-                    "interval": None if p.lo is None else [p.lo, p.hi],
-                    "measured": r.loss,
-                    "error": p.predicted - r.loss,
-                    "inside_interval": p.contains(r.loss),
-                }
-            )
+            kind = "run end (full budget)" if not branch_parent(r) else "branch"
+            predictions.append(_prediction(r, kind, p.predicted, None if p.lo is None else [p.lo, p.hi]))
     return laws, predictions, fitted
+
+
+def _prediction(r, kind: str, predicted: float, interval: list[float] | None) -> dict[str, Any]:
+    """One held-out row of the report: what the law said for run ``r`` and what was measured."""
+    return {"family": r.family, "size": r.size, "kind": kind, **prediction_row(r, predicted, interval)}
 
 
 def _ladder_finals(ladder_rows: list, budget: float) -> list:
@@ -150,21 +143,8 @@ def _predict_separate(fitted: dict, ladder_rows: list, budget: float) -> list[di
         if r.family not in fitted:
             continue
         p = predict(fitted[r.family][0], r.nonembedding_params, r.tokens)
-        out.append(
-            {
-                "run": r.run,
-                "family": r.family,
-                "size": r.size,
-                "N": r.nonembedding_params,
-                "D": int(r.tokens),
-                "kind": "separate run (CPU ladder, own schedule)",
-                "predicted": p.predicted,
-                "interval": None if p.lo is None else [p.lo, p.hi],
-                "measured": r.loss,
-                "error": p.predicted - r.loss,
-                "inside_interval": p.contains(r.loss),
-            }
-        )
+        interval = None if p.lo is None else [p.lo, p.hi]
+        out.append(_prediction(r, "separate run (CPU ladder, own schedule)", p.predicted, interval))
     return out
 
 

@@ -181,7 +181,8 @@ def alternatives(
             entry["predictions"] = []
             for r in held:
                 p = predict(law, r.nonembedding_params, r.tokens)
-                entry["predictions"].append(_row(r, p.predicted, None if p.lo is None else [p.lo, p.hi]))
+                interval = None if p.lo is None else [p.lo, p.hi]
+                entry["predictions"].append(prediction_row(r, p.predicted, interval))
         except FitError as exc:
             entry["error"] = str(exc)
         out["late_window"][family] = entry
@@ -192,7 +193,7 @@ def alternatives(
         preds = []
         for r in held:
             p = predict_kaplan(kap, r.nonembedding_params, r.tokens)
-            preds.append(_row(r, p["predicted"], p["interval"]))
+            preds.append(prediction_row(r, p["predicted"], p["interval"]))
         out["kaplan"][family] = {
             "points": len(points),
             "params": kap["params"],
@@ -203,7 +204,8 @@ def alternatives(
     return out
 
 
-def _row(r, predicted: float, interval: list[float] | None) -> dict[str, Any]:
+def prediction_row(r, predicted: float, interval: list[float] | None) -> dict[str, Any]:
+    """A prediction for run ``r`` beside its measured loss: the error, and whether the interval holds it."""
     inside = None if interval is None else bool(interval[0] <= r.loss <= interval[1])
     return {
         "run": r.run,

@@ -153,10 +153,7 @@ def run(args) -> int:
         if differ
         else None
     )
-    text = summary_text(result.report, after_table=after if checks else [], comparison_caveat=caveat)
-    print(text)
-    if caveat and f"note: {caveat}" not in text:
-        print(f"  note: {caveat}")
+    print(summary_text(result.report, after_table=after if checks else [], comparison_caveat=caveat))
     print(f"\nreport {result.summary_file}, {result.out_dir / 'report.md'}; plots in {result.out_dir}")
     print(f"the same story at five sizes and 4x the tokens, with its pilots: {LADDER}")
     runs = " ".join(str(r.run_dir) for r in suite.runs)

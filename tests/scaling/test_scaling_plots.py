@@ -83,6 +83,8 @@ def test_the_quickstart_floatlm_law_whose_floor_is_its_last_point_is_not_a_law(r
     assert "FloatLM  L(N_nonemb) = " not in summary
     heading = summary.splitlines().index("family comparison (fitted curves):")
     assert summary.splitlines()[heading + 1] == "  note: this budget orders the families otherwise"
+    bare = summary_text(dataclasses.replace(report, comparisons=[]), comparison_caveat="this budget")
+    assert bare.splitlines()[-1] == "note: this budget"  # no comparison to head: the caveat still prints
     # 154× BiLM's parameters, as the fit would say, lies beyond one decade of BiLM's data: not read off
     assert "154×" not in summary
     assert "TriLM 128x4       853k: loss 4.1674 — below the BiLM fit up to 10× its largest model" in summary

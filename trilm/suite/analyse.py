@@ -432,6 +432,8 @@ def summary_text(
         lines += ["", "family comparison (fitted curves):"]
         lines += [f"  note: {comparison_caveat}"] if comparison_caveat else []
         lines += [f"  {c}" for c in comp]
+    elif comparison_caveat:
+        lines += ["", f"note: {comparison_caveat}"]
     return "\n".join(lines)
 
 
