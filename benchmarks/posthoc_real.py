@@ -180,6 +180,14 @@ def evaluate(path: Path, args, env: dict[str, str], log: Path) -> dict:
     return {"ppl": data["ppl"], "tokens": data["tokens"], "eval_s": seconds, "eval_load": [before, after]}
 
 
+def outside_checkout(env: dict[str, str]) -> dict[str, str]:
+    """``env`` without the checkout on the path: its top-level ``kernels/`` source folder would shadow Hugging
+    Face's ``kernels`` distribution, which transformers probes for (trilm installs that folder as
+    ``trilm.kernels``; the llmcompressor environment has no trilm)."""
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != ROOT]
+    return {**env, "PYTHONPATH": os.pathsep.join(paths)}
+
+
 def llmcompressor_row(spec: dict, snapshot: Path, out: Path, args, env: dict[str, str], log: Path) -> dict:
     """llmcompressor's GPTQ in its own environment, on trilm's calibration windows (see the module there)."""
     import torch
@@ -191,9 +199,11 @@ def llmcompressor_row(spec: dict, snapshot: Path, out: Path, args, env: dict[str
     python = Path(args.llmcompressor_python)
     if not python.is_file():
         raise SystemExit(
-            f"{python}: no interpreter with llmcompressor (make one: python -m venv --system-site-packages "
-            "DIR; DIR/bin/pip install --no-deps llmcompressor==0.14.0.1 compressed-tensors==0.19.0 loguru "
-            "transformers==5.17.0; pip install httpx 'huggingface-hub<2')"
+            f"{python}: no interpreter with llmcompressor. Make one that sees trilm's environment for torch "
+            "and the rest: python -m venv DIR; DIR/bin/pip install --no-deps llmcompressor==0.14.0.1 "
+            "compressed-tensors==0.19.0 loguru transformers==5.17.0; DIR/bin/pip install httpx "
+            "'huggingface-hub<2'; put the path of trilm's site-packages in "
+            "DIR/lib/python3.11/site-packages/zz-trilm.pth"
         )
     hf = work / "hf-float32"
     if not (hf / "COMPLETE").is_file():
@@ -210,8 +220,7 @@ def llmcompressor_row(spec: dict, snapshot: Path, out: Path, args, env: dict[str
         torch.save(load_calibration(cfg, open_model(snapshot).tokenizer.tokenizer).windows, windows)
     argv = [
         str(python),
-        "-m",
-        "benchmarks.posthoc_real_llmcompressor",
+        str(ROOT / "benchmarks" / "posthoc_real_llmcompressor.py"),
         "--hf",
         str(hf),
         "--windows",
@@ -222,7 +231,7 @@ def llmcompressor_row(spec: dict, snapshot: Path, out: Path, args, env: dict[str
     with open(log, "w") as fh:
         fh.write("$ " + shlex.join(argv) + "\n")
         fh.flush()
-        rc = subprocess.call(argv, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        rc = subprocess.call(argv, stdout=fh, stderr=subprocess.STDOUT, env=outside_checkout(env), cwd=work)
     if rc != 0:
         raise SystemExit(f"llmcompressor failed (exit {rc}); see {log}")
     timing = json.loads((out / "timing.json").read_text())
@@ -299,6 +308,9 @@ def write_report(results: dict[str, dict], args, out_dir: Path, planned: list[st
         "rows": results,
         "missing": [name for name in planned or [] if name not in results],
     }
+    for key, name in (("llama_cpp", "llama-cpp.json"), ("serve_chat", "serve-chat.json")):
+        if (out_dir / name).is_file():
+            payload[key] = json.loads((out_dir / name).read_text())
     path = write_result(out_dir / "results.json", payload, module=__spec__.name, indent=2)
     (out_dir / "report.md").write_text(render(json.loads(path.read_text())))
 

@@ -74,6 +74,44 @@ def verdicts(rows: dict) -> list[tuple[str, str, str]]:
     return out
 
 
+def _out_again(payload: dict) -> list[str]:
+    """The exported model in llama.cpp and the served chat, from the files their benchmarks write beside the
+    report (``benchmarks/real_llama_cpp.py``, ``benchmarks/real_serve_chat.py``)."""
+    lines: list[str] = []
+    cpp = payload.get("llama_cpp")
+    if cpp:
+        logits, nll, chat = cpp["logits"], cpp["mean_nll"], cpp["chat"]
+        lines += [
+            "",
+            f"## Out again: `{cpp['model']}` exported to GGUF ({cpp['gguf']['type']}) and run by llama.cpp",
+            "",
+            f"`{cpp['command']}` (llama-cpp-python {cpp['llama_cpp_python']}), "
+            f"{cpp['tokens_compared']} tokens of the held-out text:",
+            "",
+            f"- logits: max |Δ| {logits['max_abs_delta']:.4f} against a largest logit of "
+            f"{logits['max_abs_logit']:.1f}; top-1 agreement {logits['top1_agreement']:.2%};",
+            f"- mean NLL: trilm {nll['trilm']:.4f}, llama.cpp {nll['llama.cpp']:.4f};",
+            f"- tokenization equal to the model's own on every probe: {cpp['tokenization']['all_equal']};",
+            f"- greedy chat reply (same tokens: {chat['same_tokens']}): trilm {chat['trilm']!r}, "
+            f"llama.cpp {chat['llama.cpp']!r}.",
+        ]
+    served = payload.get("serve_chat")
+    if served:
+        lines += [
+            "",
+            "## Out again: served by `trilm serve` on `/v1/chat/completions`",
+            "",
+            f"`{served['server']}`:",
+            "",
+        ]
+        for exchange in served["exchanges"]:
+            asked = exchange["request"]["messages"][-1]["content"]
+            reply = exchange["reply"]["choices"][0]
+            text = reply["message"]["content"].replace("\n", " ").strip()
+            lines.append(f"- {asked!r} → {text!r} ({reply['finish_reason']}, {exchange['seconds']:.1f} s)")
+    return lines
+
+
 def render(payload: dict) -> str:
     rows = payload["rows"]
     settings = payload["settings"]
@@ -129,6 +167,7 @@ def render(payload: dict) -> str:
             lines.append(f"| W{b} g64 | {_fmt(t['ppl'])} | {_fmt(lc['ppl'])} | {ts:.0f} | {ls:.0f} |")
     lines += ["", "## The seeds' claims on this model", "", "| claim | verdict | numbers |", "|---|---|---|"]
     lines += [f"| {c} | **{v}** | {n} |" for c, v, n in verdicts(rows)]
+    lines += _out_again(payload)
     missing = payload.get("missing") or []
     if missing:
         lines += [

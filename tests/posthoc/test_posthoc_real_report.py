@@ -1,0 +1,83 @@
+"""The real-model evidence report (benchmarks/posthoc_real_report.py): its verdicts come from the rows, so a
+claim that a row contradicts reads *fails*, and one without its rows reads *not measured*."""
+
+from __future__ import annotations
+
+from benchmarks.posthoc_real_report import render, verdicts
+
+
+def _row(ppl: float, paper: float | None = None, **extra) -> dict:
+    return {"ppl": ppl, "bits": {"stored": paper, "paper": paper}, "seconds": 1.0, "eval_s": 1.0, **extra}
+
+
+def _verdict(rows: dict, claim_start: str) -> str:
+    return next(v for claim, v, _ in verdicts(rows) if claim.startswith(claim_start))
+
+
+def test_verdicts_follow_the_numbers():
+    rows = {
+        "rtn-w3": _row(40.0),
+        "gptq-w3": _row(30.0),
+        "rtn-w2": _row(100.0),
+        "gptq-w2": _row(120.0),
+        "omniquant-w3": _row(30.0),
+        "naive-1bit": _row(1000.0),
+        "pbllm": _row(600.0),
+        "billm": _row(300.0, 1.06),
+        "stbllm-6:8": _row(400.0, 0.8),
+        "magnitude-keep0.9": _row(20.0, params={"before": 10, "after": 9}),
+        "pg-keep0.9": _row(25.0, params={"before": 10, "after": 9}),
+    }
+    assert _verdict(rows, "GPTQ < RTN at W3") == "holds"
+    assert _verdict(rows, "GPTQ < RTN at W2") == "fails"
+    assert _verdict(rows, "OmniQuant ≤ GPTQ at W3") == "holds"  # equal counts as ≤
+    assert _verdict(rows, "OmniQuant ≤ GPTQ at W2") == "not measured"
+    assert _verdict(rows, "PB-LLM far below") == "fails"  # 600 is not under half of 1000
+    assert _verdict(rows, "BiLLM far below") == "holds"
+    assert _verdict(rows, "STBLLM 6:8 near BiLLM") == "holds"  # 400 <= 1.5 x 300, 0.8 < 1.06 bits
+    assert _verdict(rows, "policy-gradient ≤ magnitude pruning at keep 0.9") == "fails"
+    rows["stbllm-6:8"] = _row(400.0, 1.2)
+    assert _verdict(rows, "STBLLM 6:8 near BiLLM") == "fails"  # more bits than BiLLM
+
+
+def test_report_shows_the_export_in_llama_cpp_and_the_served_chat():
+    payload = {
+        "model": "m.gguf",
+        "settings": {
+            "eval_tokens": 8192,
+            "seq_len": 1024,
+            "calib_samples": 32,
+            "calib_seq_len": 512,
+            "omni_epochs": 5,
+            "pg_steps": 60,
+            "threads": 1,
+        },
+        "device": {"cpus": 2},
+        "rows": {"float": _row(13.2, 32.0), "gptq-w4": _row(16.3, 4.3)},
+        "missing": ["rtn-w4"],
+        "llama_cpp": {
+            "command": "python -m benchmarks.real_llama_cpp --model M",
+            "model": "gptq-w4",
+            "gguf": {"type": "f16"},
+            "llama_cpp_python": "0.3.36",
+            "tokens_compared": 513,
+            "logits": {"max_abs_delta": 0.0123, "max_abs_logit": 30.0, "top1_agreement": 0.998},
+            "mean_nll": {"trilm": 2.81, "llama.cpp": 2.8101},
+            "tokenization": {"all_equal": True},
+            "chat": {"trilm": "Paris.", "llama.cpp": "Paris.", "same_tokens": True},
+        },
+        "serve_chat": {
+            "server": "trilm serve --model M",
+            "exchanges": [
+                {
+                    "request": {"messages": [{"role": "user", "content": "Capital of France?"}]},
+                    "reply": {"choices": [{"message": {"content": "Paris."}, "finish_reason": "stop"}]},
+                    "seconds": 1.5,
+                }
+            ],
+        },
+    }
+    text = render(payload)
+    assert "max |Δ| 0.0123" in text and "top-1 agreement 99.80%" in text
+    assert "'Capital of France?' → 'Paris.' (stop, 1.5 s)" in text
+    assert "`rtn-w4`" in text and "| gptq-w4 | 16.300 | 1.23 |" in text
