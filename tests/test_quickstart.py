@@ -103,7 +103,10 @@ def test_the_family_order_is_checked_against_the_ladder_at_every_size():
     assert "NOT the ladder's order FloatLM < TriLM" in large and "FloatLM 3.5200, TriLM 3.5700" in large
 
 
-def test_the_packaged_ladder_reference_covers_the_quickstart_sizes():
+def test_the_quickstart_trains_each_run_as_the_ladder_did():
+    """The quickstart's order is checked against the ladder's, and it matches only at the ladder's budget and
+    rates (a quarter of the budget reorders FloatLM and TriLM at 96x3 and 128x4): each run's budget and peak
+    rate are the packaged ladder reference's for its (family, size)."""
     from trilm.configs import packaged
 
     from trilm.quickstart import LADDER_FINALS
@@ -111,4 +114,5 @@ def test_the_packaged_ladder_reference_covers_the_quickstart_sizes():
 
     sizes = json.loads(packaged(LADDER_FINALS).read_text())["sizes"]
     for run in load_suite("quickstart").runs:
-        assert run.family in sizes[run.size], run.name
+        ladder = sizes[run.size][run.family]
+        assert (run.tokens, run.cfg.optim.lr) == (ladder["tokens"], ladder["lr"]), run.name

@@ -9,8 +9,9 @@ It is the quickstart suite (``configs/suites/quickstart.yaml``) run end to end t
 4. the analysis: the results table of every checkpoint; the final loss per size and family and whether it
    falls with size; L(N) = E + A/N^α per family, printed as a law only where the data identify it; L(D)
    along each run; the families compared at equal parameters and at equal size in bits (report and plots
-   under ``<run-dir>/analysis``). The CPU ladder (``docs/results/ladder/``) is the same story at five sizes
-   and four times the tokens.
+   under ``<run-dir>/analysis``). The sizes, budget and rates are the CPU ladder's (``docs/results/ladder/``:
+   the same story at five sizes, with the rate sweeps that chose them), and the family order at each size is
+   checked against the ladder's.
 
 Rerunning it reuses what is finished: prepared shards, completed runs (they are skipped; an interrupted one
 resumes), rows already in the results table.
@@ -79,8 +80,9 @@ def ladder_agreement(
     finals: dict[str, dict[str, Any]], reference: dict[str, Any] | None = None
 ) -> list[LadderCheck]:
     """Per size, the order of the families' final losses here against the CPU ladder's at the same size (the
-    same corpus and tokenizer, four times the tokens, each run at its best rate): a short budget can reorder
-    families, and the output must say so next to the numbers rather than state the order as a finding.
+    same corpus and tokenizer, each run at its best rate; by default the same budget): a shorter budget
+    (``--tokens``) can reorder families, and the output must say so next to the numbers rather than state the
+    order as a finding.
     ``finals`` is :func:`trilm.suite.analyse.final_losses`' table; ``reference`` the ladder's (default: the
     packaged ``configs/reference/ladder-finals.json``)."""
     if reference is None:
