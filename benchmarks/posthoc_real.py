@@ -183,7 +183,8 @@ def evaluate(path: Path, args, env: dict[str, str], log: Path) -> dict:
 def outside_checkout(env: dict[str, str]) -> dict[str, str]:
     """``env`` without the checkout on the path: its top-level ``kernels/`` source folder would shadow Hugging
     Face's ``kernels`` distribution, which transformers probes for (trilm installs that folder as
-    ``trilm.kernels``; the llmcompressor environment has no trilm)."""
+    ``trilm.kernels``; the llmcompressor environment has no trilm). The worker also runs with ``-P``, so
+    ``benchmarks/kernels.py`` beside it does not shadow it either."""
     paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != ROOT]
     return {**env, "PYTHONPATH": os.pathsep.join(paths)}
 
@@ -220,6 +221,7 @@ def llmcompressor_row(spec: dict, snapshot: Path, out: Path, args, env: dict[str
         torch.save(load_calibration(cfg, open_model(snapshot).tokenizer.tokenizer).windows, windows)
     argv = [
         str(python),
+        "-P",
         str(ROOT / "benchmarks" / "posthoc_real_llmcompressor.py"),
         "--hf",
         str(hf),

@@ -157,7 +157,7 @@ def run(args) -> int:
     )
     print(summary_text(result.report, after_table=after if checks else [], comparison_caveat=caveat))
     print(f"\nreport {result.summary_file}, {result.out_dir / 'report.md'}; plots in {result.out_dir}")
-    print(f"the same story at five sizes and 4x the tokens, with its pilots: {LADDER}")
+    print(f"the same story at five sizes, with the pilots and rate sweeps that chose this recipe: {LADDER}")
     runs = " ".join(str(r.run_dir) for r in suite.runs)
     print("next: export every checkpoint (HF with tokenizer, packed, GGUF, model cards) and evaluate them:")
     print(f"  trilm export suite {runs} --out {root / 'suite'}")
