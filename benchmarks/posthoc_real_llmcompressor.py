@@ -57,12 +57,12 @@ def main() -> int:
         dampening_frac=0.01,
         actorder=None,
     )
+    names = {k for k, _ in model.named_parameters()}  # before oneshot adds weight_scale, weight_zero_point
     start = time.perf_counter()
     oneshot(model=model, dataset=data, recipe=recipe, num_calibration_samples=len(windows))
     seconds = time.perf_counter() - start
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    names = {k for k, _ in model.named_parameters()}
     state = {k: v.detach().contiguous() for k, v in model.state_dict().items() if k in names}
     if model.config.tie_word_embeddings:
         state.pop("lm_head.weight", None)

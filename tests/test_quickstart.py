@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from trilm.cli import main as trilm_main
 from trilm.eval.suite import evaluate_snapshot, suite_rows
@@ -61,10 +62,16 @@ def test_quickstart_pipeline(tmp_path, capsys):
     for name in ("report.md", "training_curves.png", "loss_vs_params.svg", "loss_vs_bits.png"):
         assert (tmp_path / "analysis" / name).stat().st_size > 0
 
-    # the recorded snapshot loss is what an independent evaluation of the snapshot gives
+    # the recorded snapshot loss is what an independent evaluation of the snapshot gives, on the same
+    # validation sequences as the run's own
     snap = tmp_path / "trilm-128x4/snapshots/step-4"
+    resolved = yaml.safe_load((tmp_path / "trilm-128x4/resolved_config.yaml").read_text())
     again = evaluate_snapshot(
-        snap, tmp_path / "data/validation", seq_len=128, batch_size=32, max_sequences=64
+        snap,
+        tmp_path / "data/validation",
+        seq_len=128,
+        batch_size=32,
+        max_sequences=resolved["data"]["valid_sequences"],
     )
     assert again == pytest.approx(trilm["128x4", 4].loss, rel=1e-5)
     assert len(suite_rows(tmp_path / "floatlm-64x2")) == 4
