@@ -3,7 +3,7 @@ chat turns on ``/v1/chat/completions``, its own chat template applied by the ser
 
     python -m benchmarks.real_serve_chat --model data_cache/posthoc-real/models/gptq-w4
 
-It starts ``trilm serve`` on a free loopback port, waits for ``/v1/models``, sends each turn with greedy
+It starts ``trilm serve`` on a free loopback port, waits for ``/health``, sends each turn with greedy
 decoding, and stops the server. The requests and replies, with the time each took, go to
 ``docs/results/posthoc-real/serve-chat.json``: the evidence that a real model's chat is served, not a test
 (``tests/serve`` checks the template and the protocol on small local models).
@@ -14,14 +14,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
-import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
 from benchmarks.common import write_result
+from benchmarks.serve_process import Server
 
 ROOT = Path(__file__).resolve().parents[1]
 TURNS = (
@@ -33,31 +32,12 @@ TURNS = (
 )
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def post(url: str, body: dict, timeout: float) -> dict:
     request = urllib.request.Request(
         url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
     )
     with urllib.request.urlopen(request, timeout=timeout) as response:
         return json.loads(response.read())
-
-
-def wait_ready(url: str, server: subprocess.Popen, log: Path, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise SystemExit(f"trilm serve exited ({server.returncode}); see {log}")
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except OSError:
-            time.sleep(1)
-    raise SystemExit(f"trilm serve did not answer {url} within {timeout:.0f} s; see {log}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,30 +49,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(ROOT / "docs" / "results" / "posthoc-real" / "serve-chat.json"))
     args = parser.parse_args(argv)
     model = Path(args.model)
-    port = free_port()
     name = f"smollm2-{model.name}"
-    serve = ["serve", "--model", str(model), "--device", "cpu", "--threads", str(args.threads)]
-    serve += ["--port", str(port), "--model-name", name, "--allow-unauthenticated"]
-    log = model.parent / f"{model.name}.serve.log"
+    options = ["--device", "cpu", "--threads", str(args.threads), "--model-name", name]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    with open(log, "w") as fh:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "trilm.cli", *serve], stdout=fh, stderr=subprocess.STDOUT, env=env
-        )
-    base = f"http://127.0.0.1:{port}/v1"
+    server = Server(model, options, model.parent / f"{model.name}.serve.log", env=env)
     exchanges = []
     try:
-        wait_ready(f"{base}/models", server, log, args.timeout)
+        server.wait_ready(args.timeout)
         for messages in TURNS:
             body = {"model": name, "messages": messages, "max_tokens": args.max_tokens, "temperature": 0}
             start = time.perf_counter()
-            reply = post(f"{base}/chat/completions", body, timeout=args.timeout)
+            reply = post(f"{server.url}/v1/chat/completions", body, timeout=args.timeout)
             exchanges.append({"request": body, "reply": reply, "seconds": time.perf_counter() - start})
             print(f"{messages[-1]['content']}\n  -> {reply['choices'][0]['message']['content']}")
     finally:
-        server.terminate()
-        server.wait(timeout=30)
-    command = "trilm " + " ".join(serve).replace(str(ROOT) + "/", "")
+        server.stop()
+    command = "trilm " + " ".join(server.command[3:]).replace(str(ROOT) + "/", "")
     write_result(
         args.out, {"server": command, "exchanges": exchanges}, module=__spec__.name, argv=argv, indent=2
     )

@@ -38,8 +38,6 @@ import json
 import math
 import os
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,7 +45,8 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import CHECKOUT, machine, today, write_result
+from benchmarks.common import machine, today, write_result
+from benchmarks.serve_process import Server
 
 UNBOUNDED_WAITING = 1_000_000
 
@@ -137,45 +136,11 @@ def prompts_and_lengths(n: int, max_tokens: int) -> list[tuple[str, int]]:
 
 
 # -- the server ---------------------------------------------------------------------------------------
-class Server:
-    """``trilm serve`` in a subprocess on a free loopback port; stopped with SIGINT (its clean path)."""
-
-    def __init__(self, args, model: Path, max_waiting: int, timeout: float, log: Path):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-m", "trilm.cli", "serve", "--model", str(model), "--host", "127.0.0.1"]
-        cmd += ["--port", str(self.port), "--device", args.device, "--threads", str(args.threads)]
-        cmd += ["--max-batch", str(args.max_batch), "--max-waiting", str(max_waiting)]
-        cmd += ["--request-timeout", str(timeout), "--log-level", "warning", "--model-name", "load"]
-        self.command = cmd
-        self.log = log
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log.open("w"), cwd=CHECKOUT)
-
-    def wait_ready(self, timeout: float = 600) -> None:
-        import httpx2 as httpx
-
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"trilm serve exited with {self.proc.returncode}: {self.log.read_text()}")
-            try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                time.sleep(0.2)
-        raise RuntimeError(f"trilm serve did not come up in {timeout} s: {self.log.read_text()[-2000:]}")
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
+def serve_options(args, max_waiting: int, timeout: float) -> list[str]:
+    """The load test's ``trilm serve`` options: one server differs from the other only in its limits."""
+    options = ["--device", args.device, "--threads", str(args.threads), "--max-batch", str(args.max_batch)]
+    options += ["--max-waiting", str(max_waiting), "--request-timeout", str(timeout)]
+    return [*options, "--log-level", "warning", "--model-name", "load"]
 
 
 def scrape(url: str) -> dict[str, float]:
@@ -410,7 +375,10 @@ def ramp(args, model: Path, workdir: Path, budget: Budget) -> list[dict]:
     configs = [("limited", args.max_waiting, args.request_timeout)]
     if not args.no_unbounded:
         configs.append(("unbounded", UNBOUNDED_WAITING, 0))
-    servers = [(name, Server(args, model, w, t, workdir / f"server-{name}.log")) for name, w, t in configs]
+    servers = [
+        (name, Server(model, serve_options(args, w, t), workdir / f"server-{name}.log"))
+        for name, w, t in configs
+    ]
     runs = [
         {"server": name, "command": " ".join(server.command[1:]), "levels": [], "skipped_levels": []}
         for name, server in servers
