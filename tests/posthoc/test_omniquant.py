@@ -162,3 +162,32 @@ def test_fused_lwc_matches_plain_autograd():
         grads.append((out.detach(), x.grad, lwc.upbound.grad.clone(), lwc.lowbound.grad.clone()))
     for a, b in zip(*grads):
         assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_loss_skip_first_leaves_the_first_positions_out_of_the_block_loss():
+    """Targets corrupted at position 0 (a massive activation's inherited error, in the extreme) change
+    what the paper's loss trains, and nothing when that position is skipped."""
+    from trilm.posthoc.engine import BlockContext
+
+    model = tiny_model(layers=1)
+    x, cos, sin = inputs(model, n=2, seq=16)
+    clean = model.layers[0](x, cos, sin).detach()
+    corrupted = clean.clone()
+    corrupted[:, 0] += 1e3
+
+    def trained(targets, skip):
+        block = copy.deepcopy(model.layers[0])
+        method = OmniQuantMethod(mode_config("W3A16g64", epochs=2, loss_skip_first=skip), seed=0)
+        ctx = BlockContext(0, block, x, targets, cos, sin, batch_size=2, report=lambda _: None)
+        records = method.quantize_block(ctx)
+        return {name: record.packed.dequantize() for name, record in records.items()}
+
+    skipped_clean, skipped_corrupted = trained(clean, 1), trained(corrupted, 1)
+    for name in skipped_clean:
+        assert torch.equal(skipped_clean[name], skipped_corrupted[name]), name
+    paper_clean, paper_corrupted = trained(clean, 0), trained(corrupted, 0)
+    assert any(not torch.equal(paper_clean[n], paper_corrupted[n]) for n in paper_clean)
+    with pytest.raises(ConfigError, match="loss_skip_first=16"):
+        trained(clean, 16)
+    with pytest.raises(ConfigError, match="loss_skip_first"):
+        mode_config("W3A16g64", loss_skip_first=-1)
