@@ -81,3 +81,32 @@ def test_report_shows_the_export_in_llama_cpp_and_the_served_chat():
     assert "max |Δ| 0.0123" in text and "top-1 agreement 99.80%" in text
     assert "'Capital of France?' → 'Paris.' (stop, 1.5 s)" in text
     assert "`rtn-w4`" in text and "| gptq-w4 | 16.300 | 1.23 |" in text
+
+
+def test_report_locates_the_massive_activation_and_splits_each_error():
+    def block(i: int, mse: float, share: float, peak: float) -> dict:
+        return {"block": i, "mse": mse, "share_first_position": share, "float_max_abs": peak}
+
+    payload = {
+        "model": "m.gguf",
+        "settings": {"eval_tokens": 8, "seq_len": 4, "calib_samples": 2, "calib_seq_len": 4, "omni_epochs": 5}
+        | {"pg_steps": 1, "threads": 1},
+        "device": {"cpus": 2},
+        "rows": {"float": _row(13.2, 32.0)},
+        "blocks": {
+            "windows": "calib.pt[:2]",
+            "rows": {
+                "gptq-w3": [block(0, 1.0, 0.1, 30), block(1, 10.0, 0.5, 2e4), block(2, 20.0, 0.25, 9e3)],
+                "omniquant-w3": [block(0, 2.0, 0.1, 30), block(1, 200, 0.99, 2e4), block(2, 50, 0.5, 9e3)],
+            },
+            "hybrids": [
+                {"spec": "omniquant-w3:gptq-w3:", "swapped": [], "ppl": 29.5},
+                {"spec": "omniquant-w3:gptq-w3:layers.1.", "swapped": ["a", "b"], "ppl": 27.0},
+            ],
+        },
+    }
+    text = render(payload)
+    assert "jumps from 30 to 20,000 at block 1" in text
+    assert "| gptq-w3 | 0.1 / 0.9 | 5 / 5 | 5 / 15 |" in text
+    assert "| omniquant-w3 with `layers.1.*` from gptq-w3 | 2 | 27.000 |" in text
+    assert "| omniquant-w3 | 0 | 29.500 |" in text

@@ -1,0 +1,191 @@
+"""Where a quantized SmolLM2's hidden states leave the float model's, block by block: the measurement behind
+the report's answer to why OmniQuant trails GPTQ on this model.
+
+    python -m benchmarks.posthoc_real_blocks --rows gptq-w3,omniquant-w3,omniquant-w3-e20
+
+OmniQuant trains each block's clipping to minimise ``MSE(float block output, quantized block output)`` with
+the quantized model's own inputs — the same quantity this script measures for every finished row of
+:mod:`benchmarks.posthoc_real`: the float model and the quantized one run side by side on the calibration
+windows, and after every block it records the mean squared difference of the two residual streams, the share
+of it that sits at each window's first position, the share at the single (window, position) with the largest
+error, and the float stream's largest |h| (massive activations, which make a few positions dominate a mean).
+Written to ``docs/results/posthoc-real/blocks.json`` and ``blocks.png``; the report renders a summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+from benchmarks.common import write_result
+
+ROOT = Path(__file__).resolve().parents[1]
+WORK = ROOT / "data_cache" / "posthoc-real"
+OUT = ROOT / "docs" / "results" / "posthoc-real"
+CORPUS = ROOT / "trilm" / "data" / "corpus"
+
+
+@torch.no_grad()
+def divergence(float_model, quant_model, windows: torch.Tensor, batch: int) -> list[dict]:
+    """Per block: mse, share of the squared error at position 0 and at the worst position, float max |h|."""
+    n_layers = len(float_model.layers)
+    sums = torch.zeros(n_layers, dtype=torch.float64)
+    first = torch.zeros(n_layers, dtype=torch.float64)
+    worst = torch.zeros(n_layers, dtype=torch.float64)
+    peak = torch.zeros(n_layers, dtype=torch.float64)
+    count = 0
+    for start in range(0, windows.shape[0], batch):
+        ids = windows[start : start + batch]
+        xf, xq = float_model.embed(ids), quant_model.embed(ids)
+        cos, sin = float_model.rope(ids.shape[1], xf.dtype)
+        for i, (bf, bq) in enumerate(zip(float_model.layers, quant_model.layers, strict=True)):
+            xf, xq = bf(xf, cos, sin), bq(xq, cos, sin)
+            err = (xq - xf).double().pow(2).sum(-1)
+            sums[i] += err.sum()
+            first[i] += err[:, 0].sum()
+            worst[i] = max(worst[i], err.max())
+            peak[i] = max(peak[i], xf.abs().max().double())
+        count += ids.numel() * xf.shape[-1]
+    total = sums.clamp_min(1e-30)
+    return [
+        {
+            "block": i,
+            "mse": float(sums[i] / count),
+            "share_first_position": float(first[i] / total[i]),
+            "largest_position_share_bound": float(worst[i] / total[i]),
+            "float_max_abs": float(peak[i]),
+        }
+        for i in range(n_layers)
+    ]
+
+
+def hybrid_perplexity(base: Path, donor: Path, prefixes: list[str], eval_tokens: int, seq_len: int) -> dict:
+    """Perplexity of ``base`` with the block linears whose names start with one of ``prefixes`` taken from
+    ``donor`` (same format and bits): which weights a method's loss comes from. The held-out text and windows
+    are :mod:`benchmarks.posthoc_real`'s, so the unmixed models reproduce its rows."""
+    from trilm.eval.model import load_eval_model
+    from trilm.eval.ppl import evaluate_perplexity
+
+    em = load_eval_model(base)
+    swapped = []
+    if prefixes:
+        donor_linears = load_eval_model(donor).model.linear_modules()
+        for name in em.model.linear_modules():
+            if any(name.startswith(prefix) for prefix in prefixes):
+                em.model.set_linear(name, donor_linears[name])
+                swapped.append(name)
+        if not swapped:
+            raise SystemExit(f"no block linear of {base} starts with {prefixes}")
+    result = evaluate_perplexity(
+        em, CORPUS, split="validation", max_tokens=eval_tokens, seq_len=seq_len, batch_size=4
+    )
+    return {
+        "base": base.name,
+        "donor": donor.name if prefixes else None,
+        "swapped": swapped,
+        "ppl": result.ppl,
+    }
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True)
+    for name, blocks in results["rows"].items():
+        x = [b["block"] for b in blocks]
+        top.plot(x, [b["mse"] for b in blocks], marker="o", ms=3, label=name)
+        bottom.plot(x, [b["share_first_position"] for b in blocks], marker="o", ms=3, label=name)
+    float_peak = next(iter(results["rows"].values()))
+    twin = top.twinx()
+    twin.plot(
+        [b["block"] for b in float_peak],
+        [b["float_max_abs"] for b in float_peak],
+        "k:",
+        label="float max |h|",
+    )
+    twin.set_ylabel("float model's largest |h| (dotted)")
+    twin.set_yscale("log")
+    top.set_yscale("log")
+    top.set_ylabel("MSE of the residual stream vs float")
+    top.set_title("SmolLM2-135M: how far each quantized model drifts from float, block by block")
+    top.legend(loc="upper left", fontsize=8)
+    bottom.set_ylabel("share of that error at position 0")
+    bottom.set_ylim(0, 1.02)
+    bottom.set_xlabel("block")
+    bottom.grid(alpha=0.3)
+    top.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--rows", default="gptq-w3,omniquant-w3,omniquant-w3-e20", help="models under WORK/models"
+    )
+    parser.add_argument("--work", default=str(WORK))
+    parser.add_argument(
+        "--windows", type=int, default=8, help="calibration windows to run (of the saved set)"
+    )
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", default=str(OUT))
+    parser.add_argument(
+        "--hybrid",
+        action="append",
+        default=[],
+        metavar="BASE:DONOR:PREFIX[,PREFIX]",
+        help="also evaluate BASE with the linears under PREFIX taken from DONOR (repeatable; empty PREFIX: "
+        "BASE as it is)",
+    )
+    parser.add_argument("--eval-tokens", type=int, default=8192, help="as benchmarks.posthoc_real")
+    parser.add_argument("--seq-len", type=int, default=1024, help="as benchmarks.posthoc_real")
+    args = parser.parse_args(argv)
+    from trilm.infer.load import load_inference_model
+
+    torch.set_num_threads(args.threads)
+    work, out = Path(args.work), Path(args.out)
+    calib = sorted(work.glob("calib-*.pt"))
+    if not calib:
+        raise SystemExit(f"{work}: no calib-*.pt (run benchmarks.posthoc_real first; it saves the windows)")
+    windows = torch.load(calib[0])[: args.windows]
+    float_model = load_inference_model(work / "smollm2-135m")
+    rows: dict[str, list[dict]] = {}
+    for name in [r for r in args.rows.split(",") if r]:
+        path = work / "models" / name.replace(":", "-")
+        if not path.is_dir():
+            print(f"{name}: {path} is missing; skipped", file=sys.stderr)
+            continue
+        rows[name] = divergence(float_model, load_inference_model(path), windows, args.batch)
+        last = rows[name][-1]
+        print(f"{name}: final block mse {last['mse']:.4g}, {last['share_first_position']:.1%} at position 0")
+    hybrids = []
+    for spec in args.hybrid:
+        base, donor, prefixes = spec.split(":")
+        hybrid = hybrid_perplexity(
+            work / "models" / base,
+            work / "models" / donor,
+            [p for p in prefixes.split(",") if p],
+            args.eval_tokens,
+            args.seq_len,
+        )
+        hybrids.append({**hybrid, "spec": spec})
+        print(f"{spec}: ppl {hybrid['ppl']:.3f} ({len(hybrid['swapped'])} linears from {donor})")
+    results = {"windows": f"{calib[0].name}[:{args.windows}]", "rows": rows, "hybrids": hybrids}
+    out.mkdir(parents=True, exist_ok=True)
+    write_result(out / "blocks.json", results, module=__spec__.name, argv=argv, indent=2)
+    if rows:
+        plot(results, out / "blocks.png")
+    print(f"wrote {out / 'blocks.json'} and blocks.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,34 @@
+"""benchmarks/posthoc_real_blocks.py: the per-block divergence of a quantized model from its float model,
+which the real-model report uses to say where OmniQuant's loss comes from."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from benchmarks.posthoc_real_blocks import divergence
+from tests.posthoc.conftest import tiny_model
+
+
+def test_divergence_starts_at_the_changed_block_and_splits_position_zero():
+    float_model = tiny_model(layers=3)
+    changed = copy.deepcopy(float_model)
+    with torch.no_grad():
+        changed.layers[1].mlp.w_down.weight.mul_(1.5)
+    ids = torch.randint(0, 2048, (3, 8), generator=torch.Generator().manual_seed(0))
+    same = divergence(float_model, copy.deepcopy(float_model), ids, batch=2)
+    assert all(b["mse"] == 0.0 for b in same)
+    blocks = divergence(float_model, changed, ids, batch=2)
+    assert blocks[0]["mse"] == 0.0 and blocks[1]["mse"] > 0 and blocks[2]["mse"] > 0
+    with torch.no_grad():
+        xf = float_model.embed(ids)
+        xq = xf.clone()
+        cos, sin = float_model.rope(8)
+        for layer_f, layer_q in zip(float_model.layers, changed.layers, strict=True):
+            xf, xq = layer_f(xf, cos, sin), layer_q(xq, cos, sin)
+    err = (xq - xf).double().pow(2)  # one batch of 3 here, batches of 2 there: fp32 sums may differ in order
+    assert blocks[2]["mse"] == pytest.approx(float(err.mean()), rel=1e-4)
+    assert blocks[2]["share_first_position"] == pytest.approx(float(err[:, 0].sum() / err.sum()), rel=1e-4)
+    assert blocks[2]["float_max_abs"] == pytest.approx(float(xf.abs().max()), rel=1e-6)
