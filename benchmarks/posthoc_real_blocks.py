@@ -62,6 +62,41 @@ def divergence(float_model, quant_model, windows: torch.Tensor, batch: int) -> l
     ]
 
 
+class FloatFirstPosition(torch.nn.Module):
+    """A quantized model whose first position is the float model's after every block (``pin=False``: the
+    quantized model as it is). Its perplexity is what the model would score if its massive-activation position
+    were exact; the prediction made at position 0 (one token per window) becomes the float model's too."""
+
+    def __init__(self, quant_model, float_model, pin: bool = True):
+        super().__init__()
+        self.quant_model, self.float_model, self.pin = quant_model, float_model, pin
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        xq = self.quant_model.embed(input_ids)
+        xf = self.float_model.embed(input_ids) if self.pin else None
+        cos, sin = self.quant_model.rope(input_ids.shape[1], xq.dtype)
+        for i, layer in enumerate(self.quant_model.layers):
+            xq = layer(xq, cos, sin)
+            if xf is not None:
+                xf = self.float_model.layers[i](xf, cos, sin)
+                xq[:, 0] = xf[:, 0]
+        return self.quant_model.head(self.quant_model.norm(xq))
+
+
+def pinned_perplexity(model: Path, float_model, eval_tokens: int, seq_len: int) -> float:
+    """Perplexity of ``model`` with its first position pinned to the float model's
+    (:class:`FloatFirstPosition`) on :mod:`benchmarks.posthoc_real`'s held-out text and windows."""
+    from trilm.eval.model import load_eval_model
+    from trilm.eval.ppl import evaluate_perplexity
+
+    em = load_eval_model(model)
+    em.model = FloatFirstPosition(em.model, float_model)
+    result = evaluate_perplexity(
+        em, CORPUS, split="validation", max_tokens=eval_tokens, seq_len=seq_len, batch_size=4
+    )
+    return result.ppl
+
+
 def hybrid_perplexity(base: Path, donor: Path, prefixes: list[str], eval_tokens: int, seq_len: int) -> dict:
     """Perplexity of ``base`` with the block linears whose names start with one of ``prefixes`` taken from
     ``donor`` (same format and bits): which weights a method's loss comes from. The held-out text and windows
@@ -145,6 +180,11 @@ def main(argv: list[str] | None = None) -> int:
         help="also evaluate BASE with the linears under PREFIX taken from DONOR (repeatable; empty PREFIX: "
         "BASE as it is)",
     )
+    parser.add_argument(
+        "--pin-first",
+        default="",
+        help="comma-separated rows to evaluate also with position 0 pinned to the float model's",
+    )
     parser.add_argument("--eval-tokens", type=int, default=8192, help="as benchmarks.posthoc_real")
     parser.add_argument("--seq-len", type=int, default=1024, help="as benchmarks.posthoc_real")
     args = parser.parse_args(argv)
@@ -178,7 +218,17 @@ def main(argv: list[str] | None = None) -> int:
         )
         hybrids.append({**hybrid, "spec": spec})
         print(f"{spec}: ppl {hybrid['ppl']:.3f} ({len(hybrid['swapped'])} linears from {donor})")
-    results = {"windows": f"{calib[0].name}[:{args.windows}]", "rows": rows, "hybrids": hybrids}
+    pinned = []
+    for name in [r for r in args.pin_first.split(",") if r]:
+        ppl = pinned_perplexity(work / "models" / name, float_model, args.eval_tokens, args.seq_len)
+        pinned.append({"row": name, "ppl_pinned": ppl})
+        print(f"{name}: ppl {ppl:.3f} with position 0 pinned to the float model's")
+    results = {
+        "windows": f"{calib[0].name}[:{args.windows}]",
+        "rows": rows,
+        "hybrids": hybrids,
+        "pinned_first_position": pinned,
+    }
     out.mkdir(parents=True, exist_ok=True)
     write_result(out / "blocks.json", results, module=__spec__.name, argv=argv, indent=2)
     if rows:

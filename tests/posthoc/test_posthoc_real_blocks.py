@@ -32,3 +32,18 @@ def test_divergence_starts_at_the_changed_block_and_splits_position_zero():
     assert blocks[2]["mse"] == pytest.approx(float(err.mean()), rel=1e-4)
     assert blocks[2]["share_first_position"] == pytest.approx(float(err[:, 0].sum() / err.sum()), rel=1e-4)
     assert blocks[2]["float_max_abs"] == pytest.approx(float(xf.abs().max()), rel=1e-6)
+
+
+def test_pinning_the_first_position_makes_it_the_float_models():
+    from benchmarks.posthoc_real_blocks import FloatFirstPosition
+
+    float_model = tiny_model(layers=2)
+    changed = copy.deepcopy(float_model)
+    with torch.no_grad():
+        changed.layers[0].mlp.w_down.weight.mul_(1.5)
+    ids = torch.randint(0, 2048, (2, 8), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(FloatFirstPosition(changed, float_model, pin=False)(ids), changed(ids))
+        pinned = FloatFirstPosition(changed, float_model)(ids)
+        assert torch.allclose(pinned[:, 0], float_model(ids)[:, 0], rtol=0, atol=1e-5)
+        assert not torch.allclose(pinned[:, 1:], changed(ids)[:, 1:])

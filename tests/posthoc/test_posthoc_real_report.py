@@ -99,6 +99,7 @@ def test_report_locates_the_massive_activation_and_splits_each_error():
                 "gptq-w3": [block(0, 1.0, 0.1, 30), block(1, 10.0, 0.5, 2e4), block(2, 20.0, 0.25, 9e3)],
                 "omniquant-w3": [block(0, 2.0, 0.1, 30), block(1, 200, 0.99, 2e4), block(2, 50, 0.5, 9e3)],
             },
+            "pinned_first_position": [{"row": "float", "ppl_pinned": 13.1}],
             "hybrids": [
                 {"spec": "omniquant-w3:gptq-w3:", "swapped": [], "ppl": 29.5},
                 {"spec": "omniquant-w3:gptq-w3:layers.1.", "swapped": ["a", "b"], "ppl": 27.0},
@@ -110,3 +111,4 @@ def test_report_locates_the_massive_activation_and_splits_each_error():
     assert "| gptq-w3 | 0.1 / 0.9 | 5 / 5 | 5 / 15 |" in text
     assert "| omniquant-w3 with `layers.1.*` from gptq-w3 | 2 | 27.000 |" in text
     assert "| omniquant-w3 | 0 | 29.500 |" in text
+    assert "| float | 13.200 | 13.100 |" in text
