@@ -20,7 +20,8 @@ A16, as in the paper), and OmniQuant W3 again at the paper's 20 epochs (``omniqu
 the epochs explain where it trails GPTQ, RTN/GPTQ/OmniQuant at W3 per row (no groups: the paper's W3A16, where
 clipping has the most to win), and OmniQuant at W3 with the first position of every window left out of the
 block loss (``omniquant-w3-skip1``: the massive activation there, see :mod:`benchmarks.posthoc_real_blocks`);
-naive 1-bit (α·sign(W) per row); PB-LLM (10 % salient at 8 bit); BiLLM; STBLLM at 6:8 and 4:8; policy-gradient
+naive 1-bit (α·sign(W) per row); PB-LLM (10 % salient at 8 bit); BiLLM; STBLLM at 6:8 and 4:8, and the STBLLM
+paper's baseline at 4:8 (BiLLM's two groups after 4:8 pruning by |W|, one N for every layer); policy-gradient
 pruning against magnitude pruning of heads and MLP channels at two budgets. Written to ``docs/results/posthoc-
 real/`` (``report.md``, ``results.json``, ``rows/*.json``).
 """
@@ -79,6 +80,18 @@ def rows(args) -> dict[str, dict]:
     out["billm"] = {"kind": "quantize", "argv": ["--method", "billm", *calib]}
     for n in (6, 4):
         out[f"stbllm-{n}:8"] = {"kind": "quantize", "argv": ["--method", "stbllm", "--n", str(n), *calib]}
+    baseline = [
+        "--method",
+        "stbllm",
+        "--n",
+        "4",
+        "--prune-metric",
+        "magnitude",
+        "--groups",
+        "2",
+        "--no-adaptive-n",
+    ]
+    out["billm-magnitude-4:8"] = {"kind": "quantize", "argv": baseline + calib}
     prune_calib = ["--calib", str(CORPUS), "--calib-samples", "16", "--calib-seq-len", "512"]
     pg = ["--steps", str(args.pg_steps), "--batch-size", "4", "--pg-seq-len", "128"]
     for bits in (4, 3, 2):

@@ -24,6 +24,13 @@ CLAIMS = (
     ("OmniQuant ≤ GPTQ at W3, position 0 out of the loss", "omniquant-w3-skip1", "<=", "gptq-w3", 1.0),
     ("PB-LLM far below naive 1-bit (under half its perplexity)", "pbllm", "<", "naive-1bit", 0.5),
     ("BiLLM far below naive 1-bit (under half its perplexity)", "billm", "<", "naive-1bit", 0.5),
+    (
+        "STBLLM 4:8 < BiLLM + |W| 4:8 (the STBLLM paper's baseline, equal value bits)",
+        "stbllm-4:8",
+        "<",
+        "billm-magnitude-4:8",
+        1.0,
+    ),
 )
 
 
