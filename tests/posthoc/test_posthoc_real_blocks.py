@@ -12,12 +12,18 @@ from benchmarks.posthoc_real_blocks import divergence
 from tests.posthoc.conftest import tiny_model
 
 
-def test_divergence_starts_at_the_changed_block_and_splits_position_zero():
-    float_model = tiny_model(layers=3)
+def _with_one_block_changed(layers: int, block: int, batch: int):
+    """A tiny float model, a copy whose block ``block`` has its MLP output scaled by 1.5, and token ids."""
+    float_model = tiny_model(layers=layers)
     changed = copy.deepcopy(float_model)
     with torch.no_grad():
-        changed.layers[1].mlp.w_down.weight.mul_(1.5)
-    ids = torch.randint(0, 2048, (3, 8), generator=torch.Generator().manual_seed(0))
+        changed.layers[block].mlp.w_down.weight.mul_(1.5)
+    ids = torch.randint(0, 2048, (batch, 8), generator=torch.Generator().manual_seed(0))
+    return float_model, changed, ids
+
+
+def test_divergence_starts_at_the_changed_block_and_splits_position_zero():
+    float_model, changed, ids = _with_one_block_changed(layers=3, block=1, batch=3)
     same = divergence(float_model, copy.deepcopy(float_model), ids, batch=2)
     assert all(b["mse"] == 0.0 for b in same)
     blocks = divergence(float_model, changed, ids, batch=2)
@@ -37,11 +43,7 @@ def test_divergence_starts_at_the_changed_block_and_splits_position_zero():
 def test_pinning_the_first_position_makes_it_the_float_models():
     from benchmarks.posthoc_real_blocks import FloatFirstPosition
 
-    float_model = tiny_model(layers=2)
-    changed = copy.deepcopy(float_model)
-    with torch.no_grad():
-        changed.layers[0].mlp.w_down.weight.mul_(1.5)
-    ids = torch.randint(0, 2048, (2, 8), generator=torch.Generator().manual_seed(0))
+    float_model, changed, ids = _with_one_block_changed(layers=2, block=0, batch=2)
     with torch.no_grad():
         assert torch.equal(FloatFirstPosition(changed, float_model, pin=False)(ids), changed(ids))
         pinned = FloatFirstPosition(changed, float_model)(ids)
