@@ -215,13 +215,23 @@ def outside_checkout(env: dict[str, str]) -> dict[str, str]:
     return {**env, "PYTHONPATH": os.pathsep.join(paths)}
 
 
-def llmcompressor_row(spec: dict, snapshot: Path, out: Path, args, env: dict[str, str], log: Path) -> dict:
-    """llmcompressor's GPTQ in its own environment, on trilm's calibration windows (see the module there)."""
+def calibration_windows(work: Path, snapshot: Path, samples: int, seq_len: int) -> Path:
+    """The token windows every calibrated row sees (``--calib`` with seed 0), saved once for the tools that
+    cannot run trilm's calibration loader themselves: llmcompressor's worker and the per-block diagnostic."""
     import torch
 
     from trilm.posthoc.calibration import CalibrationConfig, load_calibration
     from trilm.store import open_model
 
+    path = work / f"calib-{samples}x{seq_len}.pt"
+    if not path.is_file():
+        cfg = CalibrationConfig(source=str(CORPUS), samples=samples, seq_len=seq_len, seed=0, split="train")
+        torch.save(load_calibration(cfg, open_model(snapshot).tokenizer.tokenizer).windows, path)
+    return path
+
+
+def llmcompressor_row(spec: dict, snapshot: Path, out: Path, args, env: dict[str, str], log: Path) -> dict:
+    """llmcompressor's GPTQ in its own environment, on trilm's calibration windows (see the module there)."""
     work = Path(args.work)
     python = Path(args.llmcompressor_python)
     if not python.is_file():
@@ -239,12 +249,7 @@ def llmcompressor_row(spec: dict, snapshot: Path, out: Path, args, env: dict[str
             env,
             work / "logs" / "export-hf.log",
         )
-    windows = work / f"calib-{args.calib_samples}x{args.calib_seq_len}.pt"
-    if not windows.is_file():
-        cfg = CalibrationConfig(
-            source=str(CORPUS), samples=args.calib_samples, seq_len=args.calib_seq_len, seed=0, split="train"
-        )
-        torch.save(load_calibration(cfg, open_model(snapshot).tokenizer.tokenizer).windows, windows)
+    windows = calibration_windows(work, snapshot, args.calib_samples, args.calib_seq_len)
     argv = [
         str(python),
         "-P",

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import write_result
+from benchmarks.posthoc_real import calibration_windows
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "data_cache" / "posthoc-real"
@@ -185,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="comma-separated rows to evaluate also with position 0 pinned to the float model's",
     )
+    parser.add_argument("--calib-samples", type=int, default=32, help="as benchmarks.posthoc_real")
+    parser.add_argument("--calib-seq-len", type=int, default=512, help="as benchmarks.posthoc_real")
     parser.add_argument("--eval-tokens", type=int, default=8192, help="as benchmarks.posthoc_real")
     parser.add_argument("--seq-len", type=int, default=1024, help="as benchmarks.posthoc_real")
     args = parser.parse_args(argv)
@@ -192,11 +195,12 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     work, out = Path(args.work), Path(args.out)
-    calib = sorted(work.glob("calib-*.pt"))
-    if not calib:
-        raise SystemExit(f"{work}: no calib-*.pt (run benchmarks.posthoc_real first; it saves the windows)")
-    windows = torch.load(calib[0])[: args.windows]
-    float_model = load_inference_model(work / "smollm2-135m")
+    snapshot = work / "smollm2-135m"
+    if not (snapshot / "COMPLETE").is_file():
+        raise SystemExit(f"{snapshot}: no snapshot (run benchmarks.posthoc_real first; it imports the model)")
+    calib = calibration_windows(work, snapshot, args.calib_samples, args.calib_seq_len)
+    windows = torch.load(calib)[: args.windows]
+    float_model = load_inference_model(snapshot)
     rows: dict[str, list[dict]] = {}
     for name in [r for r in args.rows.split(",") if r]:
         path = work / "models" / name.replace(":", "-")
@@ -224,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         pinned.append({"row": name, "ppl_pinned": ppl})
         print(f"{name}: ppl {ppl:.3f} with position 0 pinned to the float model's")
     results = {
-        "windows": f"{calib[0].name}[:{args.windows}]",
+        "windows": f"{calib.name}[:{args.windows}]",
         "rows": rows,
         "hybrids": hybrids,
         "pinned_first_position": pinned,
