@@ -63,6 +63,22 @@ def divergence(float_model, quant_model, windows: torch.Tensor, batch: int) -> l
     ]
 
 
+@torch.no_grad()
+def calibration_nll(model, windows: torch.Tensor, batch: int) -> float:
+    """Mean next-token NLL (nats) on the calibration windows themselves. A method that is worse than another
+    on the very data it was fitted to under-fits its objective; one that is better there but worse on held-out
+    text over-fits."""
+    total, count = 0.0, 0
+    for start in range(0, windows.shape[0], batch):
+        ids = windows[start : start + batch]
+        logits = model(ids)[:, :-1].float()
+        nll = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="sum"
+        )
+        total, count = total + float(nll), count + ids[:, 1:].numel()
+    return total / count
+
+
 class FloatFirstPosition(torch.nn.Module):
     """A quantized model whose first position is the float model's after every block (``pin=False``: the
     quantized model as it is). Its perplexity is what the model would score if its massive-activation position
@@ -199,17 +215,24 @@ def main(argv: list[str] | None = None) -> int:
     if not (snapshot / "COMPLETE").is_file():
         raise SystemExit(f"{snapshot}: no snapshot (run benchmarks.posthoc_real first; it imports the model)")
     calib = calibration_windows(work, snapshot, args.calib_samples, args.calib_seq_len)
-    windows = torch.load(calib)[: args.windows]
+    all_windows = torch.load(calib)
+    windows = all_windows[: args.windows]
     float_model = load_inference_model(snapshot)
     rows: dict[str, list[dict]] = {}
+    fit = {"float": calibration_nll(float_model, all_windows, args.batch)}
     for name in [r for r in args.rows.split(",") if r]:
         path = work / "models" / name.replace(":", "-")
         if not path.is_dir():
             print(f"{name}: {path} is missing; skipped", file=sys.stderr)
             continue
-        rows[name] = divergence(float_model, load_inference_model(path), windows, args.batch)
+        model = load_inference_model(path)
+        rows[name] = divergence(float_model, model, windows, args.batch)
+        fit[name] = calibration_nll(model, all_windows, args.batch)
         last = rows[name][-1]
-        print(f"{name}: final block mse {last['mse']:.4g}, {last['share_first_position']:.1%} at position 0")
+        print(
+            f"{name}: final block mse {last['mse']:.4g}, {last['share_first_position']:.1%} at position 0; "
+            f"calibration NLL {fit[name]:.4f} (float {fit['float']:.4f})"
+        )
     hybrids = []
     for spec in args.hybrid:
         base, donor, prefixes = spec.split(":")
@@ -232,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         "rows": rows,
         "hybrids": hybrids,
         "pinned_first_position": pinned,
+        "calibration_nll": {"windows": f"{calib.name} (all {all_windows.shape[0]})", **fit},
     }
     out.mkdir(parents=True, exist_ok=True)
     write_result(out / "blocks.json", results, module=__spec__.name, argv=argv, indent=2)

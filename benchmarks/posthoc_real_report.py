@@ -176,6 +176,21 @@ def _blocks(payload: dict) -> list[str]:
             lines.append(
                 f"| {p['row']} | {_fmt(payload['rows'][p['row']]['ppl'])} | {_fmt(p['ppl_pinned'])} |"
             )
+    fit = dict(blocks.get("calibration_nll") or {})
+    fit_windows = fit.pop("windows", "")
+    fitted = [name for name in fit if name in payload["rows"]]
+    if fitted:
+        lines += [
+            "",
+            "Under-fitting or over-fitting? Mean next-token loss (nats) on the calibration windows "
+            f"themselves ({fit_windows}) beside the held-out loss (ln of the table's perplexity):",
+            "",
+            "| row | calibration loss | held-out loss |",
+            "|---|---:|---:|",
+        ]
+        for name in fitted:
+            held_out = math.log(payload["rows"][name]["ppl"])
+            lines.append(f"| {name} | {fit[name]:.4f} | {held_out:.4f} |")
     hybrids = blocks.get("hybrids") or []
     if hybrids:
         lines += [

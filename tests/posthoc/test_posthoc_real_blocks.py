@@ -49,3 +49,23 @@ def test_pinning_the_first_position_makes_it_the_float_models():
         pinned = FloatFirstPosition(changed, float_model)(ids)
         assert torch.allclose(pinned[:, 0], float_model(ids)[:, 0], rtol=0, atol=1e-5)
         assert not torch.allclose(pinned[:, 1:], changed(ids)[:, 1:])
+
+
+def test_calibration_nll_is_the_mean_next_token_loss():
+    import math
+
+    from benchmarks.posthoc_real_blocks import calibration_nll
+
+    model, _, ids = _with_one_block_changed(layers=1, block=0, batch=3)
+    with torch.no_grad():
+        model.head.weight.zero_()
+    assert calibration_nll(model, ids, batch=2) == pytest.approx(
+        math.log(model.head.weight.shape[0]), rel=1e-6
+    )
+    with torch.no_grad():
+        model.head.weight.normal_()
+        logits = model(ids)[:, :-1]
+        expected = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1)
+        )
+    assert calibration_nll(model, ids, batch=2) == pytest.approx(float(expected), rel=1e-5)

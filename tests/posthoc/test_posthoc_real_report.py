@@ -103,6 +103,7 @@ def test_report_locates_the_massive_activation_and_splits_each_error():
                 "omniquant-w3": [block(0, 2.0, 0.1, 30), block(1, 200, 0.99, 2e4), block(2, 50, 0.5, 9e3)],
             },
             "pinned_first_position": [{"row": "float", "ppl_pinned": 13.1}],
+            "calibration_nll": {"windows": "calib.pt (all 2)", "float": 2.5, "gptq-w3": 3.0},
             "hybrids": [
                 {"spec": "omniquant-w3:gptq-w3:", "swapped": [], "ppl": 29.5},
                 {"spec": "omniquant-w3:gptq-w3:layers.1.", "swapped": ["a", "b"], "ppl": 27.0},
@@ -115,3 +116,6 @@ def test_report_locates_the_massive_activation_and_splits_each_error():
     assert "| omniquant-w3 with `layers.1.*` from gptq-w3 | 2 | 27.000 |" in text
     assert "| omniquant-w3 | 0 | 29.500 |" in text
     assert "| float | 13.200 | 13.100 |" in text
+    assert "(calib.pt (all 2))" in text
+    assert "| float | 2.5000 | 2.5802 |" in text  # ln 13.2
+    assert "| gptq-w3 | 3.0000" not in text  # a row of blocks.json without a row in the table
