@@ -19,7 +19,8 @@ SmolLM2, 576 and 1536); OmniQuant W3A16g64 and W2A16g64 (LWC; LET is for weight-
 A16, as in the paper), and OmniQuant W3 again at the paper's 20 epochs (``omniquant-w3-e20``) to see whether
 the epochs explain where it trails GPTQ, RTN/GPTQ/OmniQuant at W3 per row (no groups: the paper's W3A16, where
 clipping has the most to win), and OmniQuant at W3 with the first position of every window left out of the
-block loss (``omniquant-w3-skip1``: the massive activation there, see :mod:`benchmarks.posthoc_real_blocks`);
+block loss (``omniquant-w3-skip1``: the massive activation there, see :mod:`benchmarks.posthoc_real_blocks`),
+and GPTQ and OmniQuant at W3 on four times the calibration windows (``*-calib4x``; the paper uses 128);
 naive 1-bit (α·sign(W) per row); PB-LLM (10 % salient at 8 bit); BiLLM; STBLLM at 6:8 and 4:8, and the STBLLM
 paper's baseline at 4:8 (BiLLM's two groups after 4:8 pruning by |W|, one N for every layer); policy-gradient
 pruning against magnitude pruning of heads and MLP channels at two budgets. Written to ``docs/results/posthoc-
@@ -75,6 +76,10 @@ def rows(args) -> dict[str, dict]:
     out["omniquant-w3-row"] = {"kind": "quantize", "argv": per_row + calib}
     skip = ["--method", "omniquant", "--mode", f"W3A16g{GROUP}", "--epochs", str(args.omni_epochs)]
     out["omniquant-w3-skip1"] = {"kind": "quantize", "argv": [*skip, "--loss-skip-first", "1", *calib]}
+    more_calib = [*calib[:3], str(4 * args.calib_samples), *calib[4:]]
+    gptq_w3 = ["--method", "gptq", "--bits", "3", "--group-size", str(GROUP)]
+    out["gptq-w3-calib4x"] = {"kind": "quantize", "argv": gptq_w3 + more_calib}
+    out["omniquant-w3-calib4x"] = {"kind": "quantize", "argv": skip + more_calib}
     out["naive-1bit"] = {"kind": "plain"}
     out["pbllm"] = {"kind": "quantize", "argv": ["--method", "pbllm", *calib]}
     out["billm"] = {"kind": "quantize", "argv": ["--method", "billm", *calib]}

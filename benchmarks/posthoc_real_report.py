@@ -22,6 +22,13 @@ CLAIMS = (
         1.0,
     ),
     ("OmniQuant ≤ GPTQ at W3, position 0 out of the loss", "omniquant-w3-skip1", "<=", "gptq-w3", 1.0),
+    (
+        "OmniQuant ≤ GPTQ at W3, both on 4× the calibration windows",
+        "omniquant-w3-calib4x",
+        "<=",
+        "gptq-w3-calib4x",
+        1.0,
+    ),
     ("PB-LLM far below naive 1-bit (under half its perplexity)", "pbllm", "<", "naive-1bit", 0.5),
     ("BiLLM far below naive 1-bit (under half its perplexity)", "billm", "<", "naive-1bit", 0.5),
     (
