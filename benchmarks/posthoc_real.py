@@ -16,15 +16,15 @@ are in the report), timed by wall clock with the load average beside it, then ``
 
 Rows: float; RTN and GPTQ at W4/W3/W2 (group 64: the largest power of two that divides every in_features of
 SmolLM2, 576 and 1536); OmniQuant W3A16g64 and W2A16g64 (LWC; LET is for weight-activation modes and is off at
-A16, as in the paper), and OmniQuant W3 again at the paper's 20 epochs (``omniquant-w3-e20``) to see whether
-the epochs explain where it trails GPTQ, RTN/GPTQ/OmniQuant at W3 per row (no groups: the paper's W3A16, where
-clipping has the most to win), and OmniQuant at W3 with the first position of every window left out of the
-block loss (``omniquant-w3-skip1``: the massive activation there, see :mod:`benchmarks.posthoc_real_blocks`),
-and GPTQ and OmniQuant at W3 on four times the calibration windows (``*-calib4x``; the paper uses 128);
-naive 1-bit (α·sign(W) per row); PB-LLM (10 % salient at 8 bit); BiLLM; STBLLM at 6:8 and 4:8, and the STBLLM
-paper's baseline at 4:8 (BiLLM's two groups after 4:8 pruning by |W|, one N for every layer); policy-gradient
-pruning against magnitude pruning of heads and MLP channels at two budgets. Written to ``docs/results/posthoc-
-real/`` (``report.md``, ``results.json``, ``rows/*.json``).
+A16, as in the paper) at ``--omni-epochs``; then, for where OmniQuant trails GPTQ: W3 at the paper's 20 epochs
+(``omniquant-w3-e20``), RTN/GPTQ/OmniQuant at W3 per row (no groups: the paper's W3A16; OmniQuant also at 20
+epochs), OmniQuant at W3 with the first position of every window left out of the block loss
+(``omniquant-w3-skip1``: the massive activation there, see :mod:`benchmarks.posthoc_real_blocks`), and
+GPTQ and OmniQuant at W3 on four times the calibration windows (``*-calib4x``; the paper uses 128); naive
+1-bit (α·sign(W) per row); PB-LLM (10 % salient at 8 bit); BiLLM; STBLLM at 6:8 and 4:8, and the STBLLM
+paper's baseline at 4:8 (BiLLM's two groups after 4:8 pruning by |W|, one N for every layer);
+policy-gradient pruning against magnitude pruning of heads and MLP channels at two budgets. Written to
+``docs/results/posthoc-real/`` (``report.md``, ``results.json``, ``rows/*.json``).
 """
 
 from __future__ import annotations
@@ -74,6 +74,8 @@ def rows(args) -> dict[str, dict]:
         out[f"{method}-w3-row"] = {"kind": "quantize", "argv": argv + ([] if method == "rtn" else calib)}
     per_row = ["--method", "omniquant", "--mode", "W3A16", "--epochs", str(args.omni_epochs)]
     out["omniquant-w3-row"] = {"kind": "quantize", "argv": per_row + calib}
+    per_row_paper = ["--method", "omniquant", "--mode", "W3A16", "--epochs", "20"]
+    out["omniquant-w3-row-e20"] = {"kind": "quantize", "argv": per_row_paper + calib}
     skip = ["--method", "omniquant", "--mode", f"W3A16g{GROUP}", "--epochs", str(args.omni_epochs)]
     out["omniquant-w3-skip1"] = {"kind": "quantize", "argv": [*skip, "--loss-skip-first", "1", *calib]}
     more_calib = [*calib[:3], str(4 * args.calib_samples), *calib[4:]]

@@ -11,19 +11,32 @@ import math
 CLAIMS = (
     ("GPTQ < RTN at W3", "gptq-w3", "<", "rtn-w3", 1.0),
     ("GPTQ < RTN at W2", "gptq-w2", "<", "rtn-w2", 1.0),
-    ("OmniQuant ≤ GPTQ at W3", "omniquant-w3", "<=", "gptq-w3", 1.0),
-    ("OmniQuant ≤ GPTQ at W2", "omniquant-w2", "<=", "gptq-w2", 1.0),
-    ("OmniQuant ≤ GPTQ at W3, at the paper's 20 epochs", "omniquant-w3-e20", "<=", "gptq-w3", 1.0),
+    ("OmniQuant ≤ GPTQ at W3 ({epochs} epochs)", "omniquant-w3", "<=", "gptq-w3", 1.0),
     (
-        "OmniQuant ≤ GPTQ at W3 per row (no groups, the paper's W3A16)",
-        "omniquant-w3-row",
+        "OmniQuant ≤ GPTQ at W2 ({epochs} epochs; the paper's W2 recipe: 40)",
+        "omniquant-w2",
+        "<=",
+        "gptq-w2",
+        1.0,
+    ),
+    ("OmniQuant ≤ GPTQ at W3, the paper's 20 epochs", "omniquant-w3-e20", "<=", "gptq-w3", 1.0),
+    ("OmniQuant ≤ GPTQ at W3 per row ({epochs} epochs)", "omniquant-w3-row", "<=", "gptq-w3-row", 1.0),
+    (
+        "OmniQuant ≤ GPTQ at W3 per row, the paper's W3A16 and 20 epochs",
+        "omniquant-w3-row-e20",
         "<=",
         "gptq-w3-row",
         1.0,
     ),
-    ("OmniQuant ≤ GPTQ at W3, position 0 out of the loss", "omniquant-w3-skip1", "<=", "gptq-w3", 1.0),
     (
-        "OmniQuant ≤ GPTQ at W3, both on 4× the calibration windows",
+        "OmniQuant ≤ GPTQ at W3, position 0 out of the loss ({epochs} epochs)",
+        "omniquant-w3-skip1",
+        "<=",
+        "gptq-w3",
+        1.0,
+    ),
+    (
+        "OmniQuant ≤ GPTQ at W3, both on 4× the calibration windows ({epochs} epochs)",
         "omniquant-w3-calib4x",
         "<=",
         "gptq-w3-calib4x",
@@ -32,7 +45,7 @@ CLAIMS = (
     ("PB-LLM far below naive 1-bit (under half its perplexity)", "pbllm", "<", "naive-1bit", 0.5),
     ("BiLLM far below naive 1-bit (under half its perplexity)", "billm", "<", "naive-1bit", 0.5),
     (
-        "STBLLM 4:8 < BiLLM + |W| 4:8 (the STBLLM paper's baseline, equal value bits)",
+        "STBLLM 4:8 < BiLLM + magnitude 4:8 (the STBLLM paper's baseline, equal value bits)",
         "stbllm-4:8",
         "<",
         "billm-magnitude-4:8",
@@ -54,10 +67,12 @@ def _fmt(value: float | None, digits: int = 3) -> str:
     return f"{value:.{digits}f}"
 
 
-def verdicts(rows: dict) -> list[tuple[str, str, str]]:
-    """(claim, holds / fails / not measured, the numbers) for every seed claim."""
+def verdicts(rows: dict, omni_epochs: int = 5) -> list[tuple[str, str, str]]:
+    """(claim, holds / fails / not measured, the numbers) for every seed claim; ``omni_epochs`` is the
+    run's ``--omni-epochs``, which the OmniQuant rows without an epoch count in their name used."""
     out = []
-    for text, a, op, b, factor in CLAIMS:
+    for template, a, op, b, factor in CLAIMS:
+        text = template.format(epochs=omni_epochs)
         pa, pb = _ppl(rows, a), _ppl(rows, b)
         if pa is None or pb is None:
             out.append((text, "not measured", f"{a}: {_fmt(pa)}, {b}: {_fmt(pb)}"))
@@ -269,7 +284,7 @@ def render(payload: dict) -> str:
             ts, ls = t.get("quantize_s", t["seconds"]), lc.get("quantize_s", lc["seconds"])
             lines.append(f"| W{b} g64 | {_fmt(t['ppl'])} | {_fmt(lc['ppl'])} | {ts:.0f} | {ls:.0f} |")
     lines += ["", "## The seeds' claims on this model", "", "| claim | verdict | numbers |", "|---|---|---|"]
-    lines += [f"| {c} | **{v}** | {n} |" for c, v, n in verdicts(rows)]
+    lines += [f"| {c} | **{v}** | {n} |" for c, v, n in verdicts(rows, settings["omni_epochs"])]
     lines += _blocks(payload)
     lines += _out_again(payload)
     missing = payload.get("missing") or []

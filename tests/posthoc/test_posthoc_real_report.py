@@ -38,9 +38,9 @@ def test_verdicts_follow_the_numbers():
     assert _verdict(rows, "policy-gradient ≤ magnitude pruning at keep 0.9") == "fails"
     rows["stbllm-6:8"] = _row(400.0, 1.2)
     assert _verdict(rows, "STBLLM 6:8 near BiLLM") == "fails"  # more bits than BiLLM
-    assert _verdict(rows, "STBLLM 4:8 < BiLLM + |W| 4:8") == "not measured"
+    assert _verdict(rows, "STBLLM 4:8 < BiLLM + magnitude 4:8") == "not measured"
     rows["stbllm-4:8"], rows["billm-magnitude-4:8"] = _row(900.0, 0.53), _row(800.0, 0.53)
-    assert _verdict(rows, "STBLLM 4:8 < BiLLM + |W| 4:8") == "fails"
+    assert _verdict(rows, "STBLLM 4:8 < BiLLM + magnitude 4:8") == "fails"
 
 
 def test_report_shows_the_export_in_llama_cpp_and_the_served_chat():
