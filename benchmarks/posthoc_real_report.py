@@ -230,6 +230,23 @@ def _blocks(payload: dict) -> list[str]:
     return lines
 
 
+def _machines(rows: dict) -> list[str]:
+    """Which CPU measured which rows, when they differ: floating-point sums run in another order on another
+    vector unit, so OmniQuant's training (hundreds of dependent steps) lands elsewhere from the same seed."""
+    by_cpu: dict[str, list[str]] = {}
+    for name, row in rows.items():
+        device = row.get("device") or {}
+        cpu = f"{device.get('cpu', '?')} ({device.get('cpu_capability', '?')})"
+        by_cpu.setdefault(cpu, []).append(name)
+    if len(by_cpu) < 2:
+        return []
+    parts = [f"{cpu}: {', '.join(names)}" for cpu, names in sorted(by_cpu.items())]
+    return [
+        "- **CPUs**: the rows were measured on more than one machine; the same command need not give the "
+        "same OmniQuant model on another CPU. " + "; ".join(parts) + "."
+    ]
+
+
 def render(payload: dict) -> str:
     rows = payload["rows"]
     settings = payload["settings"]
@@ -249,6 +266,7 @@ def render(payload: dict) -> str:
         f"- **Machine**: {payload['device']['cpus']} CPUs shared with other jobs, {settings['threads']} "
         "torch thread(s) per command; the load average before/after each command is in the table "
         "(timings are wall clock under that load, so compare them within this table only).",
+        *_machines(rows),
         "",
         "| row | perplexity | × float | bits/weight stored | paper bits | seconds | load | eval s |",
         "|---|---:|---:|---:|---:|---:|---|---:|",

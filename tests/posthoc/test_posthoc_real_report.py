@@ -10,6 +10,12 @@ def _row(ppl: float, paper: float | None = None, **extra) -> dict:
     return {"ppl": ppl, "bits": {"stored": paper, "paper": paper}, "seconds": 1.0, "eval_s": 1.0, **extra}
 
 
+def _payload(rows: dict, **extra) -> dict:
+    settings = {"eval_tokens": 8, "seq_len": 4, "calib_samples": 2, "calib_seq_len": 4, "omni_epochs": 5}
+    settings |= {"pg_steps": 1, "threads": 1}
+    return {"model": "m.gguf", "settings": settings, "device": {"cpus": 2}, "rows": rows, **extra}
+
+
 def _verdict(rows: dict, claim_start: str) -> str:
     return next(v for claim, v, _ in verdicts(rows) if claim.startswith(claim_start))
 
@@ -37,6 +43,9 @@ def test_verdicts_follow_the_numbers():
     assert _verdict(rows, "STBLLM 6:8 near BiLLM") == "holds"  # 400 <= 1.5 x 300, 0.8 < 1.06 bits
     assert _verdict(rows, "policy-gradient ≤ magnitude pruning at keep 0.9") == "fails"
     rows["stbllm-6:8"] = _row(400.0, 1.2)
+    rows["gptq-w3"]["device"] = {"cpu": "AMD EPYC", "cpu_capability": "AVX2"}
+    assert "**CPUs**" in render(_payload(rows))
+    assert "AMD EPYC (AVX2): gptq-w3" in render(_payload(rows))
     assert _verdict(rows, "STBLLM 6:8 near BiLLM") == "fails"  # more bits than BiLLM
     assert _verdict(rows, "STBLLM 4:8 < BiLLM + magnitude 4:8") == "not measured"
     rows["stbllm-4:8"], rows["billm-magnitude-4:8"] = _row(900.0, 0.53), _row(800.0, 0.53)
@@ -90,13 +99,9 @@ def test_report_locates_the_massive_activation_and_splits_each_error():
     def block(i: int, mse: float, share: float, peak: float) -> dict:
         return {"block": i, "mse": mse, "share_first_position": share, "float_max_abs": peak}
 
-    payload = {
-        "model": "m.gguf",
-        "settings": {"eval_tokens": 8, "seq_len": 4, "calib_samples": 2, "calib_seq_len": 4, "omni_epochs": 5}
-        | {"pg_steps": 1, "threads": 1},
-        "device": {"cpus": 2},
-        "rows": {"float": _row(13.2, 32.0)},
-        "blocks": {
+    payload = _payload(
+        {"float": _row(13.2, 32.0)},
+        blocks={
             "windows": "calib.pt[:2]",
             "rows": {
                 "gptq-w3": [block(0, 1.0, 0.1, 30), block(1, 10.0, 0.5, 2e4), block(2, 20.0, 0.25, 9e3)],
@@ -109,7 +114,7 @@ def test_report_locates_the_massive_activation_and_splits_each_error():
                 {"spec": "omniquant-w3:gptq-w3:layers.1.", "swapped": ["a", "b"], "ppl": 27.0},
             ],
         },
-    }
+    )
     text = render(payload)
     assert "jumps from 30 to 20,000 at block 1" in text
     assert "| gptq-w3 | 0.1 / 0.9 | 5 / 5 | 5 / 15 |" in text
