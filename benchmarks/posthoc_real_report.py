@@ -236,7 +236,7 @@ def _machines(rows: dict) -> list[str]:
     by_cpu: dict[str, list[str]] = {}
     for name, row in rows.items():
         device = row.get("device") or {}
-        cpu = f"{device.get('cpu', '?')} ({device.get('cpu_capability', '?')})"
+        cpu = f"{device['cpu']} ({device.get('cpu_capability', '?')})" if "cpu" in device else "not recorded"
         by_cpu.setdefault(cpu, []).append(name)
     if len(by_cpu) < 2:
         return []
