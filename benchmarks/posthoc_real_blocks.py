@@ -100,18 +100,24 @@ class FloatFirstPosition(torch.nn.Module):
         return self.quant_model.head(self.quant_model.norm(xq))
 
 
-def pinned_perplexity(model: Path, float_model, eval_tokens: int, seq_len: int) -> float:
-    """Perplexity of ``model`` with its first position pinned to the float model's
-    (:class:`FloatFirstPosition`) on :mod:`benchmarks.posthoc_real`'s held-out text and windows."""
+def pinned_perplexity(model: Path, float_model, eval_tokens: int, seq_len: int) -> dict:
+    """Perplexity of ``model`` as it is and with its first position pinned to the float model's
+    (:class:`FloatFirstPosition`) on :mod:`benchmarks.posthoc_real`'s held-out text and windows. Both are
+    measured here, on the model as it is on disk now, so the pair compares like with like even where the row
+    in the table was measured on another machine."""
     from trilm.eval.model import load_eval_model
     from trilm.eval.ppl import evaluate_perplexity
 
     em = load_eval_model(model)
-    em.model = FloatFirstPosition(em.model, float_model)
-    result = evaluate_perplexity(
-        em, CORPUS, split="validation", max_tokens=eval_tokens, seq_len=seq_len, batch_size=4
-    )
-    return result.ppl
+    quant_model = em.model
+    out = {}
+    for key, pin in (("ppl", False), ("ppl_pinned", True)):
+        em.model = FloatFirstPosition(quant_model, float_model, pin=pin)
+        result = evaluate_perplexity(
+            em, CORPUS, split="validation", max_tokens=eval_tokens, seq_len=seq_len, batch_size=4
+        )
+        out[key] = result.ppl
+    return out
 
 
 def hybrid_perplexity(base: Path, donor: Path, prefixes: list[str], eval_tokens: int, seq_len: int) -> dict:
@@ -248,8 +254,10 @@ def main(argv: list[str] | None = None) -> int:
     pinned = []
     for name in [r for r in args.pin_first.split(",") if r]:
         ppl = pinned_perplexity(work / "models" / name, float_model, args.eval_tokens, args.seq_len)
-        pinned.append({"row": name, "ppl_pinned": ppl})
-        print(f"{name}: ppl {ppl:.3f} with position 0 pinned to the float model's")
+        pinned.append({"row": name, **ppl})
+        print(
+            f"{name}: ppl {ppl['ppl']:.3f}, {ppl['ppl_pinned']:.3f} with position 0 from the float model"
+        )
     results = {
         "windows": f"{calib.name}[:{args.windows}]",
         "rows": rows,

@@ -191,13 +191,12 @@ def _blocks(payload: dict) -> list[str]:
             "(`--pin-first`: what each would score if its massive-activation position were exact; the "
             "prediction made at position 0, one token in a window, becomes the float model's too):",
             "",
-            "| row | perplexity | with position 0 from float |",
+            "| row | perplexity (the model on disk, same run) | with position 0 from float |",
             "|---|---:|---:|",
         ]
         for p in pinned:
-            lines.append(
-                f"| {p['row']} | {_fmt(payload['rows'][p['row']]['ppl'])} | {_fmt(p['ppl_pinned'])} |"
-            )
+            as_is = p.get("ppl", payload["rows"][p["row"]]["ppl"])
+            lines.append(f"| {p['row']} | {_fmt(as_is)} | {_fmt(p['ppl_pinned'])} |")
     fit = dict(blocks.get("calibration_nll") or {})
     fit_windows = fit.pop("windows", "")
     fitted = [name for name in fit if name in payload["rows"]]

@@ -100,15 +100,18 @@ def test_report_locates_the_massive_activation_and_splits_each_error():
         return {"block": i, "mse": mse, "share_first_position": share, "float_max_abs": peak}
 
     payload = _payload(
-        {"float": _row(13.2, 32.0)},
+        {"float": _row(13.2, 32.0), "gptq-w3": _row(28.8, 3.3)},
         blocks={
             "windows": "calib.pt[:2]",
             "rows": {
                 "gptq-w3": [block(0, 1.0, 0.1, 30), block(1, 10.0, 0.5, 2e4), block(2, 20.0, 0.25, 9e3)],
                 "omniquant-w3": [block(0, 2.0, 0.1, 30), block(1, 200, 0.99, 2e4), block(2, 50, 0.5, 9e3)],
             },
-            "pinned_first_position": [{"row": "float", "ppl_pinned": 13.1}],
-            "calibration_nll": {"windows": "calib.pt (all 2)", "float": 2.5, "gptq-w3": 3.0},
+            "pinned_first_position": [
+                {"row": "float", "ppl_pinned": 13.1},
+                {"row": "gptq-w3", "ppl": 29.0, "ppl_pinned": 29.5},
+            ],
+            "calibration_nll": {"windows": "calib.pt (all 2)", "float": 2.5, "gptq-w3": 3.0, "other": 1.0},
             "hybrids": [
                 {"spec": "omniquant-w3:gptq-w3:", "swapped": [], "ppl": 29.5},
                 {"spec": "omniquant-w3:gptq-w3:layers.1.", "swapped": ["a", "b"], "ppl": 27.0},
@@ -120,7 +123,9 @@ def test_report_locates_the_massive_activation_and_splits_each_error():
     assert "| gptq-w3 | 0.1 / 0.9 | 5 / 5 | 5 / 15 |" in text
     assert "| omniquant-w3 with `layers.1.*` from gptq-w3 | 2 | 27.000 |" in text
     assert "| omniquant-w3 | 0 | 29.500 |" in text
-    assert "| float | 13.200 | 13.100 |" in text
+    assert "| float | 13.200 | 13.100 |" in text  # an older blocks.json: the table's perplexity beside it
+    assert "| gptq-w3 | 29.000 | 29.500 |" in text  # measured beside the pinned one, not the table's 28.8
     assert "(calib.pt (all 2))" in text
     assert "| float | 2.5000 | 2.5802 |" in text  # ln 13.2
-    assert "| gptq-w3 | 3.0000" not in text  # a row of blocks.json without a row in the table
+    assert "| gptq-w3 | 3.0000 | 3.3604 |" in text
+    assert "| other |" not in text  # a row of blocks.json without a row in the table
