@@ -255,9 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in [r for r in args.pin_first.split(",") if r]:
         ppl = pinned_perplexity(work / "models" / name, float_model, args.eval_tokens, args.seq_len)
         pinned.append({"row": name, **ppl})
-        print(
-            f"{name}: ppl {ppl['ppl']:.3f}, {ppl['ppl_pinned']:.3f} with position 0 from the float model"
-        )
+        print(f"{name}: ppl {ppl['ppl']:.3f}, {ppl['ppl_pinned']:.3f} with position 0 from the float model")
     results = {
         "windows": f"{calib.name}[:{args.windows}]",
         "rows": rows,

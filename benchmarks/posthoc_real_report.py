@@ -292,14 +292,19 @@ def render(payload: dict) -> str:
             "asymmetric group-64 grids, no act-order, 128-column blocks, dampening 0.01, the head left in "
             "float; llmcompressor 0.14 in its own environment (it pins transformers ≤ 5.17). Quantization "
             "time is the method's own (trilm: `seconds.quantize` of the QuantLM; llmcompressor: its "
-            "`oneshot` call), each under the load shown above.",
+            "`oneshot` call), each under the load shown above; times compare only where both ran on the "
+            "same CPU.",
             "",
-            "| bits | trilm ppl | llmcompressor ppl | trilm s | llmcompressor s |",
-            "|---|---:|---:|---:|---:|",
+            "| bits | trilm ppl | llmcompressor ppl | trilm s | llmcompressor s | same CPU |",
+            "|---|---:|---:|---:|---:|---|",
         ]
         for b, t, lc in pairs:
             ts, ls = t.get("quantize_s", t["seconds"]), lc.get("quantize_s", lc["seconds"])
-            lines.append(f"| W{b} g64 | {_fmt(t['ppl'])} | {_fmt(lc['ppl'])} | {ts:.0f} | {ls:.0f} |")
+            cpus = [(r.get("device") or {}).get("cpu", "not recorded") for r in (t, lc)]
+            same = "yes" if cpus[0] == cpus[1] else f"no ({cpus[0]}; {cpus[1]})"
+            lines.append(
+                f"| W{b} g64 | {_fmt(t['ppl'])} | {_fmt(lc['ppl'])} | {ts:.0f} | {ls:.0f} | {same} |"
+            )
     lines += ["", "## The seeds' claims on this model", "", "| claim | verdict | numbers |", "|---|---|---|"]
     lines += [f"| {c} | **{v}** | {n} |" for c, v, n in verdicts(rows, settings["omni_epochs"])]
     lines += _blocks(payload)

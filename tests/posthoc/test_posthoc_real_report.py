@@ -129,3 +129,15 @@ def test_report_locates_the_massive_activation_and_splits_each_error():
     assert "| float | 2.5000 | 2.5802 |" in text  # ln 13.2
     assert "| gptq-w3 | 3.0000 | 3.3604 |" in text
     assert "| other |" not in text  # a row of blocks.json without a row in the table
+
+
+def test_side_by_side_with_llmcompressor_says_whether_the_times_compare():
+    rows = {
+        "gptq-w3": _row(28.8, 3.3, device={"cpu": "AMD EPYC"}),
+        "llmcompressor-gptq-w3": _row(29.9, 3.3, device={"cpu": "AMD EPYC"}),
+        "gptq-w4": _row(16.3, 4.3, device={"cpu": "AMD EPYC"}),
+        "llmcompressor-gptq-w4": _row(16.5, 4.3, device={"cpu": "Xeon"}),
+    }
+    text = render(_payload(rows))
+    assert "| W3 g64 | 28.800 | 29.900 | 1 | 1 | yes |" in text
+    assert "| W4 g64 | 16.300 | 16.500 | 1 | 1 | no (AMD EPYC; Xeon) |" in text
