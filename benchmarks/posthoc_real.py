@@ -103,6 +103,8 @@ def rows(args) -> dict[str, dict]:
     pg = ["--steps", str(args.pg_steps), "--batch-size", "4", "--pg-seq-len", "128"]
     for bits in (4, 3, 2):
         out[f"llmcompressor-gptq-w{bits}"] = {"kind": "llmcompressor", "bits": bits}
+        static = ["--method", "gptq", "--bits", str(bits), "--group-size", str(GROUP), "--static-groups"]
+        out[f"gptq-w{bits}-static"] = {"kind": "quantize", "argv": static + calib}
     for keep in args.keeps:
         for method in ("magnitude", "pg"):
             argv = ["--method", method, "--granularity", "head,channel", "--keep", str(keep), *prune_calib]

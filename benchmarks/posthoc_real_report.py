@@ -246,6 +246,46 @@ def _machines(rows: dict) -> list[str]:
     ]
 
 
+def _side_by_side(rows: dict) -> list[str]:
+    """trilm's GPTQ beside llmcompressor's at each width: the static-groups row (llmcompressor's way) where
+    it exists, the default (dynamic groups) beside it."""
+    pairs = []
+    for b in (4, 3, 2):
+        lc, dynamic = rows.get(f"llmcompressor-gptq-w{b}"), rows.get(f"gptq-w{b}")
+        if lc and (rows.get(f"gptq-w{b}-static") or dynamic):
+            pairs.append((b, rows.get(f"gptq-w{b}-static") or dynamic, dynamic, lc))
+    if not pairs:
+        return []
+    lines = [
+        "",
+        "## trilm's GPTQ and llmcompressor's, side by side",
+        "",
+        "Same fp32 model, the same calibration windows (saved by trilm, read by llmcompressor), asymmetric "
+        "group-64 grids, no act-order, 128-column blocks, dampening 0.01, the head left in float; "
+        "llmcompressor 0.14 in its own environment (it pins transformers ≤ 5.17). llmcompressor fits every "
+        "group's grid once, on the weights before the GPTQ loop (its observer's scales go in): that is "
+        "trilm's `--static-groups`, the rows `gptq-wB-static` paired with it here. trilm's default fits each "
+        "group when the loop reaches it, on the weights as GPTQ has updated them (the reference code's "
+        "default; rows `gptq-wB`), shown beside. Quantization time is the method's own (trilm: "
+        "`seconds.quantize` of the QuantLM; llmcompressor: its `oneshot` call), under the load shown above; "
+        "times compare only where both ran on the same CPU.",
+        "",
+        "| bits | trilm, static groups | llmcompressor | trilm s | llmcompressor s | same CPU | trilm, "
+        "dynamic groups |",
+        "|---|---:|---:|---:|---:|---|---:|",
+    ]
+    for b, t, dynamic, lc in pairs:
+        ts, ls = t.get("quantize_s", t["seconds"]), lc.get("quantize_s", lc["seconds"])
+        cpus = [(r.get("device") or {}).get("cpu", "not recorded") for r in (t, lc)]
+        same = "yes" if cpus[0] == cpus[1] else f"no ({cpus[0]}; {cpus[1]})"
+        static = _fmt(t["ppl"]) if t is not dynamic else "—"
+        lines.append(
+            f"| W{b} g64 | {static} | {_fmt(lc['ppl'])} | {ts:.0f} | {ls:.0f} | {same} | "
+            f"{_fmt(dynamic['ppl']) if dynamic else '—'} |"
+        )
+    return lines
+
+
 def render(payload: dict) -> str:
     rows = payload["rows"]
     settings = payload["settings"]
@@ -281,30 +321,7 @@ def render(payload: dict) -> str:
             f"| {name}{extra} | {_fmt(row['ppl'])} | {_fmt(ratio, 2)} | {_fmt(bits.get('stored'), 3)} | "
             f"{_fmt(bits.get('paper'), 3)} | {row['seconds']:.0f} | {load} | {row['eval_s']:.0f} |"
         )
-    pairs = [(b, rows.get(f"gptq-w{b}"), rows.get(f"llmcompressor-gptq-w{b}")) for b in (4, 3, 2)]
-    pairs = [(b, t, lc) for b, t, lc in pairs if t and lc]
-    if pairs:
-        lines += [
-            "",
-            "## trilm's GPTQ and llmcompressor's, side by side",
-            "",
-            "Same fp32 model, the same calibration windows (saved by trilm, read by llmcompressor), "
-            "asymmetric group-64 grids, no act-order, 128-column blocks, dampening 0.01, the head left in "
-            "float; llmcompressor 0.14 in its own environment (it pins transformers ≤ 5.17). Quantization "
-            "time is the method's own (trilm: `seconds.quantize` of the QuantLM; llmcompressor: its "
-            "`oneshot` call), each under the load shown above; times compare only where both ran on the "
-            "same CPU.",
-            "",
-            "| bits | trilm ppl | llmcompressor ppl | trilm s | llmcompressor s | same CPU |",
-            "|---|---:|---:|---:|---:|---|",
-        ]
-        for b, t, lc in pairs:
-            ts, ls = t.get("quantize_s", t["seconds"]), lc.get("quantize_s", lc["seconds"])
-            cpus = [(r.get("device") or {}).get("cpu", "not recorded") for r in (t, lc)]
-            same = "yes" if cpus[0] == cpus[1] else f"no ({cpus[0]}; {cpus[1]})"
-            lines.append(
-                f"| W{b} g64 | {_fmt(t['ppl'])} | {_fmt(lc['ppl'])} | {ts:.0f} | {ls:.0f} | {same} |"
-            )
+    lines += _side_by_side(rows)
     lines += ["", "## The seeds' claims on this model", "", "| claim | verdict | numbers |", "|---|---|---|"]
     lines += [f"| {c} | **{v}** | {n} |" for c, v, n in verdicts(rows, settings["omni_epochs"])]
     lines += _blocks(payload)

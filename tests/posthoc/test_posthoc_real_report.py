@@ -139,5 +139,7 @@ def test_side_by_side_with_llmcompressor_says_whether_the_times_compare():
         "llmcompressor-gptq-w4": _row(16.5, 4.3, device={"cpu": "Xeon"}),
     }
     text = render(_payload(rows))
-    assert "| W3 g64 | 28.800 | 29.900 | 1 | 1 | yes |" in text
-    assert "| W4 g64 | 16.300 | 16.500 | 1 | 1 | no (AMD EPYC; Xeon) |" in text
+    assert "| W3 g64 | — | 29.900 | 1 | 1 | yes | 28.800 |" in text
+    assert "| W4 g64 | — | 16.500 | 1 | 1 | no (AMD EPYC; Xeon) | 16.300 |" in text
+    rows["gptq-w4-static"] = _row(16.2, 4.3, device={"cpu": "Xeon"})
+    assert "| W4 g64 | 16.200 | 16.500 | 1 | 1 | yes | 16.300 |" in render(_payload(rows))
