@@ -79,7 +79,9 @@ def verdicts(rows: dict, omni_epochs: int = 5) -> list[tuple[str, str, str]]:
             continue
         bound = pb * factor
         holds = pa < bound if op == "<" else pa <= bound
-        out.append((text, "holds" if holds else "fails", f"{a} {_fmt(pa)} vs {b} {_fmt(pb)}"))
+        cpus = {(rows[name].get("device") or {}).get("cpu") for name in (a, b)}
+        caveat = " (measured on two CPUs: see **CPUs** above)" if len(cpus) > 1 else ""
+        out.append((text, "holds" if holds else "fails", f"{a} {_fmt(pa)} vs {b} {_fmt(pb)}{caveat}"))
     st, bi = rows.get("stbllm-6:8"), rows.get("billm")
     if st and bi:
         near = st["ppl"] <= 1.5 * bi["ppl"]

@@ -44,6 +44,8 @@ def test_verdicts_follow_the_numbers():
     assert _verdict(rows, "policy-gradient ≤ magnitude pruning at keep 0.9") == "fails"
     rows["stbllm-6:8"] = _row(400.0, 1.2)
     rows["gptq-w3"]["device"] = {"cpu": "AMD EPYC", "cpu_capability": "AVX2"}
+    numbers = next(n for c, _, n in verdicts(rows) if c.startswith("GPTQ < RTN at W3"))
+    assert numbers == "gptq-w3 30.000 vs rtn-w3 40.000 (measured on two CPUs: see **CPUs** above)"
     assert "**CPUs**" in render(_payload(rows))
     assert "AMD EPYC (AVX2): gptq-w3" in render(_payload(rows))
     assert _verdict(rows, "STBLLM 6:8 near BiLLM") == "fails"  # more bits than BiLLM
