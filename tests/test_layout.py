@@ -86,6 +86,7 @@ HELPERS = {
     "posthoc_model": "prepares the FloatLM the post-hoc benchmarks share",
     "posthoc_real_report": "renders posthoc_real's results as Markdown",
     "posthoc_real_llmcompressor": "posthoc_real's worker in llmcompressor's own environment (a timing file)",
+    "serve_process": "trilm serve as a child process for serve_load and real_serve_chat",
     "cooldown_diagnosis": "the cooldown report's section on why the additive law misses",
 }
 """Modules of benchmarks/ that are parts of a benchmark, not benchmarks: they write no result file."""
