@@ -51,14 +51,11 @@ GROUP = 64
 
 def rows(args) -> dict[str, dict]:
     """Row name → what to run: ``quantize`` (trilm quantize argv tail), ``prune``, ``float``, ``plain``."""
-    calib = [
-        "--calib",
-        str(CORPUS),
-        "--samples",
-        str(args.calib_samples),
-        "--seq-len",
-        str(args.calib_seq_len),
-    ]
+
+    def calib_windows(samples: int) -> list[str]:
+        return ["--calib", str(CORPUS), "--samples", str(samples), "--seq-len", str(args.calib_seq_len)]
+
+    calib = calib_windows(args.calib_samples)
     out: dict[str, dict] = {"float": {"kind": "float"}}
     for bits in (4, 3, 2):
         for method in ("rtn", "gptq"):
@@ -78,7 +75,7 @@ def rows(args) -> dict[str, dict]:
     out["omniquant-w3-row-e20"] = {"kind": "quantize", "argv": per_row_paper + calib}
     skip = ["--method", "omniquant", "--mode", f"W3A16g{GROUP}", "--epochs", str(args.omni_epochs)]
     out["omniquant-w3-skip1"] = {"kind": "quantize", "argv": [*skip, "--loss-skip-first", "1", *calib]}
-    more_calib = [*calib[:3], str(4 * args.calib_samples), *calib[4:]]
+    more_calib = calib_windows(4 * args.calib_samples)
     gptq_w3 = ["--method", "gptq", "--bits", "3", "--group-size", str(GROUP)]
     out["gptq-w3-calib4x"] = {"kind": "quantize", "argv": gptq_w3 + more_calib}
     out["omniquant-w3-calib4x"] = {"kind": "quantize", "argv": skip + more_calib}

@@ -59,6 +59,11 @@ def _ppl(rows: dict, name: str) -> float | None:
     return None if row is None else float(row["ppl"])
 
 
+def _cpu(row: dict) -> str:
+    """The CPU a row was measured on, as its result file records it."""
+    return (row.get("device") or {}).get("cpu", "not recorded")
+
+
 def _fmt(value: float | None, digits: int = 3) -> str:
     if value is None:
         return "—"
@@ -79,7 +84,7 @@ def verdicts(rows: dict, omni_epochs: int = 5) -> list[tuple[str, str, str]]:
             continue
         bound = pb * factor
         holds = pa < bound if op == "<" else pa <= bound
-        cpus = {(rows[name].get("device") or {}).get("cpu") for name in (a, b)}
+        cpus = {_cpu(rows[name]) for name in (a, b)}
         caveat = " (measured on two CPUs: see **CPUs** above)" if len(cpus) > 1 else ""
         out.append((text, "holds" if holds else "fails", f"{a} {_fmt(pa)} vs {b} {_fmt(pb)}{caveat}"))
     st, bi = rows.get("stbllm-6:8"), rows.get("billm")
@@ -278,7 +283,7 @@ def _side_by_side(rows: dict) -> list[str]:
     ]
     for b, t, dynamic, lc in pairs:
         ts, ls = t.get("quantize_s", t["seconds"]), lc.get("quantize_s", lc["seconds"])
-        cpus = [(r.get("device") or {}).get("cpu", "not recorded") for r in (t, lc)]
+        cpus = [_cpu(r) for r in (t, lc)]
         same = "yes" if cpus[0] == cpus[1] else f"no ({cpus[0]}; {cpus[1]})"
         static = _fmt(t["ppl"]) if t is not dynamic else "—"
         lines.append(
