@@ -84,6 +84,14 @@ def parse_args(argv):
     p.add_argument("--formats", nargs="+", default=FORMATS, help=f"sample kinds (default {FORMATS})")
     p.add_argument("--shapes", nargs="+", default=SHAPES, help="KxN shapes (in x out)")
     p.add_argument("--batches", nargs="+", type=int, default=BATCHES)
+    p.add_argument(
+        "--spectra-shapes",
+        nargs="*",
+        metavar="SIZE",
+        help="also every decode-step layer shape (fused qkv, o, fused gate/up, down) of these Spectra sizes "
+        "(default when given bare: 1.1b 3.9b)",
+    )
+    p.add_argument("--dry-run", action="store_true", help="check the arguments, print the cases, run nothing")
     p.add_argument("--model", action="store_true", default=True, help="whole-model single-token forward")
     p.add_argument("--no-model", dest="model", action="store_false")
     p.add_argument("--model-size", default="1.1b")
@@ -113,6 +121,15 @@ def parse_args(argv):
     args.argv = argv
     if args.cpu_smoke:
         args.shapes, args.batches, args.gemlite, args.model = ["256x192"], [1, 16], False, False
+    if args.spectra_shapes is not None:
+        from benchmarks.kernel_tools.launch_table import layer_shapes
+
+        sizes = args.spectra_shapes or ["1.1b", "3.9b"]
+        known = {label.split()[0].removeprefix("spectra-") for label, _, _ in layer_shapes()}
+        if unknown := sorted(set(sizes) - known):
+            p.error(f"--spectra-shapes: unknown size(s) {unknown}; known: {sorted(known)}")
+        extra = [f"{k}x{n}" for label, n, k in layer_shapes() if label.split()[0][8:] in sizes]
+        args.shapes = list(dict.fromkeys([*args.shapes, *extra]))
     for s in args.shapes:
         if not re.fullmatch(r"\d+x\d+", s):
             p.error(f"--shapes: {s!r} is not KxN")
@@ -220,6 +237,10 @@ class Timer:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.dry_run:
+        print(f"dry run: formats {args.formats}, batches {args.batches}, {len(args.shapes)} shapes "
+              f"{args.shapes}, whole model {args.model_size if args.model else 'off'} → {args.out}")  # fmt: skip
+        return 0
     if args.bits_table:
         bits_table(args.bits_table)
         return 0

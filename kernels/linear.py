@@ -10,6 +10,8 @@ Inference only: the Triton path has no backward.
 
 from __future__ import annotations
 
+import itertools
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +25,24 @@ from trilm.kernels.general.launch import GENERAL_GEMV_MAX_M, KernelWeight
 from trilm.kernels.triton_runtime import interpreting
 
 from trilm.formats import FORMATS, IntWeight, PackedWeight, from_tensors
+
+_LAYERS: weakref.WeakValueDictionary[str, QuantLinear] = weakref.WeakValueDictionary()
+_layer_ids = itertools.count()
+
+
+@torch.library.custom_op("trilm::quant_linear", mutates_args=())
+def quant_linear_op(x: torch.Tensor, layer: str) -> torch.Tensor:
+    """The Triton forward of the QuantLinear registered as ``layer``, as one operator ``torch.compile`` can
+    put in a graph: dynamo cannot trace the plan's raw kernel launch, so inside a compiled decode step the
+    layer is this opaque call (one launch) and inductor fuses the norm, rotary, residual and SwiGLU work
+    around it. The layer is named by a string, as vLLM names attention layers in its custom ops: an
+    operator's arguments are tensors and plain values, not modules."""
+    return _LAYERS[layer]._forward_triton(x)
+
+
+@quant_linear_op.register_fake
+def _quant_linear_shape(x: torch.Tensor, layer: str) -> torch.Tensor:
+    return x.new_empty((*x.shape[:-1], _LAYERS[layer].out_features))
 
 
 class QuantLinear(nn.Module):
@@ -48,6 +68,8 @@ class QuantLinear(nn.Module):
         self.accumulate = accumulate
         self.gemv_max_m = gemv_max_m
         self._set_packed(packed)
+        self.op_name = f"quant_linear_{next(_layer_ids)}"
+        _LAYERS[self.op_name] = self
         if bias is not None and tuple(bias.shape) != (packed.out_features,):
             raise ValueError(f"bias must have shape ({packed.out_features},), got {tuple(bias.shape)}")
         self.register_buffer("bias", None if bias is None else bias.detach().clone())
@@ -119,11 +141,21 @@ class QuantLinear(nn.Module):
         (bias included) through a plan built on the first call for each (rows, dtype, device)."""
         if x.shape[-1] != self.in_features:
             raise ValueError(f"{self}: expected input with last dim {self.in_features}, got {tuple(x.shape)}")
-        x2 = x.reshape(-1, self.in_features)
         if self.backend in ("auto", "triton") and (x.is_cuda or interpreting()):
-            plan = self._plans.get((x2.shape[0], x.dtype, x.device))
-            if plan is not None:
-                return plan(x2.contiguous(), self.bias).view(*x.shape[:-1], self.out_features)
+            if torch.compiler.is_compiling():
+                return quant_linear_op(x, self.op_name)
+            return self._forward_triton(x)
+        return self._forward_other(x)
+
+    def _forward_triton(self, x: torch.Tensor) -> torch.Tensor:
+        x2 = x.reshape(-1, self.in_features)
+        plan = self._plans.get((x2.shape[0], x.dtype, x.device))
+        if plan is not None:
+            return plan(x2.contiguous(), self.bias).view(*x.shape[:-1], self.out_features)
+        return self._forward_other(x)
+
+    def _forward_other(self, x: torch.Tensor) -> torch.Tensor:
+        x2 = x.reshape(-1, self.in_features)
         backend = resolve_backend(self.backend, x)
         if backend == "torch":
             y = F.linear(x, self._dequantized(x))

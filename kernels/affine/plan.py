@@ -137,13 +137,22 @@ class Workspace:
 
 # -- configs → launch geometry ------------------------------------------------------------------------------
 def gemv_geometry(spec: AffineSpec, m: int, cfg: dict[str, Any], sms: int) -> dict[str, Any]:
-    """Grid, split-K and per-split units for a GEMV config: split K only until ~2 programs per SM."""
+    """Grid, split-K and per-split units for a GEMV config.
+
+    K is split until every SM runs ``PROGRAMS_PER_SM`` programs (default :data:`tuning.GEMV_PROGRAMS_PER_SM`;
+    the launch-plan model, :mod:`trilm.kernels.launch_model`, checks the occupancy allows them), at most
+    :data:`tuning.GEMV_MAX_SPLIT` ways; a split of one tile still overlaps its load with the other
+    programs' decode on the same SM."""
     units = -(-spec.k // spec.unit_k)
     programs_n = -(-spec.n // cfg["BLOCK_N"])
-    split = cfg.get("SPLIT_K") or min(16, max(1, -(-2 * sms // programs_n)))
-    split = max(1, min(split, -(-units // cfg["BLOCK_R"])))
-    per = -(-units // split)
-    per = -(-per // cfg["BLOCK_R"]) * cfg["BLOCK_R"]
+    tiles = -(-units // cfg["BLOCK_R"])
+    if cfg.get("SPLIT_K"):
+        tiles_per = -(-tiles // max(1, min(cfg["SPLIT_K"], tiles)))
+    else:
+        per_sm = cfg.get("PROGRAMS_PER_SM", tuning.GEMV_PROGRAMS_PER_SM)
+        wanted = max(1, -(-per_sm * sms // programs_n))
+        tiles_per = max(1, tiles // wanted, -(-tiles // tuning.GEMV_MAX_SPLIT))
+    per = tiles_per * cfg["BLOCK_R"]
     split = -(-units // per)
     return {"grid": (programs_n, split, 1), "SPLIT_K": split, "UNITS_PER_SPLIT": per, "counters": programs_n}
 
@@ -165,7 +174,8 @@ def gemm_geometry(spec: AffineSpec, m: int, cfg: dict[str, Any], sms: int) -> di
         return None
     tiles = -(-m // cfg["BLOCK_M"]) * -(-spec.n // cfg["BLOCK_N"])
     k_tiles = -(-spec.k // bk)
-    split = cfg.get("SPLIT_K") or max(1, min(8, -(-sms // tiles), k_tiles // 2))
+    per_sm = cfg.get("PROGRAMS_PER_SM", tuning.GEMM_PROGRAMS_PER_SM)
+    split = cfg.get("SPLIT_K") or max(1, min(32, -(-per_sm * sms // tiles), k_tiles // 2))
     split = max(1, min(split, k_tiles))
     per = -(-k_tiles // split)
     split = -(-k_tiles // per)
@@ -275,13 +285,29 @@ def tuning_key(spec: AffineSpec, path: str, m: int, dtype: torch.dtype) -> str:
 
 
 def candidates(spec: AffineSpec, path: str, m: int) -> list[dict[str, Any]]:
-    """The configs worth timing. GEMV candidates are written for 16 codes per unit (2-bit); binary units of
-    32 codes take half the rows and 3-bit units (two rows of low bits plus a high-bit row) a quarter, which
-    keeps them free of register spills at sm_90."""
+    """The configs worth timing, the default first. GEMV candidates are written for 16 codes per unit
+    (2-bit); binary units of 32 codes take half the rows and 3-bit units (two rows of low bits plus a
+    high-bit row) a quarter, which keeps them free of register spills at sm_90, and one more pipeline
+    stage, which keeps as many bytes in flight with the smaller tile.
+
+    The default is the first candidate whose grid can reach the programs per SM the plans aim for on a
+    132-SM H200 (a short K leaves split-K little room, so narrower column blocks come first there); when
+    none can, the one with the most programs."""
     if path == "gemv":
         shrink = max(1, spec.unit_k // 16) * spec.hs
         pool = tuning.GEMV_CANDIDATES[tuning.gemv_bucket(m)]
-        return [{**c, "BLOCK_R": max(1, c["BLOCK_R"] // shrink)} for c in pool]
+        pool = [
+            {**c, "BLOCK_R": max(1, c["BLOCK_R"] // shrink), "num_stages": c["num_stages"] + (shrink > 1)}
+            for c in pool
+        ]
+
+        def programs(c: dict[str, Any]) -> int:
+            grid = gemv_geometry(spec, m, c, 132)["grid"]
+            return grid[0] * grid[1]
+
+        target = tuning.GEMV_PROGRAMS_PER_SM * 132
+        first = next((c for c in pool if programs(c) >= target), max(pool, key=programs))
+        return [first, *(c for c in pool if c is not first)]
     return [c for c in tuning.GEMM_CANDIDATES[tuning.gemm_bucket(m)] if gemm_block_k(spec, c["BLOCK_K"])]
 
 

@@ -28,34 +28,52 @@ CUBLAS_MIN_M = 512
 GEMV_MAX_M = 8
 """Batches up to this many rows take the affine GEMV (all rows in one program, weights read once)."""
 
+GEMV_PROGRAMS_PER_SM = 4
+"""Programs per SM a GEMV grid aims for (split-K fills what N leaves): with 4 warps each, four warps per
+scheduler, so one warp waiting on a load or an FMA chain leaves others to issue (the H200 profile of the old
+plan: half a wave, one warp per scheduler, no eligible warp in 67 % of cycles)."""
+GEMM_PROGRAMS_PER_SM = 4
+"""The same for the GEMM, whose programs are larger (a tile of every batch row)."""
+GEMV_MAX_SPLIT = 96
+"""The deepest K split: every split adds an fp32 partial of M × N to the workspace (L2-resident) traffic."""
+
 GEMV_CANDIDATES: dict[int, list[dict[str, Any]]] = {
     1: [
-        {"BLOCK_R": 8, "BLOCK_N": 1024, "num_warps": 4, "num_stages": 2},
-        {"BLOCK_R": 4, "BLOCK_N": 1024, "num_warps": 4, "num_stages": 3},
-        {"BLOCK_R": 8, "BLOCK_N": 512, "num_warps": 4, "num_stages": 1},
-        {"BLOCK_R": 4, "BLOCK_N": 512, "num_warps": 2, "num_stages": 2},
-        {"BLOCK_R": 2, "BLOCK_N": 2048, "num_warps": 4, "num_stages": 2},
+        {"BLOCK_R": 4, "BLOCK_N": 512, "num_warps": 4, "num_stages": 3},
+        {"BLOCK_R": 4, "BLOCK_N": 256, "num_warps": 4, "num_stages": 3},
+        {"BLOCK_R": 8, "BLOCK_N": 128, "num_warps": 4, "num_stages": 3},
+        {"BLOCK_R": 8, "BLOCK_N": 256, "num_warps": 4, "num_stages": 2},
+        {"BLOCK_R": 4, "BLOCK_N": 1024, "num_warps": 8, "num_stages": 3},
+        {"BLOCK_R": 2, "BLOCK_N": 512, "num_warps": 4, "num_stages": 4},
+        {"BLOCK_R": 8, "BLOCK_N": 512, "num_warps": 4, "num_stages": 1, "PROGRAMS_PER_SM": 2},
     ],
     2: [
-        {"BLOCK_R": 4, "BLOCK_N": 512, "num_warps": 4, "num_stages": 2},
-        {"BLOCK_R": 2, "BLOCK_N": 1024, "num_warps": 4, "num_stages": 2},
+        {"BLOCK_R": 4, "BLOCK_N": 512, "num_warps": 4, "num_stages": 3},
+        {"BLOCK_R": 2, "BLOCK_N": 512, "num_warps": 4, "num_stages": 3},
+        {"BLOCK_R": 4, "BLOCK_N": 256, "num_warps": 4, "num_stages": 2},
     ],
     4: [
-        {"BLOCK_R": 2, "BLOCK_N": 512, "num_warps": 4, "num_stages": 2},
+        {"BLOCK_R": 2, "BLOCK_N": 512, "num_warps": 4, "num_stages": 3},
+        {"BLOCK_R": 4, "BLOCK_N": 256, "num_warps": 4, "num_stages": 3},
         {"BLOCK_R": 1, "BLOCK_N": 1024, "num_warps": 4, "num_stages": 2},
     ],
     8: [
-        {"BLOCK_R": 1, "BLOCK_N": 512, "num_warps": 4, "num_stages": 2},
+        {"BLOCK_R": 2, "BLOCK_N": 256, "num_warps": 4, "num_stages": 3},
+        {"BLOCK_R": 1, "BLOCK_N": 512, "num_warps": 4, "num_stages": 3},
         {"BLOCK_R": 1, "BLOCK_N": 256, "num_warps": 2, "num_stages": 2},
     ],
 }
 """Per BM (batch rows padded to a power of two), for 16 codes per unit (2-bit); formats with 32 codes per
-unit (binary, 3-bit) take half the rows (:func:`trilm.kernels.affine.plan.candidates`). A thread holds BLOCK_R
-rows × BLOCK_N / threads columns of words and BM times as many fp32 accumulators, so larger batches take fewer
-rows; registers and spills per candidate: ``python -m benchmarks.kernel_tools.compile_check``."""
+unit (binary, 3-bit) take half the rows (:func:`trilm.kernels.affine.plan.candidates`). The first of each
+list is the default where nothing was tuned: a pipelined tile (≥ 2 stages, so the next tile's words load
+while this one decodes) small enough for 4+ programs per SM. A thread holds BLOCK_R rows × BLOCK_N /
+threads columns of words and BM times as many fp32 accumulators, so larger batches take fewer rows.
+Registers, shared memory, occupancy and bytes in flight of each default at every Spectra and Llama layer
+shape: ``python -m benchmarks.kernel_tools.launch_table`` (the table in docs/kernels.md)."""
 
 GEMM_CANDIDATES: dict[int, list[dict[str, Any]]] = {
     16: [
+        {"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4},
         {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3},
         {"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4, "num_stages": 2},
     ],

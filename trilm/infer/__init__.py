@@ -10,6 +10,7 @@
     logits = model(input_ids)
 """
 
+from trilm.infer.fuse import fuse_projections
 from trilm.infer.load import (
     dequantize_latent,
     from_state_dict,
@@ -26,6 +27,7 @@ __all__ = [
     "apply_rotary",
     "dequantize_latent",
     "from_state_dict",
+    "fuse_projections",
     "load_inference_model",
     "load_with_meta",
     "pack_latent",

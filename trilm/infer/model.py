@@ -63,18 +63,26 @@ class _Linears(nn.Module):
 
 
 class Attention(_Linears):
-    """``wq``, ``wk``, ``wv``, ``wo`` of one block; the math is :func:`block_forward`'s."""
+    """``wq``, ``wk``, ``wv``, ``wo`` of one block; the math is :func:`block_forward`'s. After
+    :func:`trilm.infer.fuse.fuse_projections`, ``wqkv`` stacks the first three (``fused_sizes`` rows each)."""
+
+    fused_sizes: tuple[int, ...] = ()
 
     def __init__(self, cfg: ModelConfig, shape: LayerShape):
         super().__init__(cfg, shape, ATTENTION)
+        self.wqkv: nn.Module | None = None
         self.heads, self.kv_heads, self.head_dim = shape.heads, shape.kv_heads, cfg.head_dim
 
 
 class SwiGLU(_Linears):
-    """``w_gate``, ``w_up``, ``w_down`` of one block; the math is :func:`block_forward`'s."""
+    """``w_gate``, ``w_up``, ``w_down`` of one block; the math is :func:`block_forward`'s (``w_gate_up``
+    when fused)."""
+
+    fused_sizes: tuple[int, ...] = ()
 
     def __init__(self, cfg: ModelConfig, shape: LayerShape):
         super().__init__(cfg, shape, MLP)
+        self.w_gate_up: nn.Module | None = None
 
 
 def _linear(module: nn.Module, x: torch.Tensor, weights: Weights | None, name: str) -> torch.Tensor:
@@ -109,9 +117,15 @@ def block_forward(
         h = rms_norm(x, norm.weight if weights is None else weights[ATTENTION.norm], norm.eps)
         if act is not None:
             h = act(h)
-        q = _linear(attn.wq, h, weights, "attn.wq").view(b, s, attn.heads, hd).transpose(1, 2)
-        k = _linear(attn.wk, h, weights, "attn.wk").view(b, s, attn.kv_heads, hd).transpose(1, 2)
-        v = _linear(attn.wv, h, weights, "attn.wv").view(b, s, attn.kv_heads, hd).transpose(1, 2)
+        if attn.wqkv is not None and weights is None:
+            q, k, v = attn.wqkv(h).split(attn.fused_sizes, dim=-1)
+        else:
+            q = _linear(attn.wq, h, weights, "attn.wq")
+            k = _linear(attn.wk, h, weights, "attn.wk")
+            v = _linear(attn.wv, h, weights, "attn.wv")
+        q = q.reshape(b, s, attn.heads, hd).transpose(1, 2)
+        k = k.reshape(b, s, attn.kv_heads, hd).transpose(1, 2)
+        v = v.reshape(b, s, attn.kv_heads, hd).transpose(1, 2)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         if act is not None:
             q, k, v = act(q), act(k), act(v)
@@ -129,9 +143,14 @@ def block_forward(
         h = rms_norm(x, norm.weight if weights is None else weights[MLP.norm], norm.eps)
         if act is not None:
             h = act(h)
-        hidden = F.silu(_linear(mlp.w_gate, h, weights, "mlp.w_gate")) * _linear(
-            mlp.w_up, h, weights, "mlp.w_up"
-        )
+        if mlp.w_gate_up is not None and weights is None:
+            gate, up = mlp.w_gate_up(h).split(mlp.fused_sizes, dim=-1)
+        else:
+            gate, up = (
+                _linear(mlp.w_gate, h, weights, "mlp.w_gate"),
+                _linear(mlp.w_up, h, weights, "mlp.w_up"),
+            )
+        hidden = F.silu(gate) * up
         if act is not None:
             hidden = act(hidden)
         x = x + _linear(mlp.w_down, hidden, weights, "mlp.w_down")
@@ -152,12 +171,12 @@ def block_weights(block: InferenceBlock) -> Weights:
 
 def block_linears(block: InferenceBlock) -> dict[str, nn.Module]:
     """The block's linears by name relative to the block (``attn.wq`` …) in forward order, absent sub-blocks
-    skipped."""
+    (and projections fused away, :mod:`trilm.infer.fuse`) skipped."""
     out: dict[str, nn.Module] = {}
     for sub in SUB_BLOCKS:
         module = getattr(block, sub.name)
         if module is not None:
-            out.update({lin.name: getattr(module, lin.leaf) for lin in sub.linears})
+            out.update({lin.name: m for lin in sub.linears if (m := getattr(module, lin.leaf)) is not None})
     return out
 
 
