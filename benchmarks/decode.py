@@ -111,7 +111,7 @@ def main(argv=None) -> int:
     import torch
 
     if not torch.cuda.is_available():
-        print("benchmarks/decode.py needs a CUDA GPU (--dry-run checks the arguments on CPU)", file=sys.stderr)
+        print("benchmarks/decode.py needs a CUDA GPU (--dry-run checks arguments on CPU)", file=sys.stderr)
         return 2
     from trilm.infer import fuse_projections
 

@@ -238,8 +238,9 @@ class Timer:
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.dry_run:
+        model = args.model_size if args.model else "off"
         print(f"dry run: formats {args.formats}, batches {args.batches}, {len(args.shapes)} shapes "
-              f"{args.shapes}, whole model {args.model_size if args.model else 'off'} → {args.out}")  # fmt: skip
+              f"{args.shapes}, whole model {model} → {args.out}")  # fmt: skip
         return 0
     if args.bits_table:
         bits_table(args.bits_table)
