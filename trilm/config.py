@@ -24,6 +24,15 @@ class ConfigError(ValueError):
     """A configuration value or key is invalid; the message names the key and, if known, the file."""
 
 
+class FileFormatError(ConfigError):
+    """A file's bytes are not what its format says (truncated, damaged, absurd counts or offsets).
+
+    The message names the file, the section or field and, where the format has them, the byte offset. It is
+    a :class:`ConfigError` so every ``trilm`` command prints it as one line and exits with status 2: a bad
+    input file is the user's problem to fix, not a bug to report with a traceback.
+    """
+
+
 def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 

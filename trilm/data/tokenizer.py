@@ -58,8 +58,10 @@ def read_sidecar(model: str | os.PathLike) -> dict | None:
             continue
         try:
             data = json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise DataError(f"{path}: not a valid JSON tokenizer sidecar: {exc}") from None
+        except (ValueError, RecursionError) as exc:  # ValueError: JSON and UTF-8 errors
+            raise DataError(
+                f"{path}: not a valid JSON tokenizer sidecar: {type(exc).__name__}: {exc}"
+            ) from None
         if isinstance(data, dict) and "hash" in data and "model" not in data:
             return data
     return None
@@ -114,9 +116,10 @@ class Tokenizer:
         processor = spm.SentencePieceProcessor()
         try:
             processor.load(str(path))
-        except (OSError, RuntimeError) as exc:
+        except (OSError, RuntimeError, UnicodeDecodeError) as exc:  # a damaged piece is not UTF-8
             raise DataError(
-                f"{path}: not a SentencePiece model ({exc}); a Hugging Face tokenizer is a tokenizer.json"
+                f"{path}: not a SentencePiece model ({type(exc).__name__}: {exc}); a Hugging Face tokenizer "
+                "is a tokenizer.json"
             ) from None
         tok = SentencePieceTokenizer(path, processor, content_hash)
         if tok.eos_id < 0:

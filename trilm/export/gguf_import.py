@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from trilm.config import ConfigError
+from trilm.export.gguf_check import open_gguf
 from trilm.model.flops import parameter_counts
 from trilm.model.hf import hf_tensor_plan, model_config_from_hf
 from trilm.model.snapshot import SnapshotMeta
@@ -92,6 +93,16 @@ def _field(reader, key: str, default: Any = None) -> Any:
     return default if field is None else field.contents()
 
 
+def _count(reader, key: str, path: Path) -> int | None:
+    """An integer metadata value (None when absent); any other value is refused naming the key."""
+    value = _field(reader, key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{path}: metadata key {key} is {value!r}, not an integer")
+    return value
+
+
 def read_rope_scaling(reader, path: Path) -> dict[str, Any] | None:
     """The ``rope_scaling`` of config.json that the file's RoPE keys mean (None: plain RoPE); refused by
     name where trilm cannot represent them."""
@@ -110,12 +121,19 @@ def read_rope_scaling(reader, path: Path) -> dict[str, Any] | None:
     factor = _field(reader, f"{ARCH}.rope.scaling.factor")
     if factor is None:
         raise ConfigError(f"{path}: {ARCH}.rope.scaling.type linear without {ARCH}.rope.scaling.factor")
+    if isinstance(factor, (str, list)):
+        raise ConfigError(f"{path}: {ARCH}.rope.scaling.factor is {factor!r}, not a number")
     return {"rope_type": "linear", "factor": float(factor)}
 
 
 def check_metadata(reader, path: Path) -> None:
     """Refuse a file whose architecture or metadata trilm cannot represent, naming the key."""
     arch = _field(reader, "general.architecture")
+    if arch is None:
+        raise ConfigError(
+            f"{path}: metadata has no general.architecture ({len(reader.fields) - 3} keys, "
+            f"{len(reader.tensors)} tensors): not a model file trilm can import"
+        )
     if arch != ARCH:
         raise ConfigError(
             f"{path}: general.architecture {arch!r}: trilm imports llama-architecture GGUF files "
@@ -126,15 +144,15 @@ def check_metadata(reader, path: Path) -> None:
             raise ConfigError(
                 f"{path}: metadata key {key} is not supported (importing it would change the model)"
             )
-    key_length = _field(reader, f"{ARCH}.attention.key_length")
-    rotary = _field(reader, f"{ARCH}.rope.dimension_count")
-    value_length = _field(reader, f"{ARCH}.attention.value_length")
-    if key_length is not None and rotary is not None and int(key_length) != int(rotary):
+    key_length = _count(reader, f"{ARCH}.attention.key_length", path)
+    rotary = _count(reader, f"{ARCH}.rope.dimension_count", path)
+    value_length = _count(reader, f"{ARCH}.attention.value_length", path)
+    if key_length is not None and rotary is not None and key_length != rotary:
         raise ConfigError(
             f"{path}: {ARCH}.rope.dimension_count {rotary} != attention.key_length {key_length}: partial "
             "rotary embeddings are not supported"
         )
-    if key_length is not None and value_length is not None and int(key_length) != int(value_length):
+    if key_length is not None and value_length is not None and key_length != value_length:
         raise ConfigError(
             f"{path}: {ARCH}.attention.key_length and value_length differ ({key_length}, {value_length})"
         )
@@ -230,7 +248,6 @@ def _meta_model(config: dict[str, Any]):
 
 def import_gguf(path: str | Path, out: str | Path, *, family: str = "floatlm") -> GGUFImport:
     """Import a llama GGUF file into a new snapshot directory (see the module docstring)."""
-    from gguf import GGUFReader
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
     start = time.perf_counter()
@@ -239,20 +256,25 @@ def import_gguf(path: str | Path, out: str | Path, *, family: str = "floatlm") -
         raise ConfigError(f"{path}: no such GGUF file")
     if out.is_file() or (out.is_dir() and any(out.iterdir())):
         raise ConfigError(f"{out}: exists and is not empty; import into a new directory")
-    try:
-        reader = GGUFReader(path)
-    except (ValueError, OSError) as exc:
-        raise ConfigError(f"{path}: not a readable GGUF file ({exc})") from None
+    reader = open_gguf(path)
     check_metadata(reader, path)
     types = _tensor_types(reader, path)
     rope_scaling = read_rope_scaling(reader, path)
-    config = dict(load_gguf_checkpoint(str(path))["config"])
-    parsed = load_gguf_checkpoint(str(path), return_tensors=True, model_to_load=_meta_model(config))
-    config.setdefault("architectures", ["LlamaForCausalLM"])
-    config["rope_scaling"] = rope_scaling
-    config.pop("rope_parameters", None)
-    tied = bool(config.get("tie_word_embeddings"))
-    cfg = model_config_from_hf(config, family, str(path))
+    try:
+        config = dict(load_gguf_checkpoint(str(path))["config"])
+        parsed = load_gguf_checkpoint(str(path), return_tensors=True, model_to_load=_meta_model(config))
+        config.setdefault("architectures", ["LlamaForCausalLM"])
+        config["rope_scaling"] = rope_scaling
+        config.pop("rope_parameters", None)
+        tied = bool(config.get("tie_word_embeddings"))
+        cfg = model_config_from_hf(config, family, str(path))
+    except ConfigError:
+        raise
+    except Exception as exc:  # transformers' loader raises many kinds on metadata it cannot map
+        raise ConfigError(
+            f"{path}: transformers cannot convert the file's metadata and tensors "
+            f"({type(exc).__name__}: {exc})"
+        ) from None
     name = str(_field(reader, "general.basename") or path.stem)
     size = _field(reader, "general.size_label")
     cfg = cfg.replace(name=f"{name}-{size}" if size and str(size) not in name else name)

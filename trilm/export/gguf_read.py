@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from trilm.config import ConfigError
+from trilm.export.gguf_check import open_gguf
 from trilm.model.config import ModelConfig
 from trilm.model.spec import canonical_shapes, gguf_name
 
@@ -47,9 +48,13 @@ def declared_config(reader: Any, path: str | Path) -> ModelConfig:
         heads = _per_layer(_field(reader, f"{arch}.attention.head_count"), layers, "head_count", path)
         kv = _per_layer(_field(reader, f"{arch}.attention.head_count_kv"), layers, "head_count_kv", path)
         ffn = _per_layer(_field(reader, f"{arch}.feed_forward_length"), layers, "feed_forward_length", path)
-    except TypeError:
-        raise ConfigError(f"{path}: {arch}: block count, widths or head counts are missing") from None
-    head_dim = _field(reader, f"{arch}.attention.key_length") or hidden // max(heads)
+        head_dim = int(_field(reader, f"{arch}.attention.key_length") or hidden // max(heads))
+    except (TypeError, ValueError, OverflowError, ZeroDivisionError):
+        raise ConfigError(
+            f"{path}: {arch}: block count, widths, head counts or head size are missing or not counts"
+        ) from None
+    if head_dim <= 0:
+        raise ConfigError(f"{path}: {arch}.attention.key_length: head size {head_dim} is not positive")
     groups = set()
     for i, (h, k) in enumerate(zip(heads, kv)):
         if (h == 0) != (k == 0) or (k and h % k):
@@ -91,9 +96,7 @@ def check_declared_shapes(path: str | Path) -> ModelConfig:
     """Read ``path`` with ``gguf.GGUFReader`` and check that its tensors are exactly those of the model its
     metadata declares, with the declared shapes; returns that model's config. A mismatch is a ConfigError
     naming the tensors (a file no reader could load as written)."""
-    from gguf import GGUFReader
-
-    reader = GGUFReader(path)
+    reader = open_gguf(path)
     cfg = declared_config(reader, path)
     expected = {gguf_name(k): shape for k, shape in canonical_shapes(cfg).items()}
     found = {t.name: tuple(int(n) for n in reversed(t.shape.tolist())) for t in reader.tensors}

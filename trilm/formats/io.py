@@ -15,9 +15,16 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from trilm.atomic import atomic_file
+from trilm.config import ConfigError
 from trilm.formats.base import FormatError, PackedWeight, from_tensors
 
 HEADER_KEY = "trilm.packed"
+
+
+class PackedFileError(FormatError, ConfigError):
+    """A packed file that cannot be read as written (truncated, damaged, or a header that is not layer
+    meta); the message names the file and the layer. A :class:`ConfigError` too, so a command given such a
+    file exits with status 2 and one line, not a traceback."""
 
 
 def save_packed(
@@ -46,11 +53,17 @@ def load_packed(
 ) -> tuple[dict[str, PackedWeight], dict[str, str]]:
     """Read a file written by :func:`save_packed`: (layers by name, the other header metadata)."""
     path = Path(path)
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
 
-    with safe_open(str(path), framework="pt") as fh:
-        header = dict(fh.metadata() or {})
-    return decode_packed(load_file(str(path), device=str(device)), header, path)
+    try:
+        with safe_open(str(path), framework="pt") as fh:
+            header = dict(fh.metadata() or {})
+        flat = load_file(str(path), device=str(device))
+    except (SafetensorError, OSError, RuntimeError) as exc:
+        raise PackedFileError(
+            f"{path}: cannot be read as safetensors ({exc}); truncated or damaged"
+        ) from None
+    return decode_packed(flat, header, path)
 
 
 def decode_packed(
@@ -59,11 +72,15 @@ def decode_packed(
     """The layers held by a packed file's tensors and header (read by whoever opened the file)."""
     header = dict(header)
     if HEADER_KEY not in header:
-        raise FormatError(f"{path}: not a trilm packed file (no {HEADER_KEY!r} in the safetensors header)")
+        raise PackedFileError(
+            f"{path}: not a trilm packed file (no {HEADER_KEY!r} in the safetensors header)"
+        )
     try:
         metas = json.loads(header.pop(HEADER_KEY))
-    except json.JSONDecodeError as exc:
-        raise FormatError(f"{path}: header {HEADER_KEY!r} is not valid JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:
+        raise PackedFileError(f"{path}: header {HEADER_KEY!r} is not valid JSON: {exc}") from None
+    if not isinstance(metas, dict) or not all(isinstance(m, dict) for m in metas.values()):
+        raise PackedFileError(f"{path}: header {HEADER_KEY!r} is not an object of per-layer meta objects")
     layers: dict[str, PackedWeight] = {}
     claimed: set[str] = set()
     for name, meta in metas.items():
@@ -76,9 +93,9 @@ def decode_packed(
         claimed.update(prefix + k for k in tensors)
         try:
             layers[name] = from_tensors(tensors, meta)
-        except FormatError as exc:
-            raise FormatError(f"{path}: layer {name!r}: {exc}") from None
+        except (FormatError, KeyError, TypeError, ValueError, OverflowError, RuntimeError) as exc:
+            raise PackedFileError(f"{path}: layer {name!r}: {exc}") from None
     stray = sorted(set(flat) - claimed)
     if stray:
-        raise FormatError(f"{path}: tensors that belong to no layer: {stray[:5]}")
+        raise PackedFileError(f"{path}: tensors that belong to no layer: {stray[:5]}")
     return layers, header

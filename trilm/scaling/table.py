@@ -258,6 +258,12 @@ def _read_text(path: Path) -> str:
         ) from None
 
 
+def _json_problem(exc: Exception) -> str:
+    if isinstance(exc, json.JSONDecodeError):
+        return exc.msg
+    return "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+
+
 def _records(path: Path) -> Iterable[tuple[str, dict[str, Any]]]:
     suffix = path.suffix.lower()
     if suffix in (".csv", ".jsonl", ".json"):
@@ -284,14 +290,16 @@ def _records(path: Path) -> Iterable[tuple[str, dict[str, Any]]]:
                 if not line.strip():
                     continue
                 try:
-                    yield f"{path} line {number}", json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise TableError(f"{path} line {number}: invalid JSON: {exc.msg}") from None
+                    record = json.loads(line)
+                except (ValueError, RecursionError) as exc:  # also too many digits, too deep
+                    raise TableError(f"{path} line {number}: invalid JSON: {_json_problem(exc)}") from None
+                yield f"{path} line {number}", record
     elif suffix == ".json":
         try:
             data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise TableError(f"{path} line {exc.lineno}: invalid JSON: {exc.msg}") from None
+        except (ValueError, RecursionError) as exc:
+            line = f" line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else ""
+            raise TableError(f"{path}{line}: invalid JSON: {_json_problem(exc)}") from None
         rows = data.get("rows") if isinstance(data, dict) else data
         if not isinstance(rows, list):
             raise TableError(f"{path}: expected a list of rows or an object with a 'rows' list")

@@ -10,7 +10,6 @@ file and tensor (:mod:`trilm.store.tensors`).
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
@@ -67,10 +66,14 @@ def weight_files(directory: str | Path) -> dict[str, Path]:
     candidates = sorted(p for p in directory.glob("*.safetensors"))
     index = directory / HF_INDEX
     if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise StoreError(f"{index}: not a safetensors index (no weight_map): {exc}") from None
+        data = read_json(index)
+        weight_map = data.get("weight_map") if isinstance(data, dict) else None
+        if not isinstance(weight_map, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and v for k, v in weight_map.items()
+        ):
+            raise StoreError(
+                f"{index}: not a safetensors index (weight_map must map tensor names to shard file names)"
+            )
         named = {directory / f for f in weight_map.values()}
         absent = sorted(str(p) for p in named if not p.is_file())
         if absent:

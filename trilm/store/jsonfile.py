@@ -18,8 +18,8 @@ def read_json(path: Path, hint: str = "") -> Any:
         return json.loads(path.read_text())
     except FileNotFoundError:
         raise StoreError(f"{path}: not found{hint}") from None
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise StoreError(f"{path}: invalid JSON: {exc}") from None
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: UnicodeDecodeError and JSON errors
+        raise StoreError(f"{path}: invalid JSON: {type(exc).__name__}: {exc}") from None
 
 
 def read_json_object(path: Path) -> dict[str, Any]:

@@ -1,0 +1,42 @@
+"""Shared pieces of the untrusted-file tests: Hypothesis settings and the check that an error is named.
+
+Every reader of a file a user hands trilm must answer a damaged file with one of trilm's own exceptions,
+naming the file, never with the exception of whatever library or ``struct`` call tripped first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, settings
+
+SETTINGS = settings(
+    max_examples=60,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+"""Modest and reproducible: each property runs in seconds on two shared cores and never writes a database."""
+
+
+def named(call: Callable[[], Any], error: type[Exception], path: Path, *, must_fail: bool) -> Any:
+    """Run ``call``; an exception must be ``error`` and name ``path`` (any other type — IndexError, KeyError,
+    struct.error, UnicodeDecodeError, MemoryError — propagates and fails the test). Returns what ``call``
+    returned, or the exception; when ``must_fail``, returning normally is itself a failure."""
+    try:
+        result = call()
+    except error as exc:
+        assert str(path) in str(exc), f"the error does not name the file: {exc}"
+        return exc
+    if must_fail:
+        raise AssertionError(f"{path}: a damaged file was read without an error")
+    return result
+
+
+def flip(data: bytes, bit: int) -> bytes:
+    out = bytearray(data)
+    out[bit // 8] ^= 1 << (bit % 8)
+    return bytes(out)
