@@ -12,11 +12,14 @@ install: $(STAMP)
 
 # torch goes first and alone: `torch==2.13.0` resolves to the CPU wheel on a machine without a GPU
 # (and to the CUDA build elsewhere); DeepSpeed builds against that torch, hence --no-build-isolation.
+# On success the steps below are all it prints. setuptools announces every editable install with an
+# "Editable installation." notice (a package-dir mapping selects its import-hook strategy); the filter
+# drops that notice only, and pyproject declares the package data so that nothing else is warned about.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q -U pip setuptools wheel
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q --no-build-isolation -e '.[dev]'
+	PYTHONWARNINGS='ignore:Editable installation' $(BIN)/pip install -q --no-build-isolation -e '.[dev]'
 	touch $(STAMP)
 
 quickstart: install

@@ -9,7 +9,7 @@
    ``trilm.infer.load_inference_model`` (``kernels.QuantLinear`` layers) and evaluated with the
    validation-loss path on the fixed validation sequences. Perplexity = exp(mean next-token loss).
 3. GPTQ per layer against a straightforward transcription of the reference loop (written below from the
-   algorithm in ../shared/reference/posthoc.md), same process, same layers (the model's own Hessians),
+   algorithm in docs/references.md#gptq), same process, same layers (the model's own Hessians),
    alternating rounds, median time; their outputs are compared too.
 4. The Hugging Face path: the FloatLM exported as a ``LlamaForCausalLM`` directory, quantized by the CLI.
 5. Calibration fit (``fit``): every QuantLM already written under RUN_DIR/quantlms/<model>/ evaluated on its

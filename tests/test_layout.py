@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import importlib
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -122,3 +123,19 @@ def test_the_result_writer_records_device_date_and_command(tmp_path):
     assert data["command"] == "python -m benchmarks.demo --a 1" and data["rows"] == [1]
     assert set(data["device"]) == set(machine()) and data["date"][:4].isdigit()
     assert not list(path.parent.glob(".*tmp*"))  # written through a rename, nothing left behind
+
+
+def test_no_tracked_file_cites_notes_outside_the_repository():
+    """A clone holds only the repository: a citation of the ``shared`` notes kept beside the original
+    checkout leads a reader nowhere. The facts they held are in docs/references.md; a measurement of ours
+    is cited by the committed file that holds it. (The pattern is spelled ``shared[/]`` so that this file
+    does not match itself.)"""
+    try:
+        listed = subprocess.run(
+            ["git", "grep", "-n", "-I", "-E", r"shared[/]"], cwd=ROOT, capture_output=True, text=True
+        )
+    except FileNotFoundError:
+        pytest.skip("no git executable")
+    if listed.returncode not in (0, 1):  # 1: no match; anything else: not a git checkout
+        pytest.skip(f"not a git checkout: {listed.stderr.strip()}")
+    assert listed.stdout == "", "tracked files citing notes outside the repository:\n" + listed.stdout

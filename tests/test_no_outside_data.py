@@ -29,8 +29,8 @@ def test_no_source_builds_a_path_outside_the_repository():
 def test_the_pattern_catches_the_old_forms():
     for line in (
         'FIXTURES = ROOT / ".." / "shared" / "reference"',
-        'Path("/work/shared/reference/fixtures")',
-        'open("../shared/reference/data/x.csv")',
+        'Path("/work/shared") / "reference" / "fixtures"',
+        'open(Path("../shared") / "reference" / "x.csv")',
     ):
         assert OUTSIDE.search(line), line
     assert not OUTSIDE.search('"""The policy-gradient search (notes in the reference folder)."""')

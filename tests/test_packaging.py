@@ -12,6 +12,7 @@ package missing from pyproject's explicit list would break.
 from __future__ import annotations
 
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,28 @@ def test_the_package_list_is_every_folder_with_an_init():
             if owner == name:
                 on_disk.add(dotted)
     assert sorted(on_disk) == sorted(packages)
+
+
+def test_the_wheel_builds_quietly_with_its_data(trilm_wheel):
+    """``make install`` prints its steps and nothing else: the build warns about nothing (a data folder
+    such as ``data/corpus/train/chunk1`` looks like an unlisted package to setuptools unless the package
+    data is declared exactly), and the declared data is all in the wheel."""
+    assert (trilm_wheel.parent / "build.log").read_text() == ""
+    names = set(zipfile.ZipFile(trilm_wheel).namelist())
+    for wanted in (
+        "trilm/data/corpus/train/chunk1/",
+        "trilm/data/corpus/validation/chunk1/",
+        "trilm/eval/tasks/",
+        "trilm/scaling/data/",
+        "trilm/configs/suites/spectra.yaml",
+        "trilm/configs/train/trilm-99m.yaml",
+        "trilm/configs/launch/",
+        "trilm/configs/reference/ladder-finals.json",
+        "trilm/kernels/affine/",
+        "trilm/kernels/general/",
+        "trilm/py.typed",
+    ):
+        assert any(name.startswith(wanted) for name in names), wanted
 
 
 @pytest.fixture(scope="module")

@@ -26,9 +26,10 @@ WHEEL_SOURCES = ("pyproject.toml", "README.md", "trilm", "kernels", "configs")
 
 
 def build_wheel(out: Path) -> Path:
-    """``pip wheel --no-deps --no-build-isolation .`` into ``out``; the wheel's path. Built from a copy of
-    the sources: setuptools builds in the source tree, and a ``build/`` left there by an earlier build
-    would carry modules since deleted into this wheel."""
+    """``pip wheel --no-deps --no-build-isolation .`` into ``out``; the wheel's path (what the build
+    printed is kept beside it, ``build.log``). Built from a copy of the sources: setuptools builds in the
+    source tree, and a ``build/`` left there by an earlier build would carry modules since deleted into
+    this wheel."""
     source = out / "source"
     source.mkdir(parents=True)
     for name in WHEEL_SOURCES:
@@ -40,6 +41,7 @@ def build_wheel(out: Path) -> Path:
     cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out)]
     done = subprocess.run([*cmd, str(source)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
+    (out / "build.log").write_text(done.stdout + done.stderr)
     (wheel,) = out.glob("trilm-*.whl")
     return wheel
 

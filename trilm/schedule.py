@@ -32,7 +32,8 @@ class ScheduleConfig(Config):
     """Learning-rate shape and Spectra's step-indexed events.
 
     Spectra's TriLM loss drops visibly halfway through training; the authors attribute it to a peak-LR drop
-    at ~½ and weight decay switched off at ~⅔ (spectra.md marks both [U]: reported, factors not published).
+    at ~½ and weight decay switched off at ~⅔ (both [U]: reported, factors not published; our values are in
+    docs/references.md#our-choices-for-the-unconfirmed-values).
     """
 
     kind: Literal["decay", "wsd"] = "decay"

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from benchmarks.cluster.launchers import Launcher
+from benchmarks.cluster.launchers import Launch, Launcher
 from benchmarks.cluster.processes import Launched, ProcessSet
 from trilm.store.integrity import complete_steps
 from trilm.store.layout import step_dir_name
@@ -160,9 +160,12 @@ def run_to_end(
     timeout: float,
     overrides: list[str] | None = None,
 ) -> Outcome:
+    """Launch and wait for every node; raises :class:`~benchmarks.cluster.launchers.NodeFailed` as soon
+    as one node fails while another still runs (see :class:`~benchmarks.cluster.launchers.Launch`)."""
     started = time.monotonic()
-    nodes = launcher.start(processes, config, label, overrides)
-    codes = wait_all(nodes, timeout)
+    launch = Launch(processes, launcher, config, label, overrides)
+    codes = launch.wait(timeout)
+    nodes = launch.nodes
     return Outcome(launcher.describe(), _commands(nodes), codes, time.monotonic() - started, nodes)
 
 
@@ -208,13 +211,14 @@ def kill_node_when(
     Raises if the run ends before the trigger, or if a survivor is still running ``exit_bound`` seconds
     after the kill (it is then killed too, so nothing is left behind)."""
     started = time.monotonic()
-    nodes = launcher.start(processes, config, label)
+    launch = Launch(processes, launcher, config, label)
     deadline = started + timeout
     while not when():
-        if any(n.returncode is not None for n in nodes) or time.monotonic() > deadline:
-            tails = "\n".join(n.tail() for n in nodes)
+        if any(code is not None for code in launch.poll()) or time.monotonic() > deadline:
+            tails = "\n".join(n.tail() for n in launch.nodes)
             raise RuntimeError(f"{trigger}: never happened (a node ended or {timeout:.0f}s passed)\n{tails}")
         time.sleep(poll)
+    nodes = launch.nodes
     sent = time.monotonic()
     logged = last_logged_step(run_dir)
     killed = launcher.kill_node(processes, label, node, sig)

@@ -5,7 +5,9 @@ training processes it starts. Two of them on one machine, on 127.0.0.1 and 127.0
 with a shared run directory, behave like two nodes on a shared filesystem: the rendezvous, the
 collectives and the checkpoint protocol are the same; only the wire is shorter. Each launcher knows its
 commands and how to kill everything one node runs at once (:meth:`Launcher.kill_node`), the failure the
-multi-node tests and ``benchmarks/multinode.py`` inject.
+multi-node tests and ``benchmarks/multinode.py`` inject. A :class:`Launch` watches one launch's nodes
+together, so that a node lost at the start fails the launch at once instead of leaving its peers in the
+rendezvous.
 
 The training processes get one thread each (``OMP_NUM_THREADS=1``): results are compared bitwise with a
 run at another node count, and a matmul split over a different number of threads sums in another order.
@@ -14,8 +16,10 @@ run at another node count, and a matmul split over a different number of threads
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
+import time
 from pathlib import Path
 
 from benchmarks.cluster import free_port
@@ -72,10 +76,17 @@ class Launcher:
         return processes.tag(f"{label}-node{node}")
 
     def start(
-        self, processes: ProcessSet, config: Path, label: str, overrides: list[str] | None = None
+        self,
+        processes: ProcessSet,
+        config: Path,
+        label: str,
+        overrides: list[str] | None = None,
+        port: int | None = None,
     ) -> list[Launched]:
-        """Start every node (one :class:`Launched` per launcher process, in node order)."""
-        port = free_port()
+        """Start every node (one :class:`Launched` per launcher process, in node order) with node 0
+        serving the rendezvous on ``port`` (a free one if None). :class:`Launch` retries on another port
+        when that one was taken meanwhile."""
+        port = free_port() if port is None else port
         return [
             processes.start(f"{label}-node{i}", cmd, env=node_env(), cwd=ROOT)
             for i, cmd in enumerate(self.commands(config, overrides or [], port))
@@ -185,11 +196,112 @@ class DeepSpeedSsh(Launcher):
         ]
 
     def start(
-        self, processes: ProcessSet, config: Path, label: str, overrides: list[str] | None = None
+        self,
+        processes: ProcessSet,
+        config: Path,
+        label: str,
+        overrides: list[str] | None = None,
+        port: int | None = None,
     ) -> list[Launched]:
         lines = ["OMP_NUM_THREADS=1", f"{TAG_VAR}={processes.tag(label + '-node%n')}"]
         lines += [f"{k}={os.environ[k]}" for k in NUMERICS_VARS if k in os.environ]
         self.env_file.write_text("\n".join(lines) + "\n")
         env = node_env({**self.ssh_env, "DS_ENV_FILE": str(self.env_file)})
-        (cmd,) = self.commands(config, overrides or [], free_port())
+        (cmd,) = self.commands(config, overrides or [], free_port() if port is None else port)
         return [processes.start(f"{label}-launcher", cmd, env=env, cwd=ROOT)]
+
+
+BIND_FAILURE = re.compile(r"EADDRINUSE|address already in use", re.IGNORECASE)
+"""What a node's log shows when its rendezvous port was taken between :func:`free_port` and the bind: the
+port is found free, closed, and only then handed to the launcher, so any other socket on the machine can
+take it in between."""
+
+BIND_RETRIES = 3
+
+
+class NodeFailed(RuntimeError):
+    """A node exited with an error while its peers were still running (typically waiting in the
+    rendezvous, which would otherwise hold the launch for its whole timeout)."""
+
+    def __init__(self, node: Launched, code: int, others: list[Launched]):
+        self.node = node
+        self.code = code
+        tails = "\n".join(other.tail(1500) for other in others)
+        super().__init__(
+            f"{node.name} exited {code} while the other nodes were still running; they were killed.\n"
+            f"log: {node.log}\n{node.tail()}\n{tails}"
+        )
+
+
+class Launch:
+    """One launch's nodes, polled together so that a failing node ends the launch at once.
+
+    Without this a node lost before the rendezvous (killed, or unable to bind its port) leaves its peers
+    waiting for the rendezvous timeout (15 minutes for torchrun). A bind failure is not the run's fault:
+    the nodes are started again on another port, up to ``retries`` times; any other failure while a peer
+    is still running kills the peers and raises :class:`NodeFailed` with the node's log."""
+
+    def __init__(
+        self,
+        processes: ProcessSet,
+        launcher: Launcher,
+        config: Path,
+        label: str,
+        overrides: list[str] | None = None,
+        retries: int = BIND_RETRIES,
+    ):
+        self.processes = processes
+        self.launcher = launcher
+        self.config = config
+        self.label = label
+        self.overrides = overrides or []
+        self.retries = retries
+        self.ports: list[int] = []
+        self.nodes: list[Launched] = []
+        self._start()
+
+    def _start(self) -> None:
+        port = free_port()
+        self.ports.append(port)
+        self._log_offsets = {log: log.stat().st_size for log in self.processes.log_dir.glob("*.log")}
+        self.nodes = self.launcher.start(self.processes, self.config, self.label, self.overrides, port)
+
+    def _new_output(self, node: Launched) -> str:
+        """What ``node`` logged in this attempt (a relaunch appends to the same log)."""
+        return node.output()[self._log_offsets.get(node.log, 0) :]
+
+    def poll(self) -> list[int | None]:
+        """Every node's exit status so far (None: running). Relaunches on a bind failure; raises
+        :class:`NodeFailed` if a node failed while another still runs."""
+        codes = [node.returncode for node in self.nodes]
+        failed = [(node, code) for node, code in zip(self.nodes, codes, strict=True) if code not in (None, 0)]
+        if not failed:
+            return codes
+        bind_failure = any(BIND_FAILURE.search(self._new_output(node)) for node, _ in failed)
+        if bind_failure and len(self.ports) <= self.retries:
+            for node in self.nodes:
+                node.kill()
+            self._start()
+            return [None] * len(self.nodes)
+        if any(code is None for code in codes):
+            node, code = failed[0]
+            others = [other for other in self.nodes if other is not node]
+            for other in others:
+                other.kill()
+            raise NodeFailed(node, code, others)
+        return codes
+
+    def wait(self, timeout: float, poll: float = 0.05) -> list[int]:
+        """Every node's exit status; kills them all and raises TimeoutError if one still runs after
+        ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        codes = self.poll()
+        while any(code is None for code in codes):
+            if time.monotonic() > deadline:
+                tails = "\n".join(node.tail() for node in self.nodes)
+                for node in self.nodes:
+                    node.kill()
+                raise TimeoutError(f"still running after {timeout:.0f}s:\n{tails}")
+            time.sleep(poll)
+            codes = self.poll()
+        return [code for code in codes if code is not None]

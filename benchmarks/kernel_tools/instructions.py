@@ -2,9 +2,10 @@
 
 "Before" is the general kernel of :mod:`trilm.kernels.general.jit` — what every format ran on at commit
 52262e2 (still the kernel of N:M, multi-plane and PB-LLM weights) — at the config the autotuner chose on the
-H200 (``../shared/reference/h200-2026-12-01/``; the first GPU config where that run had none). "After" is the
-kernel a QuantLinear launches now, at its default config. Both are compiled for sm_90 as Triton's JIT
-specializes an 8192 × 8192 layer, disassembled, and counted with :mod:`benchmarks.kernel_tools.sass`. These
+H200 (``benchmarks/results/kernels-nvidia-h200-2026-12-01.json``; the first GPU config where that run had
+none). "After" is the kernel a QuantLinear launches now, at its default config. Both are compiled for sm_90
+as Triton's JIT specializes an 8192 × 8192 layer, disassembled, and counted with
+:mod:`benchmarks.kernel_tools.sass`. These
 are issue slots per weight per thread, an upper bound (predicated-off instructions count); the H200 profile of
 the old ternary GEMV found it bound by instruction issue, which is what this number measures.
 """

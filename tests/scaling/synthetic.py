@@ -1,7 +1,7 @@
 """Synthetic results tables from known laws: for tests, the benchmark and trying the tools without a suite.
 
 Sizes follow the Spectra suite (parameters, non-embedding linear parameters and embedding + head
-parameters for V = 50,304, from shared/reference/spectra.md §2). Each run's checkpoint losses follow
+parameters for V = 50,304, from docs/references.md#sizes). Each run's checkpoint losses follow
 ``L(N, D) = E + A/N^α + B/D^β`` of its family, times log-normal noise of relative size ``noise``.
 """
 

@@ -1,4 +1,5 @@
-"""Regression test of the fitter on Epoch AI's digitized Chinchilla data (spectra.md §9).
+"""Regression test of the fitter on Epoch AI's digitized Chinchilla data (the numbers and their source:
+docs/references.md#scaling-law-fitting).
 
 The CSV ships with trilm (``trilm/scaling/data/``, its README has the source and licence status).
 """
@@ -49,8 +50,8 @@ def test_fit_reproduces_epoch_estimates_within_their_standard_errors(chinchilla_
     assert fit.converged and fit.n_starts == 4500 and fit.n_points == 240
     for name, estimate in EPOCH_ESTIMATES.items():
         assert abs(fit.params[name] - estimate) < EPOCH_STANDARD_ERRORS[name], name
-    # Epoch's exact replication on Hoffmann's grid (spectra.md §9): A 477.8, B 2143.9, E 1.817,
-    # α 0.3473, β 0.3672.
+    # Epoch's exact replication on Hoffmann's grid (docs/references.md#scaling-law-fitting): A 477.8,
+    # B 2143.9, E 1.817, α 0.3473, β 0.3672.
     assert fit.params["A"] == pytest.approx(477.8, rel=2e-3)
     assert fit.params["B"] == pytest.approx(2143.9, rel=2e-3)
     assert fit.params["E"] == pytest.approx(1.817, abs=1e-3)

@@ -1,4 +1,5 @@
-"""The policy-gradient mask search ("Bypass Back-propagation", ../shared/reference/posthoc.md).
+"""The policy-gradient mask search of "Bypass Back-propagation" (the method and the reference's defaults:
+docs/references.md#policy-gradient-structural-pruning).
 
 Per step: one calibration batch; K masks m_k ~ Bernoulli(s); K no-grad forward passes of the masked model
 give losses L_k; the moving-average baseline takes their mean; s −= lr·g (plain SGD, cosine learning rate);
