@@ -144,18 +144,24 @@ def main(argv=None) -> int:
                 row["fused-graph"] = round(_graph_ms(lambda model=model: model(ids), args.iters), 3)
                 print(size, label, row, flush=True)
                 save()
-                if size in args.compile_sizes:
-                    t0 = time.perf_counter()
-                    torch._dynamo.reset()
-                    step = torch.compile(model, fullgraph=True, dynamic=False)
-                    try:
-                        row["compiled-graph"] = round(_graph_ms(lambda step=step: step(ids), args.iters), 3)
-                    except Exception as exc:  # record why, keep the other contenders
-                        row["compiled-error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
-                    row["compile_s"] = round(time.perf_counter() - t0, 1)
-                    print(size, label, row, flush=True)
-                    save()
                 del model
+                torch.cuda.empty_cache()
+        for size in args.compile_sizes:
+            for label in args.contenders:
+                model = _build(size, label, dev)
+                fuse_projections(model)
+                row = report["results"].setdefault(size, {}).setdefault(label, {})
+                t0 = time.perf_counter()
+                torch._dynamo.reset()
+                step = torch.compile(model, fullgraph=True, dynamic=False)
+                try:
+                    row["compiled-graph"] = round(_graph_ms(lambda step=step: step(ids), args.iters), 3)
+                except Exception as exc:  # record why, keep the other contenders
+                    row["compiled-error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                row["compile_s"] = round(time.perf_counter() - t0, 1)
+                print(size, label, row, flush=True)
+                save()
+                del model, step
                 torch.cuda.empty_cache()
     print(f"wrote {out_path}")
     return 0
