@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Hashable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -262,7 +262,14 @@ def bootstrap_many(
     return [r for r in results if r is not None]
 
 
-def _identifiable(form: Form, log_x: np.ndarray, weights: np.ndarray) -> np.ndarray:
+class HasParams(Protocol):
+    """Any law with a parameter count (a :class:`Form` or a :mod:`trilm.scaling.laws` law)."""
+
+    @property
+    def n_params(self) -> int: ...
+
+
+def _identifiable(form: Form | HasParams, log_x: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """Resamples with enough drawn points and at least 3 distinct values of every input."""
     drawn = weights > 0
     ok = drawn.sum(axis=1) >= form.n_params

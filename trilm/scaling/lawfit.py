@@ -118,9 +118,11 @@ class NDLawFit:
         law = get_law(self.law)
         nat = [law.natural(t) for t in self.boot_thetas]
         tail = 100 * (1 - self.level) / 2
-        return {
-            k: [float(v) for v in np.percentile([p[k] for p in nat], [tail, 100 - tail])] for k in self.params
-        }
+        out: dict[str, list[float]] = {}
+        for k in self.params:
+            lo, hi = np.percentile([p[k] for p in nat], [tail, 100 - tail])
+            out[k] = [float(lo), float(hi)]
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         r = self.log_residuals

@@ -41,6 +41,12 @@ class Objective(Protocol):
     def fun_grad(self, theta: np.ndarray, idx: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]: ...
 
 
+class JacobianLaw(Protocol):
+    """What :class:`JacobianHuber` needs of a law: log predictions and their Jacobian in θ."""
+
+    def log_predict_jac(self, theta: np.ndarray, log_x: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
+
+
 class JacobianHuber:
     """Σᵢ wᵢ·Huber_δ(log L̂ᵢ − log Lᵢ) for any law that gives log L̂ and its Jacobian.
 
@@ -51,7 +57,7 @@ class JacobianHuber:
 
     def __init__(
         self,
-        law: Law,
+        law: Law | JacobianLaw,
         log_x: np.ndarray,
         log_y: np.ndarray,
         *,
