@@ -120,8 +120,8 @@ class NDLawFit:
         tail = 100 * (1 - self.level) / 2
         out: dict[str, list[float]] = {}
         for k in self.params:
-            lo, hi = np.percentile([p[k] for p in nat], [tail, 100 - tail])
-            out[k] = [float(lo), float(hi)]
+            bounds = np.asarray(np.percentile([p[k] for p in nat], [tail, 100 - tail]), dtype=float)
+            out[k] = [float(bounds[0]), float(bounds[1])]
         return out
 
     def to_dict(self) -> dict[str, Any]:
