@@ -23,6 +23,7 @@ the free parameter because the bracket's N term depends on it alone.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import itertools
 from typing import Protocol
@@ -57,7 +58,7 @@ class JacobianHuber:
 
     def __init__(
         self,
-        law: Law | JacobianLaw,
+        law: JacobianLaw,
         log_x: np.ndarray,
         log_y: np.ndarray,
         *,
@@ -88,7 +89,7 @@ class JacobianHuber:
 
 
 @dataclasses.dataclass(frozen=True)
-class Law:
+class Law(abc.ABC):
     """One L(N, D) law: its parameters, grids of starts, prediction and plausibility box.
 
     ``restart_grid``: whether bootstrap refits also start from the screened :meth:`coarse_grid` (besides
@@ -107,22 +108,20 @@ class Law:
     def n_params(self) -> int:
         return len(self.theta_names)
 
-    def natural(self, theta: np.ndarray) -> dict[str, float]:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def natural(self, theta: np.ndarray) -> dict[str, float]: ...
 
-    def grid(self) -> np.ndarray:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def grid(self) -> np.ndarray: ...
 
-    def coarse_grid(self) -> np.ndarray:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def coarse_grid(self) -> np.ndarray: ...
 
+    @abc.abstractmethod
     def log_predict(self, theta: np.ndarray, log_x: np.ndarray) -> np.ndarray:
         """log L̂ ``(B, n)`` for ``theta (B, P)`` at ``log_x (2, n)`` (ln N, ln D)."""
-        return self.log_predict_jac(np.atleast_2d(theta), log_x)[0]
 
-    def log_predict_jac(self, theta: np.ndarray, log_x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        raise NotImplementedError
-
+    @abc.abstractmethod
     def objective(
         self,
         log_x: np.ndarray,
@@ -132,11 +131,11 @@ class Law:
         weights: np.ndarray | None = None,
         weight_index: np.ndarray | None = None,
     ) -> Objective:
-        return JacobianHuber(self, log_x, log_y, delta=delta, weights=weights, weight_index=weight_index)
+        """The robust objective this law is fitted with (one problem per bootstrap row of ``weights``)."""
 
+    @abc.abstractmethod
     def edge_reasons(self, params: dict[str, float], log_x: np.ndarray, loss: np.ndarray) -> list[str]:
         """Why the fitted parameters sit at the edge of the search box, or a term is unseen (empty: none)."""
-        raise NotImplementedError
 
 
 class Additive(Law):
@@ -205,6 +204,20 @@ class Kaplan(Law):
 
     def coarse_grid(self) -> np.ndarray:
         return np.array(list(itertools.product(*self._axes(True))), dtype=float)
+
+    def log_predict(self, theta: np.ndarray, log_x: np.ndarray) -> np.ndarray:
+        return self.log_predict_jac(np.atleast_2d(theta), log_x)[0]
+
+    def objective(
+        self,
+        log_x: np.ndarray,
+        log_y: np.ndarray,
+        *,
+        delta: float = HUBER_DELTA,
+        weights: np.ndarray | None = None,
+        weight_index: np.ndarray | None = None,
+    ) -> Objective:
+        return JacobianHuber(self, log_x, log_y, delta=delta, weights=weights, weight_index=weight_index)
 
     def log_predict_jac(self, theta: np.ndarray, log_x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         log_nc, ratio, log_dc, alpha_d = (theta[:, j, None] for j in range(4))
