@@ -68,8 +68,7 @@ class QuantLinear(nn.Module):
         self.accumulate = accumulate
         self.gemv_max_m = gemv_max_m
         self._set_packed(packed)
-        self.op_name = f"quant_linear_{next(_layer_ids)}"
-        _LAYERS[self.op_name] = self
+        self._register_op()
         if bias is not None and tuple(bias.shape) != (packed.out_features,):
             raise ValueError(f"bias must have shape ({packed.out_features},), got {tuple(bias.shape)}")
         self.register_buffer("bias", None if bias is None else bias.detach().clone())
@@ -98,6 +97,15 @@ class QuantLinear(nn.Module):
         module_opts = {k: opts.pop(k) for k in ("backend", "cache_dequantized", "accumulate") if k in opts}
         packed = IntWeight.from_float(weight.detach(), **opts)
         return cls(packed, bias, **module_opts)
+
+    def _register_op(self) -> None:
+        """A name of its own for :func:`quant_linear_op` (a copy or an unpickled layer gets a new one)."""
+        self.op_name = f"quant_linear_{next(_layer_ids)}"
+        _LAYERS[self.op_name] = self
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._register_op()
 
     def _set_packed(self, packed: PackedWeight) -> None:
         for name in list(self._buffers):

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 import torch
 import triton
 from trilm.kernels.affine import tuning
+from trilm.kernels.launch_model import H200
 from trilm.kernels.triton_runtime import current_stream, kernel_module, sm_count
 
 from trilm.formats import DecodeArgs, KernelId
@@ -284,15 +285,16 @@ def tuning_key(spec: AffineSpec, path: str, m: int, dtype: torch.dtype) -> str:
     )
 
 
-def candidates(spec: AffineSpec, path: str, m: int) -> list[dict[str, Any]]:
+def candidates(spec: AffineSpec, path: str, m: int, sms: int = H200.sms) -> list[dict[str, Any]]:
     """The configs worth timing, the default first. GEMV candidates are written for 16 codes per unit
     (2-bit); binary units of 32 codes take half the rows and 3-bit units (two rows of low bits plus a
     high-bit row) a quarter, which keeps them free of register spills at sm_90, and one more pipeline
     stage, which keeps as many bytes in flight with the smaller tile.
 
-    The default is the first candidate whose grid can reach the programs per SM the plans aim for on a
-    132-SM H200 (a short K leaves split-K little room, so narrower column blocks come first there); when
-    none can, the one with the most programs."""
+    The default is the first candidate whose grid can reach the programs per SM the plans aim for on
+    ``sms`` SMs (a short K leaves split-K little room, so narrower column blocks come first there); when
+    none can, the one with the most programs. Plans for a GPU pass its own count; tables made without one
+    assume an H200."""
     if path == "gemv":
         shrink = max(1, spec.unit_k // 16) * spec.hs
         pool = tuning.GEMV_CANDIDATES[tuning.gemv_bucket(m)]
@@ -302,10 +304,10 @@ def candidates(spec: AffineSpec, path: str, m: int) -> list[dict[str, Any]]:
         ]
 
         def programs(c: dict[str, Any]) -> int:
-            grid = gemv_geometry(spec, m, c, 132)["grid"]
+            grid = gemv_geometry(spec, m, c, sms)["grid"]
             return grid[0] * grid[1]
 
-        target = tuning.GEMV_PROGRAMS_PER_SM * 132
+        target = tuning.GEMV_PROGRAMS_PER_SM * sms
         first = next((c for c in pool if programs(c) >= target), max(pool, key=programs))
         return [first, *(c for c in pool if c is not first)]
     return [c for c in tuning.GEMM_CANDIDATES[tuning.gemm_bucket(m)] if gemm_block_k(spec, c["BLOCK_K"])]
@@ -328,7 +330,7 @@ def make_plan(spec: AffineSpec, path: str, m: int, dtype: torch.dtype, config: d
     cfg = cache.get(key)
     if cfg is not None:
         return LaunchPlan(kernel, spec, path, m, dtype, cfg)
-    options = candidates(spec, path, m)
+    options = candidates(spec, path, m, sm_count(spec.lo.device))
     if not options:
         raise ValueError(f"{spec.key}: no {path} config fits group size {spec.group_size}")
     if not tuning.tuning_enabled() or torch.cuda.is_current_stream_capturing():

@@ -82,3 +82,17 @@ def test_launches_per_token_and_layer_fall_from_eager_to_fused_compiled():
         assert before >= 30, (fmt, before)
         assert fused_eager == before - 3  # q/k/v → 1 and gate/up → 1
         assert after <= 10, (fmt, after)
+
+
+def test_a_copied_layer_is_its_own_operator():
+    import copy
+
+    from trilm.kernels.linear import quant_linear_op
+
+    layer = QuantLinear(random_packed("ternary", 32, 64, seed=1))
+    twin = copy.deepcopy(layer)
+    twin.load_state_dict(QuantLinear(random_packed("ternary", 32, 64, seed=2)).state_dict())
+    x = torch.randn(1, 64)
+    assert twin.op_name != layer.op_name
+    torch.testing.assert_close(quant_linear_op(x, twin.op_name), twin(x))
+    assert not torch.allclose(quant_linear_op(x, layer.op_name), twin(x))
