@@ -49,7 +49,7 @@ def parse_args(argv):
     return args
 
 
-def _build(size: str, label: str, dev):
+def build_contender(size: str, label: str, dev):
     import torch
     from trilm.kernels import QuantLinear
 
@@ -136,7 +136,7 @@ def main(argv=None) -> int:
         for size in args.sizes:
             rows = report["results"].setdefault(size, {})
             for label in args.contenders:
-                model = _build(size, label, dev)
+                model = build_contender(size, label, dev)
                 row = rows.setdefault(label, {})
                 row["eager"] = round(_eager_ms(lambda model=model: model(ids), 10), 3)
                 row["graph"] = round(_graph_ms(lambda model=model: model(ids), args.iters), 3)
@@ -148,7 +148,7 @@ def main(argv=None) -> int:
                 torch.cuda.empty_cache()
         for size in args.compile_sizes:
             for label in args.contenders:
-                model = _build(size, label, dev)
+                model = build_contender(size, label, dev)
                 fuse_projections(model)
                 row = report["results"].setdefault(size, {}).setdefault(label, {})
                 t0 = time.perf_counter()

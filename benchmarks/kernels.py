@@ -272,7 +272,11 @@ def main(argv=None) -> int:
         "copy_gbps": round(copy, 1) if copy else None,
         "l2_bytes": timer.l2,
         "triton": triton.__version__,
-        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "argv"},
+        "settings": {
+            k: (str(v) if isinstance(v, Path) else v)
+            for k, v in vars(args).items()
+            if k not in ("argv", "out")
+        },
         "results": [],
     }
 
@@ -378,26 +382,16 @@ def _row(label, fmt, shape, m, t_flush, t_graph, nbytes, bits, copy, fp16):
 
 
 def _whole_model(args, dev, timer) -> dict:
-    """FloatLM bf16, TriLM packed ternary, FloatLM packed int4: one-token forward, eager and graph (ms)."""
+    """The contenders of :mod:`benchmarks.decode`, one-token forward, eager and graph (ms), timed like the
+    kernels above (``python -m benchmarks.decode`` adds the fused and compiled steps and other sizes)."""
     import torch
-    from trilm.kernels import QuantLinear
 
-    from benchmarks.kernel_tools.samples import random_packed
-    from trilm.infer import InferenceModel
-    from trilm.model import preset
+    from benchmarks.decode import CONTENDERS, build_contender
 
     out = {"size": args.model_size}
     ids = torch.zeros((1, 1), dtype=torch.long, device=dev)
-    for label, family, fmt, dtype in (
-        ("floatlm-bf16", "floatlm", None, torch.bfloat16),
-        ("trilm-packed-ternary", "trilm", "ternary", torch.float16),
-        ("floatlm-packed-int4", "floatlm", "int4", torch.float16),
-    ):
-        model = InferenceModel(preset(f"{family}-{args.model_size}")).to(device=dev, dtype=dtype).eval()
-        if fmt is not None:
-            for i, (name, lin) in enumerate(model.linear_modules().items()):
-                packed = random_packed(fmt, lin.out_features, lin.in_features, device=dev, seed=i)
-                model.set_linear(name, QuantLinear(packed).to(dev))
+    for label in CONTENDERS:
+        model = build_contender(args.model_size, label, dev)
         with torch.no_grad():
             model(ids)  # plans (and their one-time tuning) before anything is timed
             eager_ms = timer.flushed(lambda model=model: model(ids)) / 1e3

@@ -12,17 +12,15 @@ the old ternary GEMV found it bound by instruction issue, which is what this num
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import torch
 from trilm.kernels.affine.plan import candidates
-from trilm.kernels.dispatch import prepare
 from trilm.kernels.general.launch import GPU_GEMV, KERNELS
 from trilm.kernels.triton_runtime import kernel_module
 
 from benchmarks.kernel_tools.compile_check import TORCH_TO_TRITON, compile_affine, compile_jit
-from benchmarks.kernel_tools.samples import random_packed
+from benchmarks.kernel_tools.samples import relabelled
 from benchmarks.kernel_tools.sass import per_weight, sass_listing
 
 N = K = 8192
@@ -40,14 +38,8 @@ KINDS = ("ternary", "binary", "binary_mean", "int2", "int3", "int4", "int4_act",
 
 
 def _weight(kind: str):
-    """A small sample of ``kind`` re-labelled as 8192 × 8192 (only dtypes and sizes reach the compiler)."""
-    group = None if kind in ("ternary", "binary", "binary_mean", "nm2:4", "pbllm") else 128
-    kw = prepare(random_packed(kind, 256, 512, group_size=group, scale_dtype=torch.float16))
-    g = K if group is None else group
-    kw = dataclasses.replace(kw, n=N, k=K, group_size=g)
-    if kw.affine is not None:
-        kw.affine = dataclasses.replace(kw.affine, n=N, k=K, group_size=g)
-    return kw
+    """A sample of ``kind`` as an 8192 × 8192 layer."""
+    return relabelled(kind, N, K)
 
 
 def _general(kw, path: str, cfg: dict[str, Any], dtype: torch.dtype):

@@ -22,7 +22,7 @@ import torch
 from trilm.kernels.affine.plan import candidates
 from trilm.kernels.launch_model import H200, Resources, launch_figures
 
-from benchmarks.kernel_tools.samples import random_packed
+from benchmarks.kernel_tools.samples import relabelled
 from trilm.model.config import SPECTRA_SIZES
 
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -51,15 +51,6 @@ def layer_shapes() -> list[tuple[str, int, int]]:
     return out
 
 
-def _spec(kind: str, n: int, k: int):
-    from trilm.kernels.dispatch import prepare
-
-    group = 128 if kind.startswith("int") else None
-    kw = prepare(random_packed(kind, 64, 256, group_size=group, scale_dtype=torch.float16))
-    g = k if group is None else group
-    return dataclasses.replace(kw.affine, n=n, k=k, group_size=g)
-
-
 def _tile_bytes(spec, path: str, plan) -> int:
     words_per_unit = spec.hs + (1 if spec.hs == 2 else 0)
     if path == "gemv":
@@ -75,7 +66,7 @@ def table(formats=FORMATS) -> list[dict[str, Any]]:
     for kind in formats:
         for path, m in (("gemv", 1), ("gemm", 16)):
             for label, n, k in layer_shapes():
-                spec = _spec(kind, n, k)
+                spec = relabelled(kind, n, k).affine
                 cfg = candidates(spec, path, m)[0]
                 kernel, plan = compile_affine(spec, path, cfg, torch.float16, m)
                 key = (kind, path, tuple(sorted(plan.const.items())), tuple(sorted(plan.options.items())))

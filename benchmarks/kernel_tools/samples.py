@@ -139,3 +139,23 @@ def random_packed(
     s8 = (0.5 + rand(n)) * 4 / 255 / k**0.5
     z8 = torch.randint(100, 156, (n,), generator=gen, device=dev)
     return PBLLMWeight.pack(signs(n, k), table(g), table(g, -0.2, 0.2), salient, codes, s8.float(), z8)
+
+
+PER_TENSOR_KINDS = ("ternary", "binary", "binary_mean", "nm2:4", "pbllm")
+"""Sample kinds whose scales span the whole row; the others take groups of 128 in :func:`relabelled`."""
+
+
+def relabelled(kind: str, n: int, k: int):
+    """A small sample of ``kind`` as kernel arguments re-labelled as an ``n × k`` layer: what the compiler
+    sees of a layer is only its dtypes and sizes, so sm_90 compiles need no full-size weight."""
+    import dataclasses
+
+    from trilm.kernels.dispatch import prepare
+
+    group = None if kind in PER_TENSOR_KINDS else 128
+    kw = prepare(random_packed(kind, 256, 512, group_size=group, scale_dtype=torch.float16))
+    g = k if group is None else group
+    kw = dataclasses.replace(kw, n=n, k=k, group_size=g)
+    if kw.affine is not None:
+        kw.affine = dataclasses.replace(kw.affine, n=n, k=k, group_size=g)
+    return kw
