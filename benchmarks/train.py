@@ -142,6 +142,7 @@ def _engine_config(spec: dict, cuda: bool):
             "micro_batch": mb,
             "zero_stage": 0,
             "precision": "bf16" if cuda else "fp32",
+            "compile": False,  # each contender names its levers; the trainer's default (auto) would differ
         }
     )
     return cfg.with_overrides([f"{k}={v}" for k, v in spec["overrides"].items()])
@@ -183,7 +184,7 @@ def run_contender(spec: dict) -> dict:
         model.train()
         step_loss = _hf_loss
     else:
-        prepare_model(model, cfg)
+        prepare_model(model, cfg, info.device)
         step_loss = _decoder_loss
     engine = build_engine(model.to(info.device), cfg, 1, info)
     set_optimizer_hparams(engine, 1e-4, 0.1)
