@@ -12,7 +12,7 @@ from .conftest import tiny_config
 pytestmark = pytest.mark.gpu
 
 
-@pytest.mark.parametrize("family", ["trilm", "floatlm"])
+@pytest.mark.parametrize("family", ["trilm", pytest.param("floatlm", marks=pytest.mark.slow)])
 def test_bf16_training_on_gpu_learns(prepared, tmp_path, family):
     """Eager (``compile=false``): the compiled default is the slow test below, kept out of the fast run."""
     cfg = tiny_config(prepared, tmp_path / family, family, precision="bf16", zero_stage=1, compile=False)
