@@ -7,8 +7,8 @@
 Contenders share one model shape and random weights (speed does not depend on the values): **FloatLM**
 (float ``nn.Linear``), **TriLM** (packed ternary ``QuantLinear``) and **QuantLMs** (packed int4 / int2
 g128, the GPTQ/OmniQuant grid format), all served by ``trilm.serve.Engine``; on CPU also transformers'
-``LlamaForCausalLM.generate`` on the same FloatLM (exported with ``trilm.store.hf.write_hf_files``, sdpa
-attention, its default dynamic cache, greedy).
+``LlamaForCausalLM.generate`` on the same FloatLM (built in memory from its tensors, in the engine's dtype
+and device, no checkpoint written; sdpa attention, dynamic cache, greedy); on CUDA only with ``--hf``.
 
 Cases: time to first token (prefill + first sample) of prompts of 128 / 512 / 2048 tokens at batch 1; decode
 tokens/s at context depths 128 / 1024 and batch 1 / 8 / 32, as batch × steps / time of ``--steps`` decode
@@ -32,7 +32,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -43,7 +42,7 @@ from trilm.dtypes import DTYPE_NAMES, parse_dtype
 from trilm.infer import InferenceModel, prepare_for_inference
 from trilm.model import preset
 from trilm.serve import Engine, SamplingParams
-from trilm.store.hf import write_hf_files
+from trilm.store.hf import hf_config_dict, hf_name
 
 TTFT_LENGTHS = (128, 512, 2048)
 DEPTHS = (128, 1024)
@@ -144,28 +143,36 @@ class EngineContender:
 
 
 class HFContender:
-    """transformers' ``generate`` on the FloatLM's weights; each round is one whole ``generate`` call."""
+    """transformers' ``generate`` on the FloatLM's weights; each round is one whole ``generate`` call.
+
+    Built in memory on ``device`` in ``dtype`` from the canonical ``state``: writing a checkpoint first
+    would cost a 3.9B model 15.6 GB of fp32 files and a host round trip for nothing the timing sees."""
 
     name = "hf-generate"
 
-    def __init__(self, cfg, state: dict[str, torch.Tensor], workdir: Path):
-        from transformers import LlamaForCausalLM
+    def __init__(self, cfg, state: dict[str, torch.Tensor], device: torch.device, dtype: torch.dtype):
+        from transformers import LlamaConfig, LlamaForCausalLM
 
-        write_hf_files(cfg, state, workdir)
-        self.model = LlamaForCausalLM.from_pretrained(
-            workdir, dtype=torch.float32, attn_implementation="sdpa"
-        ).eval()
-        self.device = torch.device("cpu")
+        config = LlamaConfig(**hf_config_dict(cfg, dtype), attn_implementation="sdpa")
+        default = torch.get_default_dtype()
+        torch.set_default_dtype(dtype)
+        try:
+            with torch.device(device):
+                model = LlamaForCausalLM(config)
+        finally:
+            torch.set_default_dtype(default)
+        model.load_state_dict({hf_name(k): v for k, v in state.items()}, strict=True)
+        self.model, self.device = model.eval(), device
 
     @torch.no_grad()
     def ttft(self, prompt: list[int]) -> float:
-        ids = torch.tensor([prompt])
-        t = time.perf_counter()
+        ids = torch.tensor([prompt], device=self.device)
+        t = _now(self.device)
         self.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=1, do_sample=False)
-        return time.perf_counter() - t
+        return _now(self.device) - t
 
     def start_decode(self, prompts: list[list[int]], steps: int, rounds: int) -> None:
-        self.prompts = torch.tensor(prompts)
+        self.prompts = torch.tensor(prompts, device=self.device)
 
     @torch.no_grad()
     def decode_round(self, steps: int) -> float:
@@ -176,12 +183,12 @@ class HFContender:
                 self.times: list[float] = []
 
             def put(self, value):
-                self.times.append(time.perf_counter())
+                self.times.append(_now(device))
 
             def end(self):
                 pass
 
-        clock = Clock()
+        clock, device = Clock(), self.device
         ids = self.prompts
         self.model.generate(
             ids,
@@ -236,7 +243,7 @@ def copy_bandwidth(device: torch.device, gib: float = 2.0, reps: int = 20) -> fl
     return 2 * n * 4 / statistics.median(times)
 
 
-def build_contenders(args, kinds, base, device, dtype, decode_len: int, workdir: Path):
+def build_contenders(args, kinds, base, device, dtype, decode_len: int):
     """Contenders of ``kinds`` over one shape and the same random weights, and their static memory."""
     cuda = device.type == "cuda"
     contenders, info, float_state = [], {}, None
@@ -244,14 +251,14 @@ def build_contenders(args, kinds, base, device, dtype, decode_len: int, workdir:
         if kind == "hf-generate":
             if float_state is None:
                 raise SystemExit("hf-generate needs the floatlm contender (the same weights)")
-            hf = HFContender(base, float_state, workdir)
+            hf = HFContender(base, float_state, device, dtype)
             contenders.append(hf)
             info[hf.name] = {"model_mb": model_bytes_hf(hf.model) / 2**20, "kv_cache_mb": None}
             continue
         cfg = base.replace(family="trilm" if kind == "trilm" else "floatlm", name=f"{kind}-{args.size}")
         model = build_model(kind, cfg, device, dtype)
-        if kind == "floatlm":
-            float_state = {k: v.detach().float().cpu() for k, v in model.state_dict().items()}
+        if kind == "floatlm" and "hf-generate" in kinds:
+            float_state = {k: v.detach() for k, v in model.state_dict().items()}
         graphs = cuda and not args.eager
         engine = Engine(model, max_batch=max(args.batches), max_seq_len=decode_len, cuda_graphs=graphs)
         ttft_engine = Engine(model, max_batch=1, max_seq_len=max(args.ttft) + 2, cuda_graphs=False)
@@ -271,19 +278,16 @@ def memory_probe(args) -> None:
     base = preset(f"floatlm-{args.size}", vocab_size=args.vocab, context=max(*args.ttft, *args.depths) + 64)
     kind = args.memory_probe
     kinds = ["floatlm", kind] if kind == "hf-generate" else [kind]
-    with tempfile.TemporaryDirectory() as tmp:
-        decode_len = max(args.depths) + args.steps + 16
-        contenders, _ = build_contenders(
-            args, kinds, base, torch.device("cpu"), torch.float32, decode_len, Path(tmp)
-        )
-        c = contenders[-1]
-        c.ttft(_prompts(base.vocab_size, 16, 1, 99)[0])
-        base_rss = _proc_status("VmRSS")
-        Path("/proc/self/clear_refs").write_text("5")  # peak RSS := current RSS
-        c.start_decode(_prompts(base.vocab_size, max(args.depths), max(args.batches), 7), args.steps, 1)
-        c.decode_round(args.steps)
-        c.end_decode()
-        print(json.dumps({"peak_working_mb": (_proc_status("VmHWM") - base_rss) / 2**20}))
+    decode_len = max(args.depths) + args.steps + 16
+    contenders, _ = build_contenders(args, kinds, base, torch.device("cpu"), torch.float32, decode_len)
+    c = contenders[-1]
+    c.ttft(_prompts(base.vocab_size, 16, 1, 99)[0])
+    base_rss = _proc_status("VmRSS")
+    Path("/proc/self/clear_refs").write_text("5")  # peak RSS := current RSS
+    c.start_decode(_prompts(base.vocab_size, max(args.depths), max(args.batches), 7), args.steps, 1)
+    c.decode_round(args.steps)
+    c.end_decode()
+    print(json.dumps({"peak_working_mb": (_proc_status("VmHWM") - base_rss) / 2**20}))
 
 
 def memory_probe_subprocess(args, kind: str) -> tuple[float | None, str]:
@@ -318,9 +322,8 @@ def run(args) -> dict:
         flush=True,
     )
 
-    tmp = tempfile.TemporaryDirectory()
     kinds = args.contenders + (["hf-generate"] if args.hf else [])
-    contenders, info = build_contenders(args, kinds, base, device, dtype, decode_len, Path(tmp.name))
+    contenders, info = build_contenders(args, kinds, base, device, dtype, decode_len)
     names = [c.name for c in contenders]
 
     for c in contenders:  # warm-up: first calls, kernel launch plans, and every CUDA graph bucket
@@ -379,7 +382,6 @@ def run(args) -> dict:
     }
     results["ratios"] = ratios(results, names)
     results["targets"] = targets(results, names, device, info, args)
-    tmp.cleanup()
     return results
 
 
@@ -490,6 +492,38 @@ def markdown(report: dict) -> str:
     return "\n".join(lines)
 
 
+HF_OFF_ON_CUDA = (
+    "not run: off by default on CUDA (it times every case once more, on the GPU in bf16, for a reference "
+    "the CPU run gives; --hf runs it)"
+)
+CONTENDER_KINDS = ("floatlm", "trilm", "quantlm-int4", "quantlm-int2")
+
+
+def dry_run(parser: argparse.ArgumentParser, args, hf_note: str) -> int:
+    """Check what a run would do without building a model (no GPU needed); exit status 2 on a bad value."""
+    from trilm.config import ConfigError
+
+    try:
+        base = preset(f"floatlm-{args.size}", vocab_size=args.vocab)
+    except ConfigError as exc:
+        parser.error(f"--size: {exc}")
+    if unknown := [c for c in args.contenders if c not in CONTENDER_KINDS]:
+        parser.error(f"--contenders: unknown {unknown}; known: {list(CONTENDER_KINDS)}")
+    if args.hf and "floatlm" not in args.contenders:
+        parser.error("--hf: transformers' generate needs the floatlm contender (the same weights)")
+    for flag in ("ttft", "depths", "batches", "steps", "rounds", "threads"):
+        value = getattr(args, flag)
+        if min(value if isinstance(value, list) else [value]) < 1:
+            parser.error(f"--{flag}: must be >= 1, got {value}")
+    print(
+        f"dry run: {args.device} {args.size} (hidden {base.hidden}, {base.layers} layers), contenders "
+        f"{args.contenders}, hf-generate {hf_note}; {args.rounds} rounds of ttft {args.ttft} and decode "
+        f"depths {args.depths} × batches {args.batches} × {args.steps} steps, peak memory "
+        f"{'on' if args.peak else 'off'} → {args.out or 'no JSON (no --out)'}"
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu", help="cpu or cuda")
@@ -503,7 +537,12 @@ def main(argv: list[str] | None = None) -> int:
         help="from floatlm trilm quantlm-int4 quantlm-int2 (default: all on CUDA, "
         "floatlm trilm quantlm-int4 on CPU)",
     )
-    p.add_argument("--no-hf", dest="hf", action="store_false", help="CPU: skip transformers' generate")
+    p.add_argument(
+        "--hf",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="transformers' generate on the same weights (default: on CPU only; on CUDA in bf16 on the GPU)",
+    )
     p.add_argument("--ttft", type=int, nargs="+", default=list(TTFT_LENGTHS))
     p.add_argument("--depths", type=int, nargs="+", default=list(DEPTHS))
     p.add_argument("--batches", type=int, nargs="+", default=list(BATCHES))
@@ -516,12 +555,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--markdown", default=None, metavar="JSON", help="print the docs table of a results file")
     p.add_argument("--no-peak", dest="peak", action="store_false", help="skip the peak-memory runs")
     p.add_argument("--memory-probe", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--dry-run", action="store_true", help="check the arguments, print the plan, run nothing")
     args = p.parse_args(argv)
     if args.markdown:
         print(markdown(json.loads(Path(args.markdown).read_text())))
         return 0
     cuda = args.device.startswith("cuda")
-    if cuda and not torch.cuda.is_available():
+    if cuda and not torch.cuda.is_available() and not args.dry_run:
         raise SystemExit("--device cuda: no CUDA device available")
     args.size = args.size or ("3.9b" if cuda else "tiny")
     args.vocab = args.vocab or (50304 if cuda else 2048)
@@ -529,7 +569,13 @@ def main(argv: list[str] | None = None) -> int:
     args.contenders = args.contenders or (
         ["floatlm", "trilm", "quantlm-int4", "quantlm-int2"] if cuda else ["floatlm", "trilm", "quantlm-int4"]
     )
-    args.hf = args.hf and not cuda
+    if args.hf is None:
+        args.hf = not cuda
+        hf_note = "CPU default" if args.hf else HF_OFF_ON_CUDA
+    else:
+        hf_note = "--hf" if args.hf else "--no-hf"
+    if args.dry_run:
+        return dry_run(p, args, hf_note)
     if not cuda:
         torch.set_num_threads(args.threads)
     if args.memory_probe:
@@ -540,6 +586,7 @@ def main(argv: list[str] | None = None) -> int:
     results = run(args)
     report = {
         "config": {k: v for k, v in vars(args).items() if k not in ("out", "label")},
+        "hf_generate": hf_note,
         "machine_note": None
         if cuda
         else (

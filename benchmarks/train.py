@@ -8,13 +8,15 @@ FloatLM training tokens/s ÷ transformers' ``LlamaForCausalLM`` with the same sh
 Each contender runs in alternating rounds and the median round counts, so machine noise hits all alike.
 
 ``--engine``: FloatLM, TriLM and transformers' ``LlamaForCausalLM`` (same shape) through the trainer's own
-DeepSpeed engine (``build_engine``), with and without ``compile`` and activation ``recompute``
-(``--contenders matrix``), or each lever alone against its family's baseline (``--contenders levers``:
-compile, recompute, fused/foreach AdamW, fused quantizer). Tokens/s, MFU (the one FLOPs function over the
-device's peak; none on a CPU) and peak memory; every contender in its own process so peak memory is its
-own. GPU (bf16, FloatLM-1.1B, micro-batch 8 × 2048): targets MFU ≥ 40 % and TriLM within 5 % of it. The JSON
-(with the device name, date and every configuration) is rewritten after each contender, so a run cut short
-by a time limit still leaves its results.
+DeepSpeed engine (``build_engine``), with and without ``compile`` and activation ``recompute`` (``--contenders
+matrix``), each lever alone against its family's baseline (``--contenders levers``: compile, recompute,
+fused/foreach AdamW, fused quantizer), or FloatLM and TriLM compiled, then eager (``--contenders compile``:
+the GPU suite's short stage). Without an importable DeepSpeed the contenders run in a plain loop (torch AdamW,
+bf16 autocast on CUDA) and the JSON says so and why. Tokens/s, MFU (the one FLOPs function over the device's
+peak; none on a CPU) and peak memory; every contender in its own process so peak memory is its own. GPU (bf16,
+FloatLM-1.1B, micro-batch 8 × 2048): targets MFU ≥ 40 % and TriLM within 5 % of it. The JSON (with the device
+name, date and every configuration) is rewritten after each contender, so a run cut short by a time limit
+still leaves its results.
 """
 
 from __future__ import annotations
@@ -120,7 +122,13 @@ LEVERS = [
     ]
     + ([(f"{family}+fused_quantizer", {"fused_quantizer": True})] if family != "floatlm" else [])
 ] + [("hf-llama", "hf", {})]
+COMPILE = [  # the configs' default on CUDA (compile: auto) first, then eager for the ratio
+    (f"{family}{lever}", family, {"compile": bool(lever)})
+    for lever in ("+compile", "")
+    for family in ("floatlm", "trilm")
+]
 CONTENDERS = {
+    "compile": COMPILE,
     "matrix": MATRIX,
     "levers": LEVERS,
     "all": MATRIX + [c for c in LEVERS if c[0] not in {m[0] for m in MATRIX}],
@@ -142,6 +150,7 @@ def _engine_config(spec: dict, cuda: bool):
             "micro_batch": mb,
             "zero_stage": 0,
             "precision": "bf16" if cuda else "fp32",
+            "compile": False,  # each contender names its levers; the trainer's default (auto) would differ
         }
     )
     return cfg.with_overrides([f"{k}={v}" for k, v in spec["overrides"].items()])
@@ -183,9 +192,12 @@ def run_contender(spec: dict) -> dict:
         model.train()
         step_loss = _hf_loss
     else:
-        prepare_model(model, cfg)
+        prepare_model(model, cfg, info.device)
         step_loss = _decoder_loss
-    engine = build_engine(model.to(info.device), cfg, 1, info)
+    if spec.get("plain"):
+        engine = PlainEngine(model.to(info.device), cfg, cuda)
+    else:
+        engine = build_engine(model.to(info.device), cfg, 1, info)
     set_optimizer_hparams(engine, 1e-4, 0.1)
     mb, seq = cfg.micro_batch, cfg.sequence_length
     data = torch.randint(0, cfg.model.vocab_size, (mb, seq + 1), device=info.device)
@@ -239,6 +251,38 @@ def run_contender(spec: dict) -> dict:
     }
 
 
+class PlainEngine:
+    """What ``build_engine`` offers a contender (forward, backward, step), without DeepSpeed: torch's
+    AdamW and, on CUDA, bf16 autocast over fp32 weights (DeepSpeed's bf16 engine keeps bf16 weights and
+    fp32 masters, so memory figures differ). Used only when DeepSpeed cannot be imported."""
+
+    def __init__(self, module: torch.nn.Module, cfg, cuda: bool):
+        from trilm.train.engine import param_groups
+
+        self.module, self.cuda = module, cuda
+        self.optimizer = torch.optim.AdamW(param_groups(module, cfg.optim.weight_decay), fused=cuda)
+
+    def __call__(self, *args, **kwargs):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.cuda):
+            return self.module(*args, **kwargs)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def step(self) -> None:
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+
+def deepspeed_missing() -> str | None:
+    """Why DeepSpeed cannot be imported here (None: it can); the engine benchmark then runs plain loops."""
+    try:
+        import deepspeed  # noqa: F401
+    except Exception as exc:  # an ImportError, or a broken dependency raising anything at import
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
 def _decoder_loss(engine, batch):
     return engine(batch[:, :-1], labels=batch[:, 1:]).mean()
 
@@ -255,9 +299,10 @@ def engine_benchmark(args, out_path: Path | None) -> dict:
     cuda = torch.cuda.is_available()
     size = args.size or ("1.1b" if cuda else "micro")
     mb, seq = args.batch or (8 if cuda else 4), args.seq or (2048 if cuda else 256)
-    chosen = CONTENDERS[args.contenders]
-    if args.only:
-        chosen = [c for c in chosen if c[0] in args.only.split(",")]
+    chosen = _chosen(args)
+    missing = deepspeed_missing()
+    if missing:
+        print(f"DeepSpeed not importable ({missing}): plain loops instead of the engine", flush=True)
     res = {
         "device": device_name(),
         "peak_flops": peak_flops(),
@@ -269,7 +314,9 @@ def engine_benchmark(args, out_path: Path | None) -> dict:
             "micro_batch": mb,
             "seq": seq,
             "precision": "bf16" if cuda else "fp32",
-            "engine": "DeepSpeed, ZeRO 0, one device (the trainer's build_engine)",
+            "engine": "DeepSpeed, ZeRO 0, one device (the trainer's build_engine)"
+            if not missing
+            else f"plain loop: torch AdamW, bf16 autocast on CUDA (DeepSpeed not importable: {missing})",
             "threads": None if cuda else args.threads,
             "warmup_steps": args.warmup,
             "timed_steps": args.steps,
@@ -285,7 +332,7 @@ def engine_benchmark(args, out_path: Path | None) -> dict:
     for repeat in range(args.repeats):
         for name, family, overrides in chosen:
             spec = {"family": family, "overrides": overrides, "size": size, "micro_batch": mb, "seq": seq}
-            spec |= {"warmup": args.warmup, "steps": args.steps}
+            spec |= {"warmup": args.warmup, "steps": args.steps, "plain": bool(missing)}
             env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
             if not cuda:
                 env["OMP_NUM_THREADS"] = str(args.threads)
@@ -318,6 +365,46 @@ def engine_benchmark(args, out_path: Path | None) -> dict:
     if out_path is not None:
         write_result(out_path, res, module=__spec__.name, indent=2)
     return res
+
+
+def _chosen(args) -> list:
+    chosen = CONTENDERS[args.contenders]
+    if args.only:
+        names = args.only.split(",")
+        if unknown := [n for n in names if n not in {c[0] for c in chosen}]:
+            raise SystemExit(
+                f"--only: {unknown} not in --contenders {args.contenders} ({[c[0] for c in chosen]})"
+            )
+        chosen = [c for c in chosen if c[0] in names]
+    return chosen
+
+
+def dry_run(args) -> int:
+    """Check the arguments and print the plan (contenders, shapes, DeepSpeed or not); runs no step."""
+    from trilm.config import ConfigError
+
+    cuda = torch.cuda.is_available()
+    size = args.size or ("1.1b" if cuda else "micro")
+    for flag in ("batch", "seq", "steps", "warmup", "repeats", "timeout", "threads"):
+        value = getattr(args, flag)
+        if value is not None and value < (0 if flag == "warmup" else 1):
+            raise SystemExit(f"--{flag}: must be >= {0 if flag == 'warmup' else 1}, got {value}")
+    try:
+        preset(f"floatlm-{size}")
+    except ConfigError as exc:
+        raise SystemExit(f"--size: {exc}") from None
+    if not args.engine:
+        print(f"dry run: plain loop, FloatLM/TriLM/HF Llama at {size} on CPU")
+        return 0
+    names = [c[0] for c in _chosen(args)]
+    missing = deepspeed_missing()
+    engine = "DeepSpeed engine" if not missing else f"plain loops (DeepSpeed not importable: {missing})"
+    print(
+        f"dry run: {len(names)} contenders {names} at {size}, micro-batch {args.batch or 'default'} × "
+        f"{args.seq or 'default'}, {args.warmup} warm-up + {args.steps or 'default'} timed steps, "
+        f"{args.timeout} s each, through the {engine} → {args.out or 'no JSON (no --out)'}"
+    )
+    return 0
 
 
 def _pct(x) -> str:
@@ -374,8 +461,11 @@ def main() -> int:
         default=1,
         help="CPU threads for every contender (1: multi-threaded timings swing on a busy machine)",
     )
+    p.add_argument("--dry-run", action="store_true", help="check the arguments, print the plan, run nothing")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.dry_run:
+        return dry_run(args)
     if not torch.cuda.is_available():
         torch.set_num_threads(args.threads)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

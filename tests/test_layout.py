@@ -89,6 +89,7 @@ HELPERS = {
     "posthoc_real_llmcompressor": "posthoc_real's worker in llmcompressor's own environment (a timing file)",
     "serve_process": "trilm serve as a child process for serve_load and real_serve_chat",
     "cooldown_diagnosis": "the cooldown report's section on why the additive law misses",
+    "gpu_pytest": "the GPU suite's pytest plugin: each test's outcome as a JSON line, no hang at exit",
 }
 """Modules of benchmarks/ that are parts of a benchmark, not benchmarks: they write no result file."""
 

@@ -1,7 +1,9 @@
 """GPU correctness of the compiled kernels in fp16/bf16 (and fp32 parity with the interpreter's numbers),
 at the real launch configs, plus the autotuned QuantLinear path, native fp16 accumulation and CUDA graphs.
 
-Run on a CUDA machine: ``python -m pytest -m gpu tests/kernels -q`` (skipped without CUDA).
+Run on a CUDA machine: ``python -m pytest -m gpu tests/kernels -q`` (skipped without CUDA). Every kernel
+compile and autotuning costs the GPU run seconds, so cases that repeat a path at another format, dtype or
+batch are also marked ``slow``: ``-m "gpu and not slow"`` (the GPU suite's fast run) keeps one case per path.
 Tolerance: max |y − y_ref| / max |y_ref| against the fp64 reference of the same codes, per format and dtype:
 fp32 1e-5 (fp32 accumulation only), fp16 2e-3 (output rounding 2^-11, per-element fp16 weights on the
 unaligned path), bf16 1e-2 (output rounding 2^-8).
@@ -22,6 +24,12 @@ N, K = 768, 2048
 BF16_KINDS = ("ternary", "binary_mean", "nm2:4", "billm", "int3", "int4_act", "pbllm")
 CASES = [(k, torch.float16) for k in KINDS] + [(k, torch.bfloat16) for k in BF16_KINDS]
 CASES += [("ternary", torch.float32), ("int4", torch.float32)]
+FAST_CASES = {("ternary", torch.float16), ("binary", torch.float16), ("int4", torch.float16)}
+FAST_CASES |= {("ternary", torch.bfloat16)}
+
+
+def _param(*values, fast: bool, name: str):
+    return pytest.param(*values, id=name, marks=() if fast else pytest.mark.slow)
 
 
 def rel_err(y, ref):
@@ -42,7 +50,9 @@ def gemm_config(m):
     return next(c for c in GPU_GEMM if c["BLOCK_M"] == bucket)
 
 
-@pytest.mark.parametrize(("kind", "dtype"), CASES, ids=[f"{k}-{str(d)[6:]}" for k, d in CASES])
+@pytest.mark.parametrize(
+    ("kind", "dtype"), [_param(k, d, fast=(k, d) in FAST_CASES, name=f"{k}-{str(d)[6:]}") for k, d in CASES]
+)
 def test_kernels_match_reference_on_gpu(kind, dtype):
     weight = random_packed(kind, N, K, device="cuda", seed=3)
     spec = prepare(weight).affine
@@ -58,6 +68,7 @@ def test_kernels_match_reference_on_gpu(kind, dtype):
         check(weight, 600, dtype, GPU_TOL[kind][dtype], path="cublas")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["ternary", "int3"])
 def test_every_gpu_config(kind):
     """Every affine candidate (GEMV per batch bucket with K split 4 ways, GEMM per M bucket with K split 2
@@ -79,6 +90,7 @@ def test_every_gpu_config(kind):
         assert rel_err(y, reference_matmul(x.double(), weight, torch.float64)) <= tol
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["ternary", "int3", "pbllm"])
 def test_autotuned_quant_linear_is_correct_and_repeatable(kind):
     """The first call per batch bucket tunes (affine formats: candidates timed, the winner persisted to the
@@ -106,7 +118,11 @@ def test_native_fp16_accumulation():
 
 
 @pytest.mark.parametrize(
-    ("kind", "m"), [("ternary", 1), ("binary", 1), ("int4", 8), ("int4_act", 1), ("ternary", 16)]
+    ("kind", "m"),
+    [
+        _param(k, m, fast=(k, m) == ("ternary", 1), name=f"{k}-{m}")
+        for k, m in [("ternary", 1), ("binary", 1), ("int4", 8), ("int4_act", 1), ("ternary", 16)]
+    ],
 )
 def test_one_kernel_launch_per_call(kind, m):
     """Counted by the CUDA profiler: a steady-state QuantLinear call (bias fused) is one kernel."""
@@ -123,6 +139,7 @@ def test_one_kernel_launch_per_call(kind, m):
     assert len(kernels) == 1 and kernels[0].startswith("affine_"), kernels
 
 
+@pytest.mark.slow
 def test_graph_captured_model_equals_eager():
     """A stack of packed layers (split-K GEMV, GEMM) captured in one graph gives eager's outputs exactly,
     replay after replay (the split-K counters are left zeroed by every launch)."""

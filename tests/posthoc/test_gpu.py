@@ -15,7 +15,7 @@ from trilm.posthoc.omniquant import OmniQuantMethod, mode_config
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("method", ["gptq", "omniquant"])
+@pytest.mark.parametrize("method", ["gptq", pytest.param("omniquant", marks=pytest.mark.slow)])
 def test_cuda_matches_cpu(method):
     torch.backends.cuda.matmul.allow_tf32 = False
     ids = torch.randint(0, 2048, (4, 32), generator=torch.Generator().manual_seed(0))

@@ -7,7 +7,7 @@ from trilm.store.snapshot import read_snapshot_config
 
 from .conftest import FAST_PG, cli
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.slow]  # three pruning runs: kept out of the fast GPU selection
 
 
 def test_prune_on_cuda_matches_cpu_selection_and_measures_cuda_memory(tmp_path, calib_snapshot, prepared):

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from trilm.model import build_model, preset
+from trilm.train.engine import prepare_model
 from trilm.train.trainer import Trainer
 
 from .conftest import tiny_config
@@ -11,9 +12,22 @@ from .conftest import tiny_config
 pytestmark = pytest.mark.gpu
 
 
-@pytest.mark.parametrize("family", ["trilm", "floatlm"])
+@pytest.mark.parametrize("family", ["trilm", pytest.param("floatlm", marks=pytest.mark.slow)])
 def test_bf16_training_on_gpu_learns(prepared, tmp_path, family):
-    cfg = tiny_config(prepared, tmp_path / family, family, precision="bf16", zero_stage=1)
+    """Eager (``compile=false``): the compiled default is the slow test below, kept out of the fast run."""
+    cfg = tiny_config(prepared, tmp_path / family, family, precision="bf16", zero_stage=1, compile=False)
+    summary = Trainer(cfg).fit()
+    assert summary.val_losses[24] < summary.val_losses[0] - 0.5
+
+
+@pytest.mark.slow
+def test_default_config_compiles_on_gpu_and_learns(prepared, tmp_path):
+    """``compile: auto`` (the default) compiles every block on CUDA; the compiled run learns as eager does."""
+    cfg = tiny_config(prepared, tmp_path, "trilm", precision="bf16", zero_stage=1)
+    assert cfg.compile == "auto"
+    model = build_model(cfg.model, seed=0).cuda()
+    prepare_model(model, cfg)
+    assert all(block._compiled_call_impl is not None for block in model.layers)
     summary = Trainer(cfg).fit()
     assert summary.val_losses[24] < summary.val_losses[0] - 0.5
 

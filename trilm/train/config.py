@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Literal
 
+import torch
+
 from trilm.config import Config, ConfigError, require
 from trilm.data.sampler import DataConfig
 from trilm.model.config import ModelConfig, preset
@@ -104,9 +106,11 @@ class TrainConfig(Config):
     zero_stage: Literal[0, 1, 2] = 1
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     """auto = bf16 on GPU, fp32 on CPU."""
-    compile: bool = False
+    compile: bool | Literal["auto"] = "auto"
     """torch.compile every block (regional compilation: one graph reused by all blocks, compatible with
-    activation recompute and tensor parallelism)."""
+    activation recompute and tensor parallelism). ``auto`` compiles on CUDA, where it was measured faster
+    (1.1B on an H200: 34.5 → 45.7 % MFU FloatLM, 32.7 → 46.2 % TriLM), and stays eager on CPU, where
+    compiling costs more than it saves for the small models trained there (docs/training.md)."""
     recompute: int | Literal["all"] = 0
     """Activation recompute: the first N blocks ("all": every block) keep only their input for backward and
     run their forward again inside it; 0 = none. ``--dry-run`` shows the memory with and without."""
@@ -125,6 +129,10 @@ class TrainConfig(Config):
     run has a state of its own it resumes from that."""
 
     def validate(self) -> None:
+        require(
+            isinstance(self.compile, bool) or self.compile == "auto",
+            f"compile: must be true, false or 'auto', got {self.compile!r}",
+        )
         seq = self.sequence_length
         require(
             1 <= seq <= self.model.context,
@@ -178,6 +186,13 @@ class TrainConfig(Config):
             f"init_from: {self.init_from} holds a {snap.family} {snap.name} whose tensors differ from "
             f"model ({self.model.family} {self.model.name}); drop the model section to use the snapshot's",
         )
+
+    def compile_on(self, device: torch.device | str) -> bool:
+        """Whether blocks are compiled on ``device``: ``compile`` itself, or for ``auto`` whether it is CUDA
+        (the measured win; the docstring of ``compile`` says why)."""
+        if self.compile == "auto":
+            return torch.device(device).type == "cuda"
+        return bool(self.compile)
 
     @property
     def sequence_length(self) -> int:

@@ -45,13 +45,17 @@ def use_fused_adamw(cfg: TrainConfig, device: torch.device) -> bool:
     return cfg.optim.fused if cfg.optim.fused is not None else device.type == "cuda"
 
 
-def prepare_model(model, cfg: TrainConfig) -> None:
-    """The per-run levers that do not change results: activation recompute, compiled blocks and quantizer."""
+def prepare_model(model, cfg: TrainConfig, device: torch.device | str | None = None) -> None:
+    """The per-run levers that do not change results: activation recompute, compiled blocks and quantizer.
+
+    ``compile: auto`` is resolved for ``device`` (default: where the model's parameters are), so a model
+    prepared on the host before it moves to the GPU passes the GPU."""
     from trilm.model.quant import set_fused_quantizer
 
+    compiled = cfg.compile_on(device if device is not None else next(model.parameters()).device)
     model.set_recompute(cfg.recompute)
-    set_fused_quantizer(cfg.fused_quantizer and not cfg.compile and model.cfg.family != "floatlm")
-    if cfg.compile:
+    set_fused_quantizer(cfg.fused_quantizer and not compiled and model.cfg.family != "floatlm")
+    if compiled:
         for block in model.layers:
             block.compile(dynamic=False)
 
