@@ -90,6 +90,7 @@ HELPERS = {
     "serve_process": "trilm serve as a child process for serve_load and real_serve_chat",
     "cooldown_diagnosis": "the cooldown report's section on why the additive law misses",
     "gpu_pytest": "the GPU suite's pytest plugin: each test's outcome as a JSON line, no hang at exit",
+    "serve_report": "renders the serving benchmark's results as a console table and as Markdown",
 }
 """Modules of benchmarks/ that are parts of a benchmark, not benchmarks: they write no result file."""
 
