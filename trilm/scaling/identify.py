@@ -56,6 +56,21 @@ EDGE = 0.02
 SYMBOLS = {"alpha": "α", "beta": "β"}
 
 
+def exponent_interval_reason(
+    label: str, lo: float, hi: float, value: float, exact: bool, pct: int
+) -> str | None:
+    """Why an exponent's bootstrap interval makes a fit implausible (not finite, zero width on data the
+    law does not fit exactly, or reaching 0: the term may be absent), or None."""
+    cell = f"{label} interval [{lo:.3g}, {hi:.3g}]"
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return f"{cell} not finite"
+    if hi - lo <= 1e-9 * max(1.0, abs(value)) and not exact:
+        return f"zero-width {cell} (every usable resample is the same data)"
+    if lo <= MIN_EXPONENT:
+        return f"{pct}% {cell} reaches 0"
+    return None
+
+
 def new_lows(x: np.ndarray, loss: np.ndarray) -> int:
     """How many distinct x have a (lowest) loss below that at every smaller x; the smallest counts."""
     best: dict[float, float] = {}
@@ -116,13 +131,9 @@ def identify(law: LawFit, unit: str = "sizes", variable: str | None = None) -> I
         summary = boot.summary()
         for name in form.exp_names:
             lo, hi = summary[name]["lo"], summary[name]["hi"]
-            cell = f"{SYMBOLS[name]} interval [{lo:.3g}, {hi:.3g}]"
-            if not (np.isfinite(lo) and np.isfinite(hi)):
-                reasons.append(f"{cell} not finite")
-            elif hi - lo <= 1e-9 * max(1.0, abs(params[name])) and not exact:
-                reasons.append(f"zero-width {cell} (every usable resample is the same data)")
-            elif lo <= MIN_EXPONENT:
-                reasons.append(f"{int(boot.level * 100)}% {cell} reaches 0")
+            why = exponent_interval_reason(SYMBOLS[name], lo, hi, params[name], exact, int(boot.level * 100))
+            if why:
+                reasons.append(why)
         e_lo, e_hi = summary["E"]["lo"], summary["E"]["hi"]
         if params["E"] < low <= e_hi and not exact:
             reasons.append(

@@ -26,7 +26,7 @@ from trilm.config import Config, require
 from trilm.scaling import optim
 from trilm.scaling.bootstrap import SCREEN_ITER, SCREEN_KEEP, _identifiable, point_weights, unit_counts
 from trilm.scaling.fit import HUBER_DELTA, FitError
-from trilm.scaling.identify import EXACT, MAX_EXPONENT, MIN_E_FRACTION, MIN_EXPONENT
+from trilm.scaling.identify import EXACT, MAX_EXPONENT, MIN_E_FRACTION, MIN_EXPONENT, exponent_interval_reason
 from trilm.scaling.laws import LAWS, Law, get_law
 
 MIN_RESAMPLES = 10
@@ -277,13 +277,9 @@ def plausibility(law: Law, fit: NDLawFit, log_x: np.ndarray, loss: np.ndarray) -
         pct = round(fit.level * 100)
         for name in law.exponents:
             lo, hi = intervals[name]
-            cell = f"{name} interval [{lo:.3g}, {hi:.3g}]"
-            if not (np.isfinite(lo) and np.isfinite(hi)):
-                reasons.append(f"{cell} not finite")
-            elif hi - lo <= 1e-9 * max(1.0, abs(params[name])) and not exact:
-                reasons.append(f"zero-width {cell} (every usable resample is the same data)")
-            elif lo <= MIN_EXPONENT:
-                reasons.append(f"{pct}% {cell} reaches 0")
+            why = exponent_interval_reason(name, lo, hi, params[name], exact, pct)
+            if why:
+                reasons.append(why)
         if law.has_e and params["E"] < low <= intervals["E"][1] and not exact:
             reasons.append(
                 f"the {pct}% E interval [{intervals['E'][0]:.4g}, {intervals['E'][1]:.4g}] reaches the lowest"
