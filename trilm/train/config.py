@@ -79,6 +79,33 @@ class LogConfig(Config):
         require(self.max_nonfinite >= 1, f"max_nonfinite: must be >= 1, got {self.max_nonfinite}")
 
 
+@dataclasses.dataclass
+class DistillConfig(Config):
+    """Knowledge distillation from a float teacher, the usual companion of converting a float model into a
+    ternary one (``init_from`` a FloatLM with ``model.family: trilm``).
+
+    The loss of a micro-batch becomes (1 − weight) · CE(student, labels) + weight · T² · KL(teacher_T ‖
+    student_T), both on the same tokens, with p_T = softmax(logits / T) over the tokenizer's vocabulary (the
+    padding columns of the embedding are left out). T² keeps the gradient of the KL term on the scale of
+    the CE's as T changes (Hinton et al. 2015). The teacher runs in inference mode, bf16 on GPU and fp32 on
+    CPU, sharded like the student under tensor parallelism; validation loss stays the plain CE, so runs with
+    and without distillation compare on one number."""
+
+    teacher: str = ""
+    """A model directory (snapshot, suite checkpoint, Hugging Face Llama); empty = no distillation. Its
+    vocabulary and tokenizer must be the student's."""
+    weight: float = 0.5
+    temperature: float = 1.0
+
+    def validate(self) -> None:
+        require(0 < self.weight <= 1, f"weight: must be in (0, 1], got {self.weight}")
+        require(self.temperature > 0, f"temperature: must be > 0, got {self.temperature}")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.teacher)
+
+
 def _default_data() -> DataConfig:
     return DataConfig(train_dir="data/train", valid_dir="data/validation")
 
@@ -119,8 +146,11 @@ class TrainConfig(Config):
     ``compile`` this is the only part compiled. Same values; a speed lever (docs/training.md)."""
     init_from: str = ""
     """A snapshot whose weights start the run instead of a random init (e.g. a pruned model trained
-    further). Without a ``model`` section the run takes the snapshot's model config (per-layer shapes
-    included); with one, both must describe the same architecture."""
+    further, or a FloatLM or imported Llama turned into a TriLM or BiLM by continued training: the latent
+    weights start as the float ones). Without a ``model`` section the run takes the snapshot's model config
+    (per-layer shapes included); a partial one overrides it key by key (``model: {family: trilm}``
+    converts); either way both must have the same tensors."""
+    distill: DistillConfig = dataclasses.field(default_factory=DistillConfig)
     branch_from: str = ""
     """A complete resumable state of another run (``PARENT/state/step-N``) that starts this run at step N:
     its weights, optimizer moments, data position and RNG, as if this run had trained those steps itself.
@@ -182,7 +212,7 @@ class TrainConfig(Config):
             f"init_from: {self.init_from} is a packed snapshot ({opened.kind}); it has no weights to train",
         )
         require(
-            snap.family == self.model.family and canonical_shapes(snap) == canonical_shapes(self.model),
+            canonical_shapes(snap) == canonical_shapes(self.model),
             f"init_from: {self.init_from} holds a {snap.family} {snap.name} whose tensors differ from "
             f"model ({self.model.family} {self.model.name}); drop the model section to use the snapshot's",
         )
@@ -220,10 +250,10 @@ class TrainConfig(Config):
     def from_dict(cls, data: dict[str, Any], *, prefix: str = "") -> TrainConfig:
         """Like Config.from_dict, but ``model: {preset: trilm-99m, …}`` starts from a named preset."""
         data = dict(data)
-        if data.get("init_from") and "model" not in data:
+        if data.get("init_from") and not (isinstance(data.get("model"), dict) and "preset" in data["model"]):
             from trilm.store.open import open_model
 
-            data["model"] = open_model(data["init_from"]).config.to_dict()
+            data["model"] = _over_snapshot(open_model(data["init_from"]).config, data.get("model") or {})
         model = data.get("model")
         if isinstance(model, dict) and "preset" in model:
             model = dict(model)
@@ -234,6 +264,23 @@ class TrainConfig(Config):
             quant = {**base.get("quant", {}), **model.pop("quant", {})}
             data["model"] = {**base, **model, "quant": quant}
         return super().from_dict(data, prefix=prefix)
+
+
+def _over_snapshot(snap: ModelConfig, section: dict[str, Any]) -> dict[str, Any]:
+    """The model section of a run that starts from a snapshot: the snapshot's config with the run's keys on
+    top. A family change renames a preset-style name (``floatlm-tiny`` → ``trilm-tiny``) and leaves the
+    float model's quantizer settings to the new family's defaults unless given."""
+    base = snap.to_dict()
+    family = section.get("family", snap.family)
+    if family != snap.family:
+        if "name" not in section and snap.name.startswith(f"{snap.family}-"):
+            base["name"] = f"{family}-{snap.name[len(snap.family) + 1 :]}"
+        if snap.family == "floatlm":
+            base.pop("quant", None)
+    quant = section.get("quant")
+    if isinstance(quant, dict) and isinstance(base.get("quant"), dict):
+        section = {**section, "quant": {**base["quant"], **quant}}
+    return {**base, **section}
 
 
 # Keys that may change between a run and its resume; anything else must match the saved config.

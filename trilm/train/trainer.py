@@ -31,12 +31,14 @@ from trilm.store.open import open_model
 from trilm.store.snapshot import write_snapshot_files
 from trilm.train.checkpoint import RunDir, RunLock, atomic_directory
 from trilm.train.config import TrainConfig, changed_keys
+from trilm.train.distill import Teacher, check_teacher, check_teacher_tokenizer
 from trilm.train.engine import (
     build_engine,
     discard_gradients,
     global_grad_norm,
     prepare_model,
     set_optimizer_hparams,
+    use_bf16,
 )
 from trilm.train.metrics import MetricsLogger, Throughput, memory_gb
 from trilm.train.plan import RunPlan
@@ -83,15 +85,25 @@ class Trainer:
         """The step being computed (None outside the training loop)."""
         self.branched_from: ResumePoint | None = None
         """The parent's state this run started from in this process (a cooldown branch's first launch)."""
+        self.teacher: Teacher | None = None
+        """The frozen float model of ``distill`` (built with the engine, on its device)."""
+        self._distill_terms: list[torch.Tensor] = []
 
     def _check_vocab(self) -> None:
+        data_hash = self.data.train.shards.tokenizer_hash
         if self.cfg.init_from:
             recorded = open_model(self.cfg.init_from).meta.tokenizer_hash
-            if recorded and recorded != self.data.train.shards.tokenizer_hash:
+            if recorded and recorded != data_hash:
                 raise ConfigError(
                     f"init_from: {self.cfg.init_from} was trained with another tokenizer than the data in "
                     f"{self.cfg.data.train_dir}"
                 )
+        if self.cfg.distill.enabled:
+            teacher = open_model(self.cfg.distill.teacher)
+            check_teacher(teacher.config, self.model_cfg, self.cfg.distill.teacher)
+            check_teacher_tokenizer(
+                self.cfg.distill.teacher, teacher.meta.tokenizer_hash, data_hash, self.cfg.data.train_dir
+            )
         tok = self.data.tokenizer
         if tok is not None and tok.vocab_size > self.model_cfg.padded_vocab:
             raise ConfigError(
@@ -111,6 +123,8 @@ class Trainer:
             model.load_full_state_dict(open_model(self.cfg.init_from).weights.float_state())
         model = model.to(self.info.device)
         prepare_model(model, self.cfg)
+        if self.cfg.distill.enabled:
+            self.teacher = Teacher(self.cfg.distill, self.model_cfg, self.info, use_bf16(self.cfg))
         return build_engine(model, self.cfg, self.accumulation, self.info, load_universal=load_universal)
 
     @contextlib.contextmanager
@@ -211,7 +225,7 @@ class Trainer:
             tokenizer_hash=tok.hash if tok is not None else self.data.train.shards.tokenizer_hash,
             train_loss=train_loss,
             val_loss=val_loss,
-            extra=self._branch_meta(),
+            extra={**self._branch_meta(), **self._origin_meta()},
         )
         state = engine.module.full_state_dict()  # collective: every rank gathers
         with atomic_directory(self.run.snapshot(step), {"step": step}) as tmp:
@@ -225,6 +239,18 @@ class Trainer:
         path = Path(self.cfg.branch_from)
         step = int(path.name.rsplit("-", 1)[-1]) if path.name.startswith("step-") else None
         return {"branch": {"parent": path.parent.parent.name, "step": step, "state": str(path)}}
+
+    def _origin_meta(self) -> dict:
+        """A run started from another model names it (``extra["init_from"]``, with its family when it was
+        converted) and its teacher (``extra["distill"]``), so a suite tells conversions from scratch runs."""
+        out: dict = {}
+        if self.cfg.init_from:
+            source = open_model(self.cfg.init_from).config
+            out["init_from"] = {"path": self.cfg.init_from, "family": source.family, "name": source.name}
+        if self.cfg.distill.enabled:
+            d = self.cfg.distill
+            out["distill"] = {"teacher": d.teacher, "weight": d.weight, "temperature": d.temperature}
+        return out
 
     # ---- evaluation -------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -244,7 +270,21 @@ class Trainer:
         return float(total[0] / total[1])
 
     def _micro_loss(self, engine, step: int, chunk: torch.Tensor) -> torch.Tensor:
-        return engine(chunk[:, :-1], labels=chunk[:, 1:]).mean()
+        inputs, labels = chunk[:, :-1], chunk[:, 1:]
+        if self.teacher is None:
+            return engine(inputs, labels=labels).mean()
+        target = self.teacher.log_probs(inputs)
+        total, ce, kl = self.teacher.loss(engine(inputs), labels, target)
+        self._distill_terms.append(torch.stack([ce, kl]))
+        return total
+
+    def _distill_values(self) -> dict:
+        """The step's mean CE and KL of a distilled run (its ``loss`` is their weighted sum)."""
+        if not self._distill_terms:
+            return {}
+        ce, kl = torch.stack(self._distill_terms).mean(0)
+        self._distill_terms.clear()
+        return {"ce": self._mean_over_dp(ce), "distill_kl": self._mean_over_dp(kl)}
 
     def _all_finite(self, loss: torch.Tensor) -> bool:
         flag = torch.isfinite(loss.detach()).to(torch.float32).reshape(1)
@@ -346,6 +386,7 @@ class Trainer:
                 batch = batch.to(self.info.device, non_blocking=True)
                 t_data = time.perf_counter() - t0
                 losses, finite = [], True
+                self._distill_terms.clear()
                 for chunk in batch.split(cfg.micro_batch):
                     loss = self._micro_loss(engine, step, chunk)
                     if not self._all_finite(loss):
@@ -369,6 +410,7 @@ class Trainer:
                         )
                 done = step + 1
                 meter.add(tokens_per_step, time.perf_counter() - t0, t_data)
+                distilled = self._distill_values() if finite else {}
                 if finite:
                     last_loss = self._mean_over_dp(torch.stack(losses).mean())
                 if done % cfg.log.every == 0 or done == cfg.steps:
@@ -380,6 +422,7 @@ class Trainer:
                         "grad_norm": global_grad_norm(engine) if finite else None,
                         "tokens": done * tokens_per_step,
                         "memory_gb": memory_gb(),
+                        **distilled,
                         **rates,
                     }
                     logger.log(done, values)
