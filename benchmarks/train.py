@@ -121,7 +121,10 @@ LEVERS = [
         (f"{family}+foreach_adamw", {"optim.fused": False}),
     ]
     + ([(f"{family}+fused_quantizer", {"fused_quantizer": True})] if family != "floatlm" else [])
-] + [("hf-llama", "hf", {})]
+] + [("trilm+distill", "trilm", {"distill": True}), ("hf-llama", "hf", {})]
+DISTILL = [("trilm", "trilm", {}), ("trilm+distill", "trilm", {"distill": True})]
+"""A TriLM step alone and with distillation from a FloatLM teacher of its size (its forward on the same
+batch, frozen: bf16 on GPU, fp32 on CPU), so the ratio is the teacher's cost (``init_from`` conversions)."""
 COMPILE = [  # the configs' default on CUDA (compile: auto) first, then eager for the ratio
     (f"{family}{lever}", family, {"compile": bool(lever)})
     for lever in ("+compile", "")
@@ -129,6 +132,7 @@ COMPILE = [  # the configs' default on CUDA (compile: auto) first, then eager fo
 ]
 CONTENDERS = {
     "compile": COMPILE,
+    "distill": DISTILL,
     "matrix": MATRIX,
     "levers": LEVERS,
     "all": MATRIX + [c for c in LEVERS if c[0] not in {m[0] for m in MATRIX}],
@@ -153,7 +157,8 @@ def _engine_config(spec: dict, cuda: bool):
             "compile": False,  # each contender names its levers; the trainer's default (auto) would differ
         }
     )
-    return cfg.with_overrides([f"{k}={v}" for k, v in spec["overrides"].items()])
+    levers = {k: v for k, v in spec["overrides"].items() if k != "distill"}
+    return cfg.with_overrides([f"{k}={v}" for k, v in levers.items()])
 
 
 def _static_bytes(engine) -> int:
@@ -194,6 +199,8 @@ def run_contender(spec: dict) -> dict:
     else:
         prepare_model(model, cfg, info.device)
         step_loss = _decoder_loss
+    if spec["overrides"].get("distill"):
+        step_loss = _distill_loss(cfg, info, cuda)
     if spec.get("plain"):
         engine = PlainEngine(model.to(info.device), cfg, cuda)
     else:
@@ -285,6 +292,25 @@ def deepspeed_missing() -> str | None:
 
 def _decoder_loss(engine, batch):
     return engine(batch[:, :-1], labels=batch[:, 1:]).mean()
+
+
+def _distill_loss(cfg, info, cuda: bool):
+    """The trainer's distilled loss with a FloatLM teacher of the student's size (random weights: the cost
+    does not depend on them)."""
+    from trilm.model.transformer import Decoder
+    from trilm.train.distill import Teacher
+
+    teacher_cfg = cfg.model.replace(family="floatlm", name=cfg.model.name.replace("trilm", "floatlm"))
+    model = Decoder(teacher_cfg, info, seed=1).to(
+        info.device, dtype=torch.bfloat16 if cuda else torch.float32
+    )
+    teacher = Teacher(model, cfg.model.vocab_size, temperature=1.0, weight=0.5)
+
+    def loss(engine, batch):
+        inputs = batch[:, :-1]
+        return teacher.loss(engine(inputs), batch[:, 1:], teacher.log_probs(inputs))[0]
+
+    return loss
 
 
 def _hf_loss(engine, batch):

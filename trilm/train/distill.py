@@ -42,26 +42,27 @@ def check_teacher_tokenizer(path: str, recorded: str | None, data_hash: str | No
 class Teacher:
     """A frozen model on the student's tensor-parallel layout that returns full-vocabulary logits."""
 
-    def __init__(self, cfg: DistillConfig, student: ModelConfig, info: ParallelInfo, bf16: bool):
+    def __init__(self, model: torch.nn.Module, vocab: int, temperature: float, weight: float):
+        self.model = model.eval().requires_grad_(False)
+        self.vocab = vocab
+        self.temperature = temperature
+        self.weight = weight
+
+    @classmethod
+    def load(cls, cfg: DistillConfig, student: ModelConfig, info: ParallelInfo, bf16: bool) -> Teacher:
+        """The teacher of ``cfg`` on the student's layout and device (bf16 when the student trains in it)."""
         opened = open_model(cfg.teacher)
         if opened.stored_packed:
             raise ConfigError(
                 f"distill.teacher: {cfg.teacher} is a packed model ({opened.kind}); give its float source"
             )
         check_teacher(opened.config, student, cfg.teacher)
-        self.path = cfg.teacher
-        self.meta = opened.meta
-        self.vocab = student.vocab_size
-        self.temperature = cfg.temperature
-        self.weight = cfg.weight
         model_cfg = opened.config.resolved(info.tp_size)
         model_cfg.check_tensor_parallel(info.tp_size)
         model = Decoder(model_cfg, info, seed=0)
         model.load_full_state_dict(opened.weights.float_state())
         model = model.to(device=info.device, dtype=torch.bfloat16 if bf16 else torch.float32)
-        model.eval()
-        model.requires_grad_(False)
-        self.model = model
+        return cls(model, student.vocab_size, cfg.temperature, cfg.weight)
 
     @torch.no_grad()
     def log_probs(self, input_ids: torch.Tensor) -> torch.Tensor:

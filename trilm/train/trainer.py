@@ -124,7 +124,7 @@ class Trainer:
         model = model.to(self.info.device)
         prepare_model(model, self.cfg)
         if self.cfg.distill.enabled:
-            self.teacher = Teacher(self.cfg.distill, self.model_cfg, self.info, use_bf16(self.cfg))
+            self.teacher = Teacher.load(self.cfg.distill, self.model_cfg, self.info, use_bf16(self.cfg))
         return build_engine(model, self.cfg, self.accumulation, self.info, load_universal=load_universal)
 
     @contextlib.contextmanager
