@@ -16,7 +16,7 @@ from trilm.config import ConfigError
 from trilm.model.config import ModelConfig
 from trilm.model.transformer import Decoder
 from trilm.parallel import ParallelInfo
-from trilm.store.open import open_model
+from trilm.store.open import ModelDir
 from trilm.train.config import DistillConfig
 
 
@@ -49,9 +49,11 @@ class Teacher:
         self.weight = weight
 
     @classmethod
-    def load(cls, cfg: DistillConfig, student: ModelConfig, info: ParallelInfo, bf16: bool) -> Teacher:
-        """The teacher of ``cfg`` on the student's layout and device (bf16 when the student trains in it)."""
-        opened = open_model(cfg.teacher)
+    def load(
+        cls, opened: ModelDir, cfg: DistillConfig, student: ModelConfig, info: ParallelInfo, bf16: bool
+    ) -> Teacher:
+        """The teacher ``opened`` (``cfg.teacher``) on the student's layout and device (bf16 when the
+        student trains in it)."""
         if opened.stored_packed:
             raise ConfigError(
                 f"distill.teacher: {cfg.teacher} is a packed model ({opened.kind}); give its float source"

@@ -25,6 +25,7 @@ from trilm.model.snapshot import SnapshotMeta
 from trilm.model.transformer import Decoder
 from trilm.parallel import dp_group, init_parallel, node_id, placement
 from trilm.schedule import Schedule
+from trilm.store.errors import StoreError
 from trilm.store.integrity import complete_steps, latest_complete
 from trilm.store.layout import COMPLETE, TOKENIZER_FILE
 from trilm.store.open import open_model
@@ -69,6 +70,15 @@ class TrainSummary:
     snapshots: list[int]
 
 
+def _open(path: str, key: str):
+    """A model directory a config key names; a directory that cannot be opened is that key's error."""
+    try:
+        return open_model(path)
+    except StoreError as exc:
+        exc.args = (f"{key}: {exc}",)
+        raise
+
+
 class Trainer:
     def __init__(self, cfg: TrainConfig):
         self.cfg = cfg
@@ -78,6 +88,9 @@ class Trainer:
         self.plan = RunPlan(cfg, self.info.dp_size, self.info.tp_size)
         self.accumulation = self.plan.accumulation
         self.model_cfg = cfg.model.resolved(self.info.tp_size)
+        self.source = _open(cfg.init_from, "init_from") if cfg.init_from else None
+        """The snapshot of ``init_from``, opened once (weights read when the model is built)."""
+        self.teacher_dir = _open(cfg.distill.teacher, "distill.teacher") if cfg.distill.enabled else None
         self._check_vocab()
         self.schedule = Schedule.for_optimizer(cfg.optim, cfg.schedule, cfg.steps)
         self.is_main = self.info.rank == 0
@@ -91,15 +104,15 @@ class Trainer:
 
     def _check_vocab(self) -> None:
         data_hash = self.data.train.shards.tokenizer_hash
-        if self.cfg.init_from:
-            recorded = open_model(self.cfg.init_from).meta.tokenizer_hash
+        if self.source is not None:
+            recorded = self.source.meta.tokenizer_hash
             if recorded and recorded != data_hash:
                 raise ConfigError(
                     f"init_from: {self.cfg.init_from} was trained with another tokenizer than the data in "
                     f"{self.cfg.data.train_dir}"
                 )
-        if self.cfg.distill.enabled:
-            teacher = open_model(self.cfg.distill.teacher)
+        if self.teacher_dir is not None:
+            teacher = self.teacher_dir
             check_teacher(teacher.config, self.model_cfg, self.cfg.distill.teacher)
             check_teacher_tokenizer(
                 self.cfg.distill.teacher, teacher.meta.tokenizer_hash, data_hash, self.cfg.data.train_dir
@@ -119,12 +132,13 @@ class Trainer:
     def _build(self, load_universal: bool = False):
         torch.manual_seed(self.cfg.seed)
         model = Decoder(self.model_cfg, self.info, seed=self.cfg.seed)
-        if self.cfg.init_from:
-            model.load_full_state_dict(open_model(self.cfg.init_from).weights.float_state())
+        if self.source is not None:
+            model.load_full_state_dict(self.source.weights.float_state())
         model = model.to(self.info.device)
         prepare_model(model, self.cfg)
-        if self.cfg.distill.enabled:
-            self.teacher = Teacher.load(self.cfg.distill, self.model_cfg, self.info, use_bf16(self.cfg))
+        if self.teacher_dir is not None:
+            bf16 = use_bf16(self.cfg)
+            self.teacher = Teacher.load(self.teacher_dir, self.cfg.distill, self.model_cfg, self.info, bf16)
         return build_engine(model, self.cfg, self.accumulation, self.info, load_universal=load_universal)
 
     @contextlib.contextmanager
@@ -244,8 +258,8 @@ class Trainer:
         """A run started from another model names it (``extra["init_from"]``, with its family when it was
         converted) and its teacher (``extra["distill"]``), so a suite tells conversions from scratch runs."""
         out: dict = {}
-        if self.cfg.init_from:
-            source = open_model(self.cfg.init_from).config
+        if self.source is not None:
+            source = self.source.config
             out["init_from"] = {"path": self.cfg.init_from, "family": source.family, "name": source.name}
         if self.cfg.distill.enabled:
             d = self.cfg.distill
