@@ -10,11 +10,11 @@ For each size and seed, with D the total budget:
 
 Every run's final validation loss is a row of ``results.csv`` in the output folder, written as each run
 ends (so an interrupted experiment keeps what it measured and ``run`` again trains only what is missing);
-``report`` turns the rows into the table, the paired differences against the from-scratch TriLM with
-intervals over seeds, and the plot.
+:mod:`benchmarks.ternarize_report` turns the rows into the table, the paired differences against the
+from-scratch TriLM with intervals over seeds, and the plot.
 
-    python -m benchmarks.ternarize run [--sizes 64x2 128x4] [--seeds 1 2 3] [--jobs 2]
-    python -m benchmarks.ternarize report
+    python -m benchmarks.ternarize [--sizes 64x2 128x4] [--seeds 1 2 3] [--jobs 2]
+    python -m benchmarks.ternarize_report
 """
 
 from __future__ import annotations
@@ -218,23 +218,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.ternarize", description=__doc__.split("\n")[0]
     )
-    sub = parser.add_subparsers(dest="command", required=True)
-    p_run = sub.add_parser("run", help="train every missing run, appending to results.csv as each ends")
-    p_run.add_argument("--sizes", nargs="+", default=["64x2", "128x4"], choices=list(SIZES))
-    p_run.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
-    p_run.add_argument("--tokens", type=int, default=524_288, help="D, the total budget of every arm")
-    p_run.add_argument("--jobs", type=int, default=2, help="runs trained at once (one thread each)")
-    p_run.add_argument("--root", default="runs/ternarize", help="where the run directories go")
-    p_run.add_argument("--out", default=str(OUT), help="where results.csv is written")
-    p_rep = sub.add_parser("report", help="the table, intervals and plot from results.csv")
-    p_rep.add_argument("--out", default=str(OUT))
-    args = parser.parse_args(argv)
-    if args.command == "run":
-        run(args)
-    else:
-        from benchmarks.ternarize_report import report
-
-        report(Path(args.out))
+    parser.add_argument("--sizes", nargs="+", default=["64x2", "128x4"], choices=list(SIZES))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
+    parser.add_argument("--tokens", type=int, default=524_288, help="D, the total budget of every arm")
+    parser.add_argument("--jobs", type=int, default=2, help="runs trained at once (one thread each)")
+    parser.add_argument("--root", default="runs/ternarize", help="where the run directories go")
+    parser.add_argument("--out", default=str(OUT), help="where results.csv is written")
+    run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

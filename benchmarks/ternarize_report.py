@@ -1,4 +1,4 @@
-"""The report of the ternarization experiment (``python -m benchmarks.ternarize report``), a helper.
+"""The report of the ternarization experiment: ``python -m benchmarks.ternarize_report [--out DIR]``.
 
 Seeds pair the arms: a seed fixes the data order and the initialisation of every run of one size, so the
 difference between a conversion and the from-scratch TriLM is taken per seed and its interval is Student's
@@ -7,12 +7,13 @@ t over seeds (the spread between seeds is most of the noise; pairing removes wha
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 from pathlib import Path
 from typing import Any
 
-from benchmarks.ternarize import FRACTIONS, PEAK_LR, SIZES, read_rows
+from benchmarks.ternarize import FRACTIONS, OUT, PEAK_LR, SIZES, read_rows
 
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 """Student's t 97.5 % quantiles by degrees of freedom (two-sided 95 % intervals)."""
@@ -102,8 +103,8 @@ def markdown(summary: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     lines = [
         "# Ternarizing a float model: from scratch or converted late, at equal tokens",
         "",
-        "Written by `python -m benchmarks.ternarize report` from `results.csv`, which "
-        "`python -m benchmarks.ternarize run` fills as each run ends "
+        "Written by `python -m benchmarks.ternarize_report` from `results.csv`, which "
+        "`python -m benchmarks.ternarize` fills as each run ends "
         "(commands: [`commands.sh`](commands.sh)). "
         f"Embedded corpus (2,048-token vocabulary), CPU, one thread per run; D = {tokens:,} tokens per arm "
         f"at batch 1,024 and peak rate {PEAK_LR:g}; {len(rows)} runs, {seconds / 3600:.2f} h of run time "
@@ -178,9 +179,23 @@ def plot(summary: dict[str, Any], out: Path) -> None:
 def report(out: Path) -> None:
     rows = read_rows(out / "results.csv")
     if not rows:
-        raise SystemExit(f"{out / 'results.csv'}: no results yet (python -m benchmarks.ternarize run)")
+        raise SystemExit(f"{out / 'results.csv'}: no results yet (python -m benchmarks.ternarize)")
     summary = summarise(rows)
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     (out / "README.md").write_text(markdown(summary, rows))
     plot(summary, out / "ternarize.png")
     print((out / "README.md").read_text())
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.ternarize_report", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "--out", default=str(OUT), help="the folder holding results.csv; the report goes there"
+    )
+    report(Path(parser.parse_args(argv).out))
+
+
+if __name__ == "__main__":
+    main()

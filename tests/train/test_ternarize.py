@@ -188,3 +188,38 @@ def test_kl_divergence_is_zero_for_equal_distributions_and_positive_otherwise():
     expected = (log_p.exp() * (log_p - log_q)).sum(-1).mean()
     assert kl_divergence(log_p, log_q) == pytest.approx(float(expected), rel=1e-6)
     assert kl_divergence(log_p, log_q) > 0
+
+
+def test_the_experiment_report_pairs_seeds_and_gives_t_intervals(tmp_path):
+    """The report of ``benchmarks.ternarize`` (run as its command): per-seed differences, 95 % t intervals."""
+    import csv
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    losses = {"trilm": [4.10, 4.20, 4.00], "floatlm": [4.00, 4.05, 3.95], "trilm-conv": [4.05, 4.10, 3.90]}
+    with (tmp_path / "results.csv").open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(
+            ["run", "size", "seed", "arm", "fraction", "distill", "tokens", "val_loss", "seconds"]
+        )
+        for arm, values in losses.items():
+            fraction = 0.25 if arm == "trilm-conv" else 0.0
+            for seed, loss in enumerate(values, 1):
+                writer.writerow([f"{arm}-{seed}", "64x2", seed, arm, fraction, 0, 524288, loss, 10.0])
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.ternarize_report", "--out", str(tmp_path)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    arms = {a["arm"]: a for a in json.loads((tmp_path / "summary.json").read_text())["64x2"]["arms"]}
+    diffs = [c - t for c, t in zip(losses["trilm-conv"], losses["trilm"], strict=True)]  # -0.05, -0.10, -0.10
+    mean = sum(diffs) / 3
+    sd = (sum((d - mean) ** 2 for d in diffs) / 2) ** 0.5
+    assert arms["trilm-conv"]["vs_scratch"] == pytest.approx(mean)
+    assert arms["trilm-conv"]["vs_scratch_half_width"] == pytest.approx(4.303 * sd / 3**0.5)
+    assert arms["trilm"]["mean"] == pytest.approx(4.10)
+    assert "FloatLM 75% → TriLM 25%" in (tmp_path / "README.md").read_text()
+    assert (tmp_path / "ternarize.png").stat().st_size > 0
