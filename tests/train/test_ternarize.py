@@ -223,3 +223,26 @@ def test_the_experiment_report_pairs_seeds_and_gives_t_intervals(tmp_path):
     assert arms["trilm"]["mean"] == pytest.approx(4.10)
     assert "FloatLM 75% → TriLM 25%" in (tmp_path / "README.md").read_text()
     assert (tmp_path / "ternarize.png").stat().st_size > 0
+
+
+def _fit(cfg):
+    return Trainer(cfg).fit().val_losses
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_a_distilled_conversion_under_tensor_parallelism_matches_one_process(prepared, float_model, tmp_path):
+    from benchmarks.cluster import run_distributed
+
+    model = {"family": "trilm", "quant": {"partitions": 2}}  # the same scales at TP 1 and TP 2
+    short = {"tokens": 1024 * 4, "model": model}
+    one = _conversion(prepared, tmp_path / "tp1", float_model, "trilm", float_model, **short)
+    two = _conversion(prepared, tmp_path / "tp2", float_model, "trilm", float_model, **short)
+    two = two.with_overrides(["parallel.tensor_parallel=2"])
+    Trainer(one).fit()
+    run_distributed(_fit, 2, two)
+    a, b = _metrics(tmp_path / "tp1"), _metrics(tmp_path / "tp2")
+    assert [r["step"] for r in a] == [r["step"] for r in b]
+    for x, y in zip(a, b, strict=True):  # the teacher's and the student's logits gathered over the vocabulary
+        for key in ("loss", "ce", "distill_kl"):
+            assert y[key] == pytest.approx(x[key], rel=1e-3, abs=1e-5), (x["step"], key)
