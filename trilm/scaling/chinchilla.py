@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 from pathlib import Path
 
 import numpy as np
@@ -48,9 +49,31 @@ def load_chinchilla(path: str | Path | None = None, *, drop_highest: int = 5) ->
     path = Path(path) if path is not None else default_csv_path()
     if not path.is_file():
         raise TableError(f"{path}: the Chinchilla data (Epoch AI's {CSV_NAME}) is not there; pass its path")
-    n, c, loss = [], [], []
-    with path.open(newline="") as fh:
-        reader = csv.DictReader(fh)
+    n, c, loss = _read_rows(path)
+    if len(loss) <= drop_highest:
+        raise TableError(
+            f"{path}: {len(loss)} rows, but {drop_highest} are dropped (the highest losses): nothing to fit"
+        )
+    order = np.argsort(loss, kind="stable")
+    keep, drop = order[: len(order) - drop_highest], order[len(order) - drop_highest :]
+    N, C, L = np.array(n), np.array(c), np.array(loss)
+    return ChinchillaData(
+        N=N[keep], D=C[keep] / (6 * N[keep]), flops=C[keep], loss=L[keep], dropped_loss=L[drop]
+    )
+
+
+def _read_rows(path: Path) -> tuple[list[float], list[float], list[float]]:
+    """(N, C, loss) of every row; any damage (bytes that are not UTF-8, a NUL, a field beyond csv's limit, a
+    value that is not a positive finite number) is a TableError naming the file and, where known, the line."""
+    n: list[float] = []
+    c: list[float] = []
+    loss: list[float] = []
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise TableError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    try:
         for column in ("Model Size", "Training FLOP", "loss"):
             if column not in (reader.fieldnames or []):
                 raise TableError(f"{path}: missing column {column!r}")
@@ -65,12 +88,9 @@ def load_chinchilla(path: str | Path | None = None, *, drop_highest: int = 5) ->
             n.append(values[0])
             c.append(values[1])
             loss.append(values[2])
-    order = np.argsort(loss, kind="stable")
-    keep, drop = order[: len(order) - drop_highest], order[len(order) - drop_highest :]
-    N, C, L = np.array(n), np.array(c), np.array(loss)
-    return ChinchillaData(
-        N=N[keep], D=C[keep] / (6 * N[keep]), flops=C[keep], loss=L[keep], dropped_loss=L[drop]
-    )
+    except csv.Error as exc:
+        raise TableError(f"{path} line {reader.line_num}: not a readable CSV row ({exc})") from None
+    return n, c, loss
 
 
 def reproduce(
