@@ -32,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from benchmarks.common import CHECKOUT
+from benchmarks.common import CHECKOUT, write_result
 
 OUT = CHECKOUT / "docs" / "results" / "ternarize"
 SIZES: dict[str, dict[str, int]] = {
@@ -212,6 +212,8 @@ def run(args: argparse.Namespace) -> None:
             futures = [pool.submit(_train, r, root, data, args.tokens) for r in todo]
             for future in as_completed(futures):
                 record(future.result())
+    settings = {"sizes": args.sizes, "seeds": args.seeds, "tokens": args.tokens, "jobs": args.jobs}
+    write_result(out / "run.json", {**settings, "runs": len(rows)}, module="benchmarks.ternarize")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -8,11 +8,11 @@ t over seeds (the spread between seeds is most of the noise; pairing removes wha
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import write_result
 from benchmarks.ternarize import FRACTIONS, OUT, PEAK_LR, SIZES, read_rows
 
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
@@ -181,7 +181,7 @@ def report(out: Path) -> None:
     if not rows:
         raise SystemExit(f"{out / 'results.csv'}: no results yet (python -m benchmarks.ternarize)")
     summary = summarise(rows)
-    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    write_result(out / "summary.json", {"sizes": summary}, module="benchmarks.ternarize_report")
     (out / "README.md").write_text(markdown(summary, rows))
     plot(summary, out / "ternarize.png")
     print((out / "README.md").read_text())

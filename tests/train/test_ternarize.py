@@ -214,7 +214,7 @@ def test_the_experiment_report_pairs_seeds_and_gives_t_intervals(tmp_path):
         text=True,
     )
     assert done.returncode == 0, done.stderr
-    arms = {a["arm"]: a for a in json.loads((tmp_path / "summary.json").read_text())["64x2"]["arms"]}
+    arms = {a["arm"]: a for a in json.loads((tmp_path / "summary.json").read_text())["sizes"]["64x2"]["arms"]}
     diffs = [c - t for c, t in zip(losses["trilm-conv"], losses["trilm"], strict=True)]  # -0.05, -0.10, -0.10
     mean = sum(diffs) / 3
     sd = (sum((d - mean) ** 2 for d in diffs) / 2) ** 0.5
