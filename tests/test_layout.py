@@ -9,6 +9,7 @@ import ast
 import importlib
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -190,3 +191,45 @@ def test_no_tracked_file_cites_notes_outside_the_repository():
     if listed.returncode not in (0, 1):  # 1: no match; anything else: not a git checkout
         pytest.skip(f"not a git checkout: {listed.stderr.strip()}")
     assert listed.stdout == "", "tracked files citing notes outside the repository:\n" + listed.stdout
+
+
+RESULTS = ROOT / "docs" / "results"
+
+
+def test_the_evidence_holds_no_code():
+    """docs/results/ holds reports, data and pictures; the code that writes them is in benchmarks/."""
+    assert not sorted(str(p.relative_to(ROOT)) for p in RESULTS.rglob("*.py"))
+
+
+def test_the_evidence_index_names_every_folder():
+    index = (RESULTS / "README.md").read_text()
+    missing = [p.name for p in sorted(RESULTS.iterdir()) if p.is_dir() and f"[{p.name}/]" not in index]
+    assert not missing, f"docs/results/README.md does not index {missing}"
+
+
+def _documented_benchmarks() -> list[str]:
+    pages = [ROOT / "README.md", *(ROOT / "docs").rglob("*.md"), *(ROOT / "benchmarks").rglob("README.md")]
+    found = {m for page in pages for m in re.findall(r"python -m (benchmarks(?:\.\w+)+)", page.read_text())}
+    return sorted(m for m in found if (ROOT / Path(*m.split("."))).with_suffix(".py").is_file())
+
+
+def test_every_documented_benchmark_answers_help():
+    """Every command the docs quote still parses its arguments, run as a reader runs it."""
+    modules = _documented_benchmarks()
+    assert "benchmarks.ladder.report" in modules
+    failed = []
+    for start in range(0, len(modules), 4):
+        batch = {
+            m: subprocess.Popen(
+                [sys.executable, "-m", m, "--help"],
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
+            for m in modules[start : start + 4]
+        }
+        for m, proc in batch.items():
+            out, _ = proc.communicate(timeout=120)
+            if proc.returncode != 0 or b"usage:" not in out:
+                failed.append(f"{m}: exit {proc.returncode}: {out.decode(errors='replace')[-300:]}")
+    assert not failed, "\n".join(failed)
