@@ -15,8 +15,8 @@ from pathlib import Path
 import torch
 from transformers import LlamaForCausalLM
 
-from benchmarks.cluster import run_distributed
 from benchmarks.common import write_result
+from trilm.local_ranks import run_distributed
 from trilm.model import build_model, preset
 from trilm.parallel import ParallelConfig, init_parallel, shutdown_parallel
 from trilm.store.hf import write_hf_files

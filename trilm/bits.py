@@ -43,7 +43,9 @@ def group_quant_bits(
     return bits + (scale_bits + zero_bits) / group_size
 
 
-def gptq_bits(bits: int, group_size: int | None, scale_bits: int = 16, zero_bits: int | None = None) -> float:
+def gptq_bits(
+    bits: float, group_size: int | None, scale_bits: int = 16, zero_bits: int | None = None
+) -> float:
     """GPTQ/OmniQuant asymmetric groups: b + (scale bits + zero bits) / g, zero bits = b by default.
 
     4-bit g128 → 4.156, 3-bit g128 → 3.148; per-channel (``group_size`` None or ≤ 0) ≈ b.

@@ -106,7 +106,9 @@ class Schedule:
         self.warmup_steps = _steps(cfg.warmup, self.total)
         self.cooldown_steps = _steps(cfg.cooldown, self.total) if cfg.kind == "wsd" else 0
         self.cooldown_start = self.total - self.cooldown_steps if cfg.kind == "wsd" else None
-        if cfg.kind == "wsd" and not (self.cooldown_steps >= 1 and self.warmup_steps <= self.cooldown_start):
+        if self.cooldown_start is not None and not (
+            self.cooldown_steps >= 1 and self.warmup_steps <= self.cooldown_start
+        ):
             raise ConfigError(
                 f"schedule: {self.warmup_steps} warm-up and {self.cooldown_steps} cooldown steps do not fit"
                 f" in a run of {self.total} steps (warm-up must end before the cooldown starts)"

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.cluster import free_port, launchers
-from benchmarks.cluster.launchers import Launch, NodeFailed, Torchrun
-from benchmarks.cluster.processes import ProcessSet
+from tests.support.cluster import free_port, launchers
+from tests.support.cluster.launchers import Launch, NodeFailed, Torchrun
+from tests.support.cluster.processes import ProcessSet
 
 pytestmark = pytest.mark.distributed
 

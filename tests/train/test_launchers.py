@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.cluster import sshd
-from benchmarks.cluster.drills import compare_runs, events, run_to_end
-from benchmarks.cluster.launchers import DeepSpeedNoSsh, DeepSpeedSsh
-from benchmarks.cluster.processes import ProcessSet
+from tests.support.cluster import sshd
+from tests.support.cluster.drills import compare_runs, events, run_to_end
+from tests.support.cluster.launchers import DeepSpeedNoSsh, DeepSpeedSsh
+from tests.support.cluster.processes import ProcessSet
 
 from .conftest import LAUNCH_TIMEOUT, MULTINODE_STEPS, multinode_config
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.cluster import slurm
-from benchmarks.cluster.drills import cancel_suite_run, compare_runs, events
-from benchmarks.cluster.launchers import ROOT, node_env, venv_tool
-from benchmarks.cluster.processes import ProcessSet
+from tests.support.cluster import slurm
+from tests.support.cluster.drills import cancel_suite_run, compare_runs, events
+from tests.support.cluster.launchers import ROOT, node_env, venv_tool
+from tests.support.cluster.processes import ProcessSet
 
 from .conftest import LAUNCH_TIMEOUT, MULTINODE_STEPS, SUITE_STEPS, multinode_config, slurm_suite
 

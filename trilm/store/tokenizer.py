@@ -158,12 +158,16 @@ def choose_tokenizer(
     candidates = own_candidates(directory, run_dir)
     if override:
         tok = _load(Path(override))
-        own = None
+        own_tokenizer = None
         if not expected_hash and candidates and candidates[0][0].resolve() != tok.path.resolve():
-            own = _load(candidates[0][0])
+            own_tokenizer = _load(candidates[0][0])
         _check_fits(tok, vocab_size, padded_vocab, recorded_in)
         why = _foreign(
-            tok, expected_hash=expected_hash, recorded_in=recorded_in, own=own, vocab_size=vocab_size
+            tok,
+            expected_hash=expected_hash,
+            recorded_in=recorded_in,
+            own=own_tokenizer,
+            vocab_size=vocab_size,
         )
         if why and not force:
             raise StoreError(

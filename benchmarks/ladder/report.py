@@ -1,6 +1,6 @@
 """The CPU ladder's report: the best rate of each (family, size) → trilm's suite analysis → README.md.
 
-    python docs/results/ladder/report.py       # from the repository root; --bootstrap 1000 by default
+    python -m benchmarks.ladder.report       # from the repository root; --bootstrap 1000 by default
 
 Reads the finished runs of the ladder's rate sweep (``runs/ladder/sweep/<family>-<size>-lr<rate>``, the full
 budget), takes for each (family, size) the rate with the lowest final validation loss (``adopt.py``'s choice),
@@ -28,12 +28,9 @@ import shutil
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-
-import sweeps
-from adopt import candidates
-
+from benchmarks.common import CHECKOUT
+from benchmarks.ladder import sweeps
+from benchmarks.ladder.adopt import candidates
 from trilm.families import display_name
 from trilm.suite import load_suite
 from trilm.suite.analyse import analyse_suite, comparison_lines, final_losses, fit_lines, loss_table
@@ -41,7 +38,7 @@ from trilm.suite.config import Suite
 from trilm.suite.status import run_status
 from trilm.suite.text import si
 
-HERE = Path(__file__).resolve().parent
+HERE = CHECKOUT / "docs" / "results" / "ladder"
 TARGET_SPAN = 8.0
 """The target's smallest ratio of largest to smallest non-embedding parameter count per family."""
 
@@ -215,7 +212,8 @@ def render(suite, chosen, missing, result, ladder, mup, walls, span, mup_walls, 
         " trained at several peak rates and its best is the ladder's run. How the recipe was chosen:"
         " [`pilots.md`](pilots.md). Every command: [`commands.sh`](commands.sh).",
         "",
-        "This file is written by [`report.py`](report.py) (`python docs/results/ladder/report.py`,"
+        "This file is written by [`report.py`](../../../benchmarks/ladder/report.py)"
+        " (`python -m benchmarks.ladder.report`,"
         f" bootstrap {bootstrap} resamples over sizes, seed 0) from the runs finished by {today}: "
         f"{len(chosen)} of the {n_runs} (family, size) runs have at least one finished rate.",
         "",

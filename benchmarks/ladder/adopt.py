@@ -1,7 +1,7 @@
 """Adopt the best learning rate of each (family, size) from the ladder's sweep as the ladder's run.
 
-    python docs/results/ladder/adopt.py                  # print the choice and the suite-file snippet
-    python docs/results/ladder/adopt.py --copy           # also copy each winner to <root>/<family>-<size>
+    python -m benchmarks.ladder.adopt                  # print the choice and the suite-file snippet
+    python -m benchmarks.ladder.adopt --copy           # also copy each winner to <root>/<family>-<size>
 
 The sweep (``trilm suite sweep ladder --size S --lr …``) trains every (family, size, rate) of the ladder
 on the ladder's full budget under ``<root>/sweep/<family>-<size>-lr<rate>``. A run of the suite at the
@@ -16,10 +16,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from trilm.suite import load_suite
 from trilm.suite.status import run_status

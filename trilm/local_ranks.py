@@ -1,13 +1,9 @@
-"""Test utilities shared by trilm's tests (and usable by downstream code): multi-process gloo runs on CPU.
+"""Runs of a function on several gloo ranks in fresh processes on this machine, for tests and benchmarks.
 
 ``run_distributed(fn, world_size, *args)`` starts ``world_size`` fresh processes with the environment a
 launcher would set (RANK, WORLD_SIZE, MASTER_ADDR/PORT, LOCAL_RANK), runs ``fn(*args)`` in each, tears the
 process groups down whatever happens, and returns the per-rank results — or raises with every failing rank's
-traceback, so a hang or a crash in one rank is reported instead of blocking the suite.
-
-Multi-node runs on one machine live in the submodules: ``processes`` (tagged process trees, ended whatever
-failed), ``launchers`` (torchrun and the DeepSpeed launcher as loopback nodes), ``sshd`` and ``slurm`` (an
-sshd and a real SLURM on loopback), ``drills`` (run to the end, kill a node mid-run, compare runs).
+traceback, so a hang or a crash in one rank is reported instead of blocking the caller.
 """
 
 from __future__ import annotations
@@ -103,7 +99,3 @@ def run_distributed(
         detail = "\n".join(f"--- rank {r} ---\n{tb}" for r, tb in sorted(failures.items()))
         raise RuntimeError(f"distributed run failed on ranks {sorted(failures)}:\n{detail}")
     return [torch.load(io.BytesIO(collected[r][1]), weights_only=False) for r in range(world_size)]
-
-
-def has_cuda() -> bool:
-    return torch.cuda.is_available()

@@ -1,6 +1,6 @@
 """The ladder's final loss per (family, size) as package data: ``configs/reference/ladder-finals.json``.
 
-    python docs/results/ladder/finals.py        # from the repository root, after report.py
+    python -m benchmarks.ladder.finals        # from the repository root, after report.py
 
 ``trilm quickstart`` compares the family ordering at each of its sizes with the ladder's (same corpus and
 tokenizer, four times the tokens, each run at its best rate). A wheel has no ``docs/``, so the numbers travel
@@ -10,11 +10,14 @@ analysed), so they are never typed by hand.
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-OUT = HERE.parents[2] / "configs" / "reference" / "ladder-finals.json"
+from benchmarks.common import CHECKOUT
+
+HERE = CHECKOUT / "docs" / "results" / "ladder"
+OUT = CHECKOUT / "configs" / "reference" / "ladder-finals.json"
 
 
 def finals(table: Path) -> dict:
@@ -35,9 +38,10 @@ def finals(table: Path) -> dict:
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
     data = {
-        "source": "docs/results/ladder/analysis/results.csv (docs/results/ladder/finals.py)",
+        "source": "docs/results/ladder/analysis/results.csv (benchmarks/ladder/finals.py)",
         "what": "final validation loss (nats/token) of the CPU ladder's best-rate run per family and size",
         "sizes": finals(HERE / "analysis" / "results.csv"),
     }

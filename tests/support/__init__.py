@@ -1,0 +1,1 @@
+"""Harnesses the tests share (a loopback cluster); checkout-only, like the tests."""
