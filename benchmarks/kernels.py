@@ -91,6 +91,15 @@ def parse_args(argv):
         help="also every decode-step layer shape (fused qkv, o, fused gate/up, down) of these Spectra sizes "
         "(default when given bare: 1.1b 3.9b)",
     )
+    p.add_argument(
+        "--compare-gemv",
+        nargs="+",
+        type=int,
+        default=[],
+        metavar="M",
+        help="also these batches (2–8), on the first shape only, each on the default tensor-core GEMM and "
+        "on the CUDA-core GEMV (rows with path 'gemv'): the data behind TC_MIN_M",
+    )
     p.add_argument("--dry-run", action="store_true", help="check the arguments, print the cases, run nothing")
     p.add_argument("--model", action="store_true", default=True, help="whole-model single-token forward")
     p.add_argument("--no-model", dest="model", action="store_false")
@@ -133,6 +142,8 @@ def parse_args(argv):
     for s in args.shapes:
         if not re.fullmatch(r"\d+x\d+", s):
             p.error(f"--shapes: {s!r} is not KxN")
+    if bad := [m for m in args.compare_gemv if not 2 <= m <= 8]:
+        p.error(f"--compare-gemv: batches must be 2–8 (the GEMV's rows), got {bad}")
     return args
 
 
@@ -240,7 +251,8 @@ def main(argv=None) -> int:
     if args.dry_run:
         model = args.model_size if args.model else "off"
         print(f"dry run: formats {args.formats}, batches {args.batches}, {len(args.shapes)} shapes "
-              f"{args.shapes}, whole model {model} → {args.out}")  # fmt: skip
+              f"{args.shapes}, GEMV vs GEMM at {args.compare_gemv or 'no batch'}, whole model {model} "
+              f"→ {args.out}")  # fmt: skip
         return 0
     if args.bits_table:
         bits_table(args.bits_table)
@@ -294,7 +306,9 @@ def main(argv=None) -> int:
     )
     for shape in args.shapes:
         k, n = (int(v) for v in shape.split("x"))
-        xs = {m: torch.randn(m, k, device=dev, dtype=act_dtype) for m in args.batches}
+        compare = args.compare_gemv if shape == args.shapes[0] else []
+        batches = list(dict.fromkeys([*args.batches, *compare]))
+        xs = {m: torch.randn(m, k, device=dev, dtype=act_dtype) for m in batches}
         fp16 = {}
         w_bytes = n * k * 2
         weights = [
@@ -336,10 +350,15 @@ def main(argv=None) -> int:
                     copy,
                     fp16,
                 )
-                plan = next(iter(layers[0]._plans.values()), None)
+                plan = layers[0]._plans.get((m, x.dtype, x.device))
                 config = None if plan is None else {**plan.config, "SPLIT_K": plan.split_k}
-                row.update(max_rel_err=err, copies=len(layers), config=config)
+                path = None if plan is None else plan.path
+                row.update(max_rel_err=err, copies=len(layers), config=config, path=path)
                 report["results"].append(row)
+                if m in compare and path == "gemm":
+                    report["results"].append(
+                        _gemv_row(row, layers, x, wdq, timer, nbytes, first.bits_per_weight(), copy, fp16)
+                    )
                 save()
             del layers, first, wdq
             if dev.type == "cuda":
@@ -379,6 +398,28 @@ def _row(label, fmt, shape, m, t_flush, t_graph, nbytes, bits, copy, fp16):
         "speedup_vs_fp16": round(base_flush / t_flush, 3) if base_flush else None,
         "speedup_vs_fp16_cuda_graph": round(base_graph / t_graph, 3) if base_graph else None,
     }
+
+
+def _gemv_row(gemm_row, layers, x, wdq, timer, nbytes, bits, copy, fp16) -> dict:
+    """The same product on the CUDA-core GEMV (the default at batch 1), for the row of the tensor-core GEMM
+    that serves this batch by default."""
+    import torch.nn.functional as F
+    from trilm.kernels.affine.plan import make_plan
+
+    m = x.shape[0]
+    plans = [make_plan(layer._kernel_cache.affine, "gemv", m, x.dtype) for layer in layers]
+    y, ref = plans[0](x), F.linear(x.float(), wdq)
+    t_flush = timer.flushed(lambda: plans[0](x))
+    t_graph = timer.graph([lambda plan=plan: plan(x) for plan in plans])
+    row = _row(gemm_row["format"], gemm_row["codec"], gemm_row["shape"], m, t_flush, t_graph, nbytes, bits,
+               copy, fp16)  # fmt: skip
+    row.update(
+        max_rel_err=((y.float() - ref).abs().max() / ref.abs().max()).item(),
+        copies=len(plans),
+        config={**plans[0].config, "SPLIT_K": plans[0].split_k},
+        path="gemv",
+    )
+    return row
 
 
 def _whole_model(args, dev, timer) -> dict:
@@ -496,7 +537,7 @@ def _print_table(report):
             print(f"{r['format']:14s} {r['shape']:>11s} skipped: {r['skipped']}")
             continue
         values = (
-            f"{r['format']:14s}",
+            f"{r['format'] + ('/gemv' if r.get('path') == 'gemv' else ''):14s}",
             f"{r['shape']:>11s}",
             f"{r['batch']:3d}",
             f"{r['bits_per_weight']:6.3f}",

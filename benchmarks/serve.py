@@ -40,7 +40,7 @@ import torch
 from benchmarks.common import CHECKOUT, today, write_result
 from benchmarks.serve_report import markdown, print_table
 from trilm.dtypes import DTYPE_NAMES, parse_dtype
-from trilm.infer import InferenceModel, prepare_for_inference
+from trilm.infer import InferenceModel, fuse_projections, prepare_for_inference
 from trilm.model import preset
 from trilm.serve import Engine, SamplingParams
 from trilm.store.hf import hf_config_dict, hf_name
@@ -260,6 +260,8 @@ def build_contenders(args, kinds, base, device, dtype, decode_len: int):
         model = build_model(kind, cfg, device, dtype)
         if kind == "floatlm" and "hf-generate" in kinds:
             float_state = {k: v.detach() for k, v in model.state_dict().items()}
+        if not args.no_fuse:  # as Engine.load serves a model: Q/K/V and gate/up stacked
+            fuse_projections(model)
         graphs = cuda and not args.eager
         engine = Engine(model, max_batch=max(args.batches), max_seq_len=decode_len, cuda_graphs=graphs)
         ttft_engine = Engine(model, max_batch=1, max_seq_len=max(args.ttft) + 2, cuda_graphs=False)
@@ -503,6 +505,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=None, help="decode steps per round (CPU 32, CUDA 64)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--eager", action="store_true", help="CUDA: decode without CUDA graphs")
+    p.add_argument("--no-fuse", action="store_true", help="keep Q/K/V and gate/up apart (the engine stacks)")
     p.add_argument("--threads", type=int, default=1, help="CPU threads (1: stable on a busy machine)")
     p.add_argument("--label", default=None, help="results file label (default: device and size)")
     p.add_argument("--out", default=None, help="directory for the results JSON")

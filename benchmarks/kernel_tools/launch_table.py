@@ -2,8 +2,9 @@
 
 Usage: ``python -m benchmarks.kernel_tools.launch_table [--formats ternary binary int2 int4] [--out DIR]``
 
-Each format's default GEMV config (batch 1) and GEMM config (batch 16) is compiled for sm_90 as the JIT
-would specialize a Llama-sized layer (:mod:`benchmarks.kernel_tools.compile_check`); ptxas's registers and
+Each format's default GEMV config (batch 1) and tensor-core GEMM config (batch 16, which stands for every
+batch of 2–16 rows: one 16-row block, the same config and grid) is compiled for sm_90 as the JIT would
+specialize a Llama-sized layer (:mod:`benchmarks.kernel_tools.compile_check`); ptxas's registers and
 the kernel's shared memory go through :mod:`trilm.kernels.launch_model` with the grid the plan would launch
 at every linear shape of the nine Spectra sizes (Q/K/V and gate/up fused, as the decode step runs them) and
 of SmolLM2-135M, Llama-2-7B and Llama-3-8B. Writes ``launch-plans-sm90-triton<version>.json`` and prints
@@ -108,8 +109,9 @@ def markdown(rows: list[dict[str, Any]], formats=FORMATS) -> str:
         )
         cfg += f", {c['num_warps']}w {c['num_stages']}s"
         ok = "yes" if not r["shortfalls"] else "; ".join(r["shortfalls"])
+        batch = "2–16" if r["path"] == "gemm" and r["batch"] == 16 else r["batch"]
         lines.append(
-            f"| {r['format']} | {r['batch']} | {r['layer']} | {r['N']} × {r['K']} | {cfg} | {r['split_k']} "
+            f"| {r['format']} | {batch} | {r['layer']} | {r['N']} × {r['K']} | {cfg} | {r['split_k']} "
             f"| {r['registers']} | {r['resident_per_sm']} | {r['waves']} | {r['warps_per_scheduler']} "
             f"| {r['kb_in_flight_per_sm']} | {ok} |"
         )

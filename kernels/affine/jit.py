@@ -17,8 +17,10 @@ with N contiguous (:mod:`trilm.formats.packing`). The design (issue 11):
   counter; the last program of a tile sums the partials in split order (deterministic), writes the output,
   and resets the counter to zero, so the workspace is reusable by the next call or CUDA-graph replay with no
   zeroing kernel, no atomics on the output and no cast kernel.
-* **GEMM** decodes a (BLOCK_K × BLOCK_N) tile of exact small integers (magic-number conversion into the
-  activation dtype) that ``tl.dot`` consumes; the group's scale and zero are applied to the fp32 product.
+* **GEMM** (batches of 2 rows and more; tensor cores) decodes a (BLOCK_K × BLOCK_N) tile of exact small
+  integers in registers (magic-number conversion into the dot dtype: fp16/bf16 on a GPU) that ``tl.dot``
+  consumes; the group's scale and zero are applied to the fp32 product. Decode batches (≤ 16 rows) run as
+  one 16-row block, Marlin's shape, so a step of 16 sequences reads each word once, as one of 1 does.
   ``num_stages`` ≥ 2 pipelines the word and activation loads.
 
 Act-order int weights gather their activations inside the kernel (``x[perm[k]]``), so no extra launch.
@@ -240,12 +242,15 @@ def affine_gemm_kernel(
     M, N, K, stride_xm, G, TILES_PER_SPLIT,
     FMT: tl.constexpr, BITS: tl.constexpr, WBITS: tl.constexpr, HS: tl.constexpr,
     HAS_MEAN: tl.constexpr, HAS_PERM: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT_K: tl.constexpr,
-    DOT_IEEE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    DOT_DTYPE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
-    """y = x @ W^T by (BLOCK_M × BLOCK_N) tiles: each K tile's codes are decoded once into the exact small
-    integers c − z (ternary c − 1, binary 2b − 1) in the activation dtype that feed ``tl.dot``; the caller
-    picks BLOCK_K inside one scale group, whose scale multiplies the fp32 product once (``s·Σ q·x``, plus
-    ``μ·Σ x`` for binary means). Grid (M / BLOCK_M, N / BLOCK_N, SPLIT_K)."""
+    """y = x @ W^T by (BLOCK_M × BLOCK_N) tiles on tensor cores: each K tile's codes are decoded once, in
+    registers, into the exact small integers c − z (ternary c − 1, binary 2b − 1) of DOT_DTYPE that feed
+    ``tl.dot`` with the activations cast to the same dtype; the caller picks BLOCK_K inside one scale group,
+    whose scale multiplies the fp32 product once (``s·Σ q·x``, plus ``μ·Σ x`` for binary means).
+    DOT_DTYPE is fp16/bf16 on a GPU (mma/wgmma) and fp32 under the interpreter, whose ``tl.dot`` takes fp32
+    (an fp32 dot runs in IEEE precision, never tf32). Decode batches take BLOCK_M = 16, Marlin's shape: rows
+    past M are masked to zero, not copied. Grid (M / BLOCK_M, N / BLOCK_N, SPLIT_K)."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -269,17 +274,17 @@ def affine_gemm_kernel(
             x_ptr + offs_m[:, None] * stride_xm + kx[None, :],
             mask=mask_m[:, None] & mask_k[None, :],
             other=0.0,
-        )
+        ).to(DOT_DTYPE)
         codes = _code_tile(w_ptr, hi_ptr, k0, offs_n, mask_n, N, K, WBITS, HS, BLOCK_K, BLOCK_N)
         g = k0 // G
         if FMT == FMT_TERNARY:
-            q = exact_float(codes, x.dtype, 1.0)  # c − 1
+            q = exact_float(codes, DOT_DTYPE, 1.0)  # c − 1
         elif FMT == FMT_BINARY:
-            q = exact_float(codes << 1, x.dtype, 1.0)  # 2b − 1
+            q = exact_float(codes << 1, DOT_DTYPE, 1.0)  # 2b − 1
         else:
-            zero = tl.load(z_ptr + g * N + offs_n, mask=mask_n, other=0).to(x.dtype)
-            q = exact_float(codes, x.dtype, 0.0) - zero[None, :]  # c − z, exact in fp16/bf16 (|c − z| ≤ 16)
-        if DOT_IEEE:
+            zero = tl.load(z_ptr + g * N + offs_n, mask=mask_n, other=0).to(DOT_DTYPE)
+            q = exact_float(codes, DOT_DTYPE, 0.0) - zero[None, :]  # c − z, exact in fp16/bf16 (|c − z| ≤ 16)
+        if DOT_DTYPE == tl.float32:  # noqa: SIM300 - a constexpr on the left compares by value
             part = tl.dot(x, q, input_precision="ieee")
         else:
             part = tl.dot(x, q)

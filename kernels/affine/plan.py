@@ -16,9 +16,10 @@ from typing import Any, ClassVar
 
 import torch
 import triton
+import triton.language as tl
 from trilm.kernels.affine import tuning
-from trilm.kernels.launch_model import H200
-from trilm.kernels.triton_runtime import current_stream, kernel_module, sm_count
+from trilm.kernels.launch_model import H200, MIN_PROGRAMS_PER_SM
+from trilm.kernels.triton_runtime import current_stream, interpreting, kernel_module, sm_count
 
 from trilm.formats import DecodeArgs, KernelId
 
@@ -184,6 +185,18 @@ def gemm_geometry(spec: AffineSpec, m: int, cfg: dict[str, Any], sms: int) -> di
     return {"grid": grid, "SPLIT_K": split, "TILES_PER_SPLIT": per, "BLOCK_K": bk, "counters": tiles}
 
 
+_DOT_DTYPES = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}
+
+
+def dot_dtype(dtype: torch.dtype) -> tl.dtype:
+    """The dtype the GEMM decodes weights into and multiplies in: the activations' fp16/bf16 (tensor cores),
+    fp32 for fp32 activations (an IEEE dot, exact but slow) and always under the interpreter, whose
+    ``tl.dot`` takes fp32 (the decoded integers are exact in every one of them)."""
+    if dtype not in _DOT_DTYPES:
+        raise ValueError(f"the affine GEMM takes fp16, bf16 or fp32 activations, got {dtype}")
+    return tl.float32 if interpreting() else _DOT_DTYPES[dtype]
+
+
 # -- plans ------------------------------------------------------------------------------------------------
 class LaunchPlan:
     """One resolved launch of an affine kernel for a fixed (M, dtype, device); ``plan(x, bias)`` → y."""
@@ -222,7 +235,7 @@ class LaunchPlan:
                 raise ValueError(f"no GEMM K tile fits group size {spec.group_size}")
             const.update(
                 SPLIT_K=geo["SPLIT_K"],
-                DOT_IEEE=dtype == torch.float32,
+                DOT_DTYPE=dot_dtype(dtype),
                 BLOCK_M=cfg["BLOCK_M"],
                 BLOCK_N=cfg["BLOCK_N"],
                 BLOCK_K=geo["BLOCK_K"],
@@ -293,8 +306,11 @@ def candidates(spec: AffineSpec, path: str, m: int, sms: int = H200.sms) -> list
 
     The default is the first candidate whose grid can reach the programs per SM the plans aim for on
     ``sms`` SMs (a short K leaves split-K little room, so narrower column blocks come first there); when
-    none can, the one with the most programs. Plans for a GPU pass its own count; tables made without one
-    assume an H200."""
+    none can, the one with the most programs. The GEMM's default (batches of 2 rows and more) is the first
+    candidate that gives at least MIN_PROGRAMS_PER_SM programs per SM and Little's-law bytes in flight per
+    SM (:func:`gemm_in_flight`), else the first with the programs, else the one with most programs; 1-bit
+    (binary) tiles take one more pipeline stage. Plans for a GPU pass its own count; tables made without
+    one assume an H200."""
     if path == "gemv":
         shrink = max(1, spec.unit_k // 16) * spec.hs
         pool = tuning.GEMV_CANDIDATES[tuning.gemv_bucket(m)]
@@ -310,7 +326,24 @@ def candidates(spec: AffineSpec, path: str, m: int, sms: int = H200.sms) -> list
         target = tuning.GEMV_PROGRAMS_PER_SM * sms
         first = next((c for c in pool if programs(c) >= target), max(pool, key=programs))
         return [first, *(c for c in pool if c is not first)]
-    return [c for c in tuning.GEMM_CANDIDATES[tuning.gemm_bucket(m)] if gemm_block_k(spec, c["BLOCK_K"])]
+    pool = [c for c in tuning.GEMM_CANDIDATES[tuning.gemm_bucket(m)] if gemm_block_k(spec, c["BLOCK_K"])]
+    if spec.wbits == 1:  # half the bytes of a 2-bit tile: one more stage keeps as many in flight
+        pool = [{**c, "num_stages": c["num_stages"] + 1} for c in pool]
+    figures = {id(c): gemm_in_flight(spec, m, c, sms) for c in pool}
+    enough = [c for c in pool if figures[id(c)][0] >= MIN_PROGRAMS_PER_SM]
+    first = next((c for c in enough if figures[id(c)][1] >= H200.little_bytes_per_sm), None)
+    first = first or (enough[0] if enough else max(pool, key=lambda c: figures[id(c)][0], default=None))
+    return [first, *(c for c in pool if c is not first)] if first is not None else []
+
+
+def gemm_in_flight(spec: AffineSpec, m: int, cfg: dict[str, Any], sms: int) -> tuple[float, float]:
+    """(programs per SM, bytes of words in flight per SM) of a GEMM config, as the launch-plan model counts
+    them (:mod:`trilm.kernels.launch_model`) but before any compile: ``num_stages − 1`` tiles loading per
+    program, at most GEMM_PROGRAMS_PER_SM programs resident (what the compiled tiles allow at sm_90)."""
+    geo = gemm_geometry(spec, m, cfg, sms)
+    programs = geo["grid"][0] * geo["grid"][1] * geo["grid"][2] / sms
+    tile = geo["BLOCK_K"] * cfg["BLOCK_N"] * (spec.wbits + (spec.hs == 2)) // 8
+    return programs, min(programs, tuning.GEMM_PROGRAMS_PER_SM) * tile * max(1, cfg["num_stages"] - 1)
 
 
 def make_plan(spec: AffineSpec, path: str, m: int, dtype: torch.dtype, config: dict[str, Any] | None = None):
@@ -376,8 +409,9 @@ def dequantize_transposed(spec: AffineSpec, dtype: torch.dtype) -> torch.Tensor:
 
 # -- entry points ---------------------------------------------------------------------------------------
 def affine_path(m: int) -> str:
-    """'gemv' (≤ GEMV_MAX_M rows), 'gemm', or 'cublas' (≥ the crossover: dequantize once, then cuBLAS)."""
-    if m <= tuning.GEMV_MAX_M:
+    """'gemv' (fewer than TC_MIN_M rows), 'gemm' (tensor cores), or 'cublas' (≥ the crossover: dequantize
+    once, then cuBLAS)."""
+    if m < tuning.TC_MIN_M:
         return "gemv"
     return "gemm" if m < tuning.CUBLAS_MIN_M else "cublas"
 

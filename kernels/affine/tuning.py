@@ -26,7 +26,13 @@ from trilm.atomic import write_text
 CUBLAS_MIN_M = 512
 """Batches of at least this many rows take dequantize + cuBLAS (overridden by a measured crossover)."""
 GEMV_MAX_M = 8
-"""Batches up to this many rows take the affine GEMV (all rows in one program, weights read once)."""
+"""The most rows the affine GEMV takes (all rows in one program, weights read once), when asked for."""
+TC_MIN_M = 2
+"""Batches of at least this many rows take the tensor-core GEMM. A roofline guess, not yet timed: the GEMV
+decodes each weight once on CUDA cores in fp32 and then spends one FMA per weight *per row* (plus the sum of
+x), so at 2-bit weights streamed at 4.25 TB/s two rows already ask ≈ 70 T instructions per second of an
+H200's ≈ 34 T of fp32 issue; the GEMM decodes each weight once per 16 rows and leaves the products to the
+tensor cores. ``python -m benchmarks.kernels`` times both paths at batch 1–16 on a GPU."""
 
 GEMV_PROGRAMS_PER_SM = 4
 """Programs per SM a GEMV grid aims for (split-K fills what N leaves): with 4 warps each, four warps per

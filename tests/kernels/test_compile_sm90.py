@@ -6,7 +6,8 @@ and int4."""
 import pytest
 import torch
 from trilm.kernels import prepare
-from trilm.kernels.affine.tuning import GEMM_CANDIDATES, GEMV_CANDIDATES
+from trilm.kernels.affine.plan import candidates
+from trilm.kernels.affine.tuning import GEMV_CANDIDATES
 from trilm.kernels.general.launch import GPU_GEMM, GPU_GEMV
 
 from benchmarks.kernel_tools.compile_check import compile_affine, compile_kernel
@@ -24,10 +25,13 @@ def test_compiles_for_sm90(kind, dtype, monkeypatch):
         kw.affine is not None
     ):  # the kernels a QuantLinear launches: GEMV with in-kernel split-K, pipelined GEMM
         gemv, _ = compile_affine(kw.affine, "gemv", {**GEMV_CANDIDATES[1][0], "SPLIT_K": 2}, dtype, 1)
-        gemm, _ = compile_affine(kw.affine, "gemm", GEMM_CANDIDATES[16][0], dtype, 16)
+        # the batch-2 decode plan: one 16-row block on tensor cores, weights decoded to the activation dtype
+        gemm, plan = compile_affine(kw.affine, "gemm", candidates(kw.affine, "gemm", 2)[0], dtype, 2)
+        assert plan.const["BLOCK_M"] == 16 and plan.grid[0] == 1
         assert "cp.async" in gemm.asm["ptx"] or "cp.async.bulk" in gemm.asm["ptx"]  # num_stages ≥ 2
         assert "atom.global" in gemv.asm["ptx"]  # the split-K tile counter
-        assert "mma" in gemm.asm["ptx"]
+        half = "f16" if dtype == torch.float16 else "bf16"
+        assert f".f32.{half}.{half}.f32" in gemm.asm["ptx"]  # mma: half operands, fp32 accumulate
         return
     gemv = compile_kernel(kw, "gemv", GPU_GEMV[0], dtype, cc=90)
     gemm = compile_kernel(kw, "gemm", GPU_GEMM[0], dtype, cc=90, split_k=2)

@@ -68,6 +68,29 @@ def test_kernels_match_reference_on_gpu(kind, dtype):
         check(weight, 600, dtype, GPU_TOL[kind][dtype], path="cublas")
 
 
+TC_CASES = [(k, d) for k in ("ternary", "binary", "binary_mean", "int2", "int4", "int4_act")
+            for d in (torch.float16, torch.bfloat16)]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("kind", "dtype"),
+    [_param(k, d, fast=(k, d) == ("ternary", torch.float16), name=f"{k}-{str(d)[6:]}") for k, d in TC_CASES],
+)
+def test_tensor_core_gemm_at_decode_batches(kind, dtype):
+    """Batches of 2–16 rows take the tensor-core GEMM by default: weights decoded to fp16/bf16 (mma with
+    fp32 accumulation), one 16-row block; odd N, rows masked."""
+    from trilm.kernels.affine.plan import affine_path
+
+    weight = random_packed(kind, N - 3, K, device="cuda", seed=21)
+    layer = QuantLinear(weight)
+    for m in (2, 5, 16):
+        assert affine_path(m) == "gemm"
+        x = torch.randn(m, K, device="cuda").to(dtype)
+        y = layer(x)
+        assert y.dtype == dtype
+        assert rel_err(y, reference_matmul(x.double(), weight, torch.float64)) <= GPU_TOL[kind][dtype], m
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["ternary", "int3"])
 def test_every_gpu_config(kind):

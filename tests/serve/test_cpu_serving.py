@@ -94,7 +94,8 @@ def test_prepacked_bf16_engine_equals_plain_linears(tmp_path, family):
     fast = Engine.load(path, device="cpu", dtype=torch.bfloat16, packed=packed, max_batch=2)
     plain = Engine.load(path, device="cpu", dtype=torch.bfloat16, packed=packed, max_batch=2, prepack=False)
     converted = [m for m in fast.model.modules() if isinstance(m, PrepackedLinear)]
-    assert len(converted) == (len(fast.model.linear_modules()) + 1 if not packed else 1)  # + the head
+    plain_linears = [m for m in plain.model.modules() if type(m) is torch.nn.Linear]  # stacked ones, head
+    assert len(converted) == len(plain_linears) == (1 if packed else 4 * len(fast.model.layers) + 1)
     assert isinstance(fast.model.head, PrepackedLinear) and type(plain.model.head) is torch.nn.Linear
     assert any("reordered once for oneDNN" in note for note in fast.notes)
     prompts, max_tokens = _prompts([6, 11], seed=9), [16, 12]

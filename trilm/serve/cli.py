@@ -57,6 +57,11 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "generate") -> 
     )
     parser.add_argument("--no-cuda-graphs", action="store_true", help="decode eagerly on CUDA")
     parser.add_argument(
+        "--no-fuse",
+        action="store_true",
+        help="keep Q/K/V and gate/up as separate matrices (default: stacked)",
+    )
+    parser.add_argument(
         "--threads",
         type=int,
         default=None,
@@ -139,6 +144,7 @@ def _engine(args, max_batch: int, need_tokenizer: bool, limits=None):
         dtype=dtype,
         packed=args.packed,
         backend=args.backend,
+        fuse=not args.no_fuse,
         tokenizer=args.tokenizer,
         max_batch=max_batch,
         max_seq_len=args.max_seq_len,

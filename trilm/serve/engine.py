@@ -244,12 +244,13 @@ class Engine:
         packed: bool = False,
         backend: str = "auto",
         prepack: bool = True,
+        fuse: bool = True,
         tokenizer: Tokenizer | str | Path | None = None,
         **engine_kwargs,
     ) -> Engine:
         """An engine over any model directory :func:`trilm.store.open_model` opens, and its tokenizer.
 
-        Defaults (device, dtype, tokenizer) and what ``packed`` and ``prepack`` do are decided in
+        Defaults (device, dtype, tokenizer) and what ``packed``, ``fuse`` and ``prepack`` do are decided in
         :mod:`trilm.serve.loading`; its notes for the user are kept in :attr:`notes`. The model directory
         is opened once, by the store (:func:`trilm.store.open_model`): weights verified, the tokenizer the
         model's own unless one is given (a path is checked against the model's recorded hash too).
@@ -262,7 +263,7 @@ class Engine:
         opened = open_model(path, tokenizer=None if isinstance(tokenizer, Tokenizer) else tokenizer)
         tokenizer = loading.resolve_tokenizer(opened, tokenizer)
         model, notes = loading.load_model(
-            opened, device=resolved, dtype=dtype, packed=packed, backend=backend, prepack=prepack
+            opened, device=resolved, dtype=dtype, packed=packed, backend=backend, prepack=prepack, fuse=fuse
         )
         opened.weights.release()
         engine = cls(model, tokenizer, **engine_kwargs)
