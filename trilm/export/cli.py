@@ -4,7 +4,7 @@ Usage::
 
     trilm export hf     runs/quickstart/trilm-tiny/snapshots/step-120 out/trilm-tiny-hf [--dtype float16]
     trilm export packed runs/quickstart/trilm-tiny/snapshots/step-120 out/trilm-tiny-packed
-    trilm export gguf   runs/quickstart/trilm-tiny/snapshots/step-120 out/t.gguf [--type f16|q8_0|tq1_0|tq2_0]
+    trilm export gguf   runs/quickstart/trilm-tiny/snapshots/step-120 out/t.gguf [--type q4_0 …]
     trilm export suite  runs/quickstart/trilm-tiny runs/quickstart/floatlm-tiny --out runs/quickstart/suite
     trilm import hf     out/trilm-tiny-hf out/snapshot [--family trilm]
     trilm import gguf   SmolLM2-135M-Instruct.Q4_1.gguf out/smollm2   # any llama GGUF, dequantized to fp32
@@ -79,14 +79,17 @@ def build_parser(parser: argparse.ArgumentParser, command: str) -> None:
     suite.add_argument("--table", default="", help="results table whose rows go into the model cards")
     suite.add_argument("--no-progress", action="store_true")
 
-    gguf = sub.add_parser("gguf", help="GGUF file for llama.cpp (F16/Q8_0; TriLM/BiLM also TQ1_0/TQ2_0)")
+    gguf = sub.add_parser(
+        "gguf", help="GGUF file for llama.cpp (F16/Q8_0/Q4_0/Q4_1; TriLM/BiLM also TQ1_0/TQ2_0)"
+    )
     gguf.add_argument("snapshot", help=snapshot_help)
     gguf.add_argument("out", help="output .gguf file")
     gguf.add_argument(
         "--type",
-        choices=["f16", "q8_0", "tq1_0", "tq2_0"],
+        choices=["f16", "q8_0", "q4_0", "q4_1", "tq1_0", "tq2_0"],
         default=None,
-        help="block weight type (default: tq2_0 for TriLM/BiLM, f16 for FloatLM)",
+        help="block weight type (default: a QuantLM's own llama.cpp grid, exactly; else tq2_0 for "
+        "TriLM/BiLM, f16 for FloatLM)",
     )
     gguf.add_argument("--tokenizer", default=None, help=tok_help)
     gguf.add_argument(
