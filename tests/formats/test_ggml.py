@@ -64,3 +64,16 @@ def test_weights_off_the_grids_are_named():
         ggml_blocks(asym, "q4_0")
     with pytest.raises(FormatError, match="beyond fp16"):
         fit_ggml_grid(torch.full((1, 32), 1e6), "q4_0")
+
+
+@pytest.mark.parametrize("qtype", ["q4_0", "q4_1", "q8_0"])
+def test_the_kernels_serve_the_grids(qtype):
+    from trilm.kernels import QuantLinear, prepare
+
+    torch.manual_seed(2)
+    packed = on_grid(torch.randn(32, 64), qtype)
+    x = torch.randn(3, 64)
+    assert torch.equal(QuantLinear(packed)(x), x @ packed.dequantize().t())
+    if qtype == "q4_1":  # one offset table in the general kernels: zeros or mins, not both
+        with pytest.raises(ValueError, match="affine kernels only"):
+            prepare(packed, general=True)
