@@ -45,12 +45,18 @@ def prepare(weight: PackedWeight, *, general: bool = False) -> KernelWeight:
 
     Weights with an affine decode also get their affine form (``.affine``), which :func:`triton_matmul`
     prefers; ``general=True`` leaves it out, so the general kernels serve every format (the baseline the
-    benchmark and the instruction counts compare against). Compact storage formats (``partial_binary``,
-    ``residual_binary``) are converted once to their kernel layout (``PackedWeight.kernel_layout``)."""
+    benchmark and the instruction counts compare against), except an int weight with mins, which only the
+    affine kernels decode. Compact storage formats (``partial_binary``, ``residual_binary``) are converted
+    once to their kernel layout (``PackedWeight.kernel_layout``)."""
     args = weight.kernel_layout().decode_args()
     kw = KernelWeight.from_args(args)
     if not general:
         kw.affine = affine.AffineSpec.from_args(args)
+    if kw.affine is None and args.zeros is not None and args.means is not None:
+        raise ValueError(  # the general kernels read one offset table: zeros or means, not both
+            f"{weight.FORMAT}: zero points and means (llama.cpp Q4_1's mins) run on the affine kernels only"
+            + ("; prepare it without general=True" if general else f" (group size {args.group_size})")
+        )
     return kw
 
 

@@ -130,14 +130,15 @@ def test_normal_run_does_not_warn():
         quantize_layer("gptq", W, H, bits=4)
 
 
-def test_eight_bit_is_quantized_but_not_packable():
+def test_every_grid_width_is_packed_exactly():
     W, H = weight(k=64), correlated_hessian(64)
     result = quantize_layer("gptq", W, H, bits=8)
     assert isinstance(result, QuantResult)
-    assert result.packed is None and "IntWeight" in result.packed_error
     assert max(len(torch.unique(row)) for row in result.weight) <= 256
-    for bits in (2, 3, 4):
-        assert isinstance(quantize_layer("gptq", W, H, bits=bits).packed, IntWeight)
+    for bits in (2, 3, 4, 8):
+        result = quantize_layer("gptq", W, H, bits=bits, group_size=32)
+        assert isinstance(result.packed, IntWeight) and result.packed.bits == bits
+        assert torch.equal(result.packed.dequantize(), result.weight)
 
 
 @pytest.mark.parametrize(
@@ -160,7 +161,17 @@ def test_bad_settings_are_refused(cfg, match):
 def test_registry_names_the_methods_and_their_exact_keys():
     get_method("gptq")
     assert {"rtn", "gptq"} <= set(METHODS)
-    keys = {"bits", "group_size", "sym", "act_order", "static_groups", "blocksize", "percdamp", "group_fit"}
+    keys = {
+        "bits",
+        "group_size",
+        "sym",
+        "act_order",
+        "static_groups",
+        "blocksize",
+        "percdamp",
+        "group_fit",
+        "target",
+    }
     assert set(get_method("gptq").config().to_dict()) == keys
     with pytest.raises(ConfigError, match="unknown post-hoc method 'gptx'"):
         quantize_layer("gptx", weight(), torch.eye(128))

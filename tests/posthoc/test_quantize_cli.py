@@ -152,7 +152,14 @@ def test_trilm_checkpoint_is_refused(tmp_path, embedded_data, capsys):
 @pytest.mark.parametrize(
     "args,match",
     [
-        (("--method", "gptq", "--bits", "8"), "8-bit QuantLM cannot be written"),
+        (("--method", "gptq", "--target", "gguf-q4_0", "--group-size", "64"), "group_size: target gguf-q4_0"),
+        (("--method", "rtn", "--target", "gguf-q8_0", "--bits", "4"), "bits: target gguf-q8_0"),
+        (("--method", "gptq", "--target", "gguf-q4_1", "--act-order"), "act_order: target gguf-q4_1"),
+        (
+            ("--method", "gptq", "--target", "gguf-q4_0", "--scale-dtype", "float32"),
+            "target gguf-q4_0 stores fp16",
+        ),
+        (("--method", "omniquant", "--target", "gguf-q4_0"), "--target: not a setting of --method omniquant"),
         (("--method", "gptq", "--bits", "5"), "bits: must be one of"),
         (("--method", "gptq", "--bits", "4", "--group-size", "96"), "group_size=96 does not divide"),
         (("--method", "rtn", "--bits", "4", "--epochs", "3"), "--epochs: not a setting of --method rtn"),

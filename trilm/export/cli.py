@@ -4,7 +4,8 @@ Usage::
 
     trilm export hf     runs/quickstart/trilm-tiny/snapshots/step-120 out/trilm-tiny-hf [--dtype float16]
     trilm export packed runs/quickstart/trilm-tiny/snapshots/step-120 out/trilm-tiny-packed
-    trilm export gguf   runs/quickstart/trilm-tiny/snapshots/step-120 out/t.gguf [--type f16|q8_0|tq1_0|tq2_0]
+    trilm export gguf   runs/quickstart/trilm-tiny/snapshots/step-120 out/t.gguf [--type q4_0 …]
+    trilm export compressed-tensors runs/q/gptq-w4g128 out/q-ct [--dtype float16] [--dequantized]
     trilm export suite  runs/quickstart/trilm-tiny runs/quickstart/floatlm-tiny --out runs/quickstart/suite
     trilm import hf     out/trilm-tiny-hf out/snapshot [--family trilm]
     trilm import gguf   SmolLM2-135M-Instruct.Q4_1.gguf out/smollm2   # any llama GGUF, dequantized to fp32
@@ -58,6 +59,22 @@ def build_parser(parser: argparse.ArgumentParser, command: str) -> None:
     )
     hf.add_argument("--tokenizer", default=None, help=tok_help)
 
+    ct = sub.add_parser(
+        "compressed-tensors",
+        help="int weight-only QuantLM (GPTQ/RTN) as llmcompressor writes it (pack-quantized)",
+    )
+    ct.add_argument("snapshot", help="QuantLM directory (with its COMPLETE marker)")
+    ct.add_argument("out", help="output directory (new, empty, or an earlier export of this QuantLM)")
+    ct.add_argument(
+        "--dtype", choices=DTYPE_NAMES, default="float16", help="scales and dense tensors (default: float16)"
+    )
+    ct.add_argument(
+        "--dequantized",
+        action="store_true",
+        help="write the dense HF export instead (what compressed-tensors cannot hold is refused otherwise)",
+    )
+    ct.add_argument("--tokenizer", default=None, help=tok_help)
+
     packed = sub.add_parser("packed", help="packed snapshot: ternary/binary codes + partition scales")
     packed.add_argument("snapshot", help=snapshot_help)
     packed.add_argument("out", help="output directory (new, empty, or an earlier export of this snapshot)")
@@ -79,14 +96,17 @@ def build_parser(parser: argparse.ArgumentParser, command: str) -> None:
     suite.add_argument("--table", default="", help="results table whose rows go into the model cards")
     suite.add_argument("--no-progress", action="store_true")
 
-    gguf = sub.add_parser("gguf", help="GGUF file for llama.cpp (F16/Q8_0; TriLM/BiLM also TQ1_0/TQ2_0)")
+    gguf = sub.add_parser(
+        "gguf", help="GGUF file for llama.cpp (F16/Q8_0/Q4_0/Q4_1; TriLM/BiLM also TQ1_0/TQ2_0)"
+    )
     gguf.add_argument("snapshot", help=snapshot_help)
     gguf.add_argument("out", help="output .gguf file")
     gguf.add_argument(
         "--type",
-        choices=["f16", "q8_0", "tq1_0", "tq2_0"],
+        choices=["f16", "q8_0", "q4_0", "q4_1", "tq1_0", "tq2_0"],
         default=None,
-        help="block weight type (default: tq2_0 for TriLM/BiLM, f16 for FloatLM)",
+        help="block weight type (default: a QuantLM's own llama.cpp grid, exactly; else tq2_0 for "
+        "TriLM/BiLM, f16 for FloatLM)",
     )
     gguf.add_argument("--tokenizer", default=None, help=tok_help)
     gguf.add_argument(
@@ -121,6 +141,14 @@ def run(args) -> int:
 
         out = export_snapshot_hf(args.snapshot, args.out, dtype=args.dtype, tokenizer=args.tokenizer)
         print(f"wrote {out} (LlamaForCausalLM, {args.dtype}, tokenizer files, model card)")
+        return 0
+    if args.target == "compressed-tensors":
+        from trilm.export.ctensors import export_snapshot_ctensors
+
+        report = export_snapshot_ctensors(
+            args.snapshot, args.out, dtype=args.dtype, dequantized=args.dequantized, tokenizer=args.tokenizer
+        )
+        print(report.summary())
         return 0
     if args.target == "packed":
         from trilm.export.packed import export_snapshot_packed

@@ -1,4 +1,12 @@
-"""GGUF for llama.cpp through the ``gguf`` package: F16 or Q8_0 for any family, TQ2_0/TQ1_0 for TriLM/BiLM.
+"""GGUF for llama.cpp through the ``gguf`` package: F16, Q8_0, Q4_0, Q4_1 for any family, TQ2_0/TQ1_0 for
+TriLM/BiLM.
+
+**Q4_0 / Q4_1 / Q8_0 of a QuantLM** on llama.cpp's grid (``trilm quantize --target gguf-q4_0`` …, or any
+symmetric W4/W8 group-32 QuantLM with fp16 scales) are written block for block from its codes and fp16
+numbers (:func:`trilm.formats.ggml_blocks`), so the file holds exactly the QuantLM's values; that is the
+default type for such a QuantLM. A QuantLM off that grid is refused for Q4_0/Q4_1 (re-quantizing a quantized
+model would change it) and re-quantized from its dequantized weights for Q8_0, as before. A float model
+gets llama.cpp's own quantization of its weights (``gguf.quants``, the reference rounding).
 
 The file is a llama-architecture GGUF as llama.cpp's own converter writes one: tensor names
 ``token_embd``/``blk.N.attn_q``/…/``output``, q and k rows permuted from the rotate-half RoPE layout
@@ -45,7 +53,7 @@ from trilm.model.config import ModelConfig
 from trilm.model.spec import ATTENTION, MLP, gguf_name, linears_of, parse_key, weight_key
 from trilm.store.open import ModelDir
 
-QTYPES = ("f16", "q8_0", "tq1_0", "tq2_0")
+QTYPES = ("f16", "q8_0", "q4_0", "q4_1", "tq1_0", "tq2_0")
 UNIFORM_ARCH = "llama"
 PER_LAYER_ARCH = "deci"
 """llama.cpp's architecture of LLaMA blocks with per-block head counts and FFN widths (0 heads = no
@@ -241,9 +249,14 @@ def _vocab(src: ModelDir, rows: int) -> tuple[list[bytes], list[float], list[int
 
 
 def _intended(tensor: np.ndarray, qtype) -> np.ndarray:
-    """What a tensor should read back as: F16-rounded values; TQ codes times fp16 block scales."""
+    """What a tensor should read back as: F16-rounded values; TQ codes times fp16 block scales; a float
+    weight in Q4_0/Q4_1: llama.cpp's reference rounding of it (``gguf.quants``)."""
     from gguf import GGMLQuantizationType as T
 
+    if qtype in (T.Q4_0, T.Q4_1):
+        from gguf import quants
+
+        return quants.dequantize(quants.quantize(tensor, qtype), qtype)
     if qtype in (T.TQ1_0, T.TQ2_0):
         blocks = tensor.reshape(tensor.shape[0], -1, TQ_BLOCK)
         d = np.abs(blocks).max(-1, keepdims=True)
@@ -272,10 +285,11 @@ def export_snapshot_gguf(
 
     src = src or open_source(snapshot, tokenizer=tokenizer, require_tokenizer=True)
     cfg = src.config
-    qtype = qtype or ("f16" if cfg.family == "floatlm" else "tq2_0")
+    qtype = qtype or on_grid_type(src) or ("f16" if cfg.family == "floatlm" else "tq2_0")
     if qtype not in QTYPES:
         raise ConfigError(f"--type {qtype!r}: choose one of {', '.join(QTYPES)}")
     kinds = {"f16": (T.F16, F.MOSTLY_F16), "q8_0": (T.Q8_0, F.MOSTLY_Q8_0)}
+    kinds.update({"q4_0": (T.Q4_0, F.MOSTLY_Q4_0), "q4_1": (T.Q4_1, F.MOSTLY_Q4_1)})
     kinds.update({"tq1_0": (T.TQ1_0, F.MOSTLY_TQ1_0), "tq2_0": (T.TQ2_0, F.MOSTLY_TQ2_0)})
     block_type, file_type = kinds[qtype]
     state = {k: v.float() for k, v in float_state(src).items()}
@@ -285,11 +299,15 @@ def export_snapshot_gguf(
     folded: list[str] = []
     if qtype.startswith("tq"):
         state, folded = ternary_tensors(src, state, qtype)
+    raw = exact_blocks(src, qtype)
     for i, layer in enumerate(cfg.layer_shapes()):
         for lin in linears_of(layer):
             if lin.rope:
                 heads = layer.heads if lin.out_dim == "q" else layer.kv_heads
-                state[weight_key(i, lin.name)] = interleave_rope_rows(state[weight_key(i, lin.name)], heads)
+                key = weight_key(i, lin.name)
+                state[key] = interleave_rope_rows(state[key], heads)
+                if key in raw:
+                    raw[key] = interleave_rope_rows(raw[key], heads)
     blocks = file_blocks(cfg, src.path)
     rope_factors = None
     if cfg.rope_scaling is not None and cfg.rope_scaling.rope_type == "llama3":
@@ -299,10 +317,13 @@ def export_snapshot_gguf(
         rope_factors = (plain / rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling)).numpy()
     number = {index: position for position, index in enumerate(blocks)}
     plan: dict[str, tuple[np.ndarray, object]] = {}
+    stored_raw: dict[str, np.ndarray] = {}
     for name, tensor in state.items():
         array = tensor.detach().cpu().numpy().astype(np.float32)
         parsed = parse_key(name)
         gname = gguf_name(name if parsed is None else weight_key(number[parsed[0]], parsed[1]))
+        if name in raw:
+            stored_raw[gname] = raw[name].numpy()
         if array.ndim == 1:
             plan[gname] = (array, T.F32)
         elif parsed is not None:
@@ -312,18 +333,19 @@ def export_snapshot_gguf(
     if rope_factors is not None:  # llama.cpp divides each rotary frequency by its factor (Llama-3.1 scaling)
         plan["rope_freqs.weight"] = (rope_factors.astype(np.float32), T.F32)
     for gname, (array, kind) in plan.items():
-        if kind == T.Q8_0 and array.shape[1] % Q8_BLOCK:
+        if kind in (T.Q8_0, T.Q4_0, T.Q4_1) and array.shape[1] % Q8_BLOCK:
             raise ConfigError(
-                f"{src.path}: {gname} has rows of {array.shape[1]} weights, not a multiple of 32: q8_0 "
+                f"{src.path}: {gname} has rows of {array.shape[1]} weights, not a multiple of 32: {qtype} "
                 "cannot hold it (use --type f16)"
             )
-        check_fp16_range(src.given, gname, array, kind)
+        if gname not in stored_raw:
+            check_fp16_range(src.given, gname, array, kind)
     tok = src.tokenizer.require(src.given)
     bpe = bpe_vocab(src, cfg.padded_vocab, tokenizer_pre) if tok.kind == "hf" else None
     tokens, scores, types = (
         (bpe["tokens"], bpe["scores"], bpe["types"]) if bpe else _vocab(src, cfg.padded_vocab)
     )
-    with export_file(out, "gguf", src, qtype=qtype) as tmp:
+    with export_file(out, "gguf", src, qtype=qtype, exact_blocks=len(stored_raw)) as tmp:
         writer = gguf.GGUFWriter(tmp, UNIFORM_ARCH if cfg.is_uniform else PER_LAYER_ARCH)
         writer.add_name(f"{src.meta.run or cfg.name} step {src.step}")
         writer.add_file_type(int(file_type))
@@ -379,19 +401,22 @@ def export_snapshot_gguf(
         writer.add_uint32("trilm.scale_partitions", cfg.scale_partitions(1) if cfg.family != "floatlm" else 1)
         writer.add_array("trilm.folded_scales", folded or [""])
         for gname, (array, kind) in plan.items():
-            stored = gguf.quants.quantize(array, kind)
+            stored = stored_raw[gname] if gname in stored_raw else gguf.quants.quantize(array, kind)
             writer.add_tensor(gname, stored, raw_dtype=None if kind in (T.F32, T.F16) else kind)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
         writer.close()
-        errors = verify_gguf(tmp, plan)
+        errors = verify_gguf(tmp, plan, exact=set(stored_raw))
         check_declared_shapes(tmp)
     return GGUFReport(Path(out), qtype, len(plan), folded, errors, Path(out).stat().st_size, len(blocks))
 
 
-def verify_gguf(path: Path, plan: dict[str, tuple[np.ndarray, object]]) -> dict[str, float]:
-    """Read the file back and compare every dequantized tensor with what was meant to be stored."""
+def verify_gguf(
+    path: Path, plan: dict[str, tuple[np.ndarray, object]], exact: set[str] | None = None
+) -> dict[str, float]:
+    """Read the file back and compare every dequantized tensor with what was meant to be stored; the
+    ``exact`` ones (a QuantLM's own blocks) must read back bit for bit as its dequantized weights."""
     from gguf import GGMLQuantizationType as T
     from gguf import GGUFReader, quants
 
@@ -405,6 +430,11 @@ def verify_gguf(path: Path, plan: dict[str, tuple[np.ndarray, object]]) -> dict[
         if t.tensor_type != kind:
             raise ConfigError(f"{path}: {name} reads back as {t.tensor_type.name}, written as {kind.name}")
         got = quants.dequantize(t.data, t.tensor_type).reshape(array.shape).astype(np.float32)
+        if exact is not None and name in exact:
+            if not np.array_equal(got.view(np.uint32), array.view(np.uint32)):
+                raise ConfigError(f"{path}: {name} does not read back bit for bit as the QuantLM's weights")
+            errors[name] = 0.0
+            continue
         want = _intended(array, kind)
         if not np.isfinite(got).all():
             bad = int((~np.isfinite(got)).sum())
@@ -415,6 +445,40 @@ def verify_gguf(path: Path, plan: dict[str, tuple[np.ndarray, object]]) -> dict[
             raise ConfigError(f"{path}: {name} reads back with error {err:.3g} (allowed {bound:.3g})")
         errors[name] = err
     return errors
+
+
+def on_grid_type(src: ModelDir) -> str | None:
+    """The llama.cpp type every block linear of a QuantLM is on (None: a float model, or no one type)."""
+    from trilm.formats import ggml_type_of
+
+    packed = src.weights.packed_layers()
+    found = {ggml_type_of(w)[0] for w in packed.values()}
+    return found.pop() if len(found) == 1 and None not in found else None
+
+
+def exact_blocks(src: ModelDir, qtype: str) -> dict[str, torch.Tensor]:
+    """Canonical weight name → llama.cpp block bytes (uint8 rows) for a QuantLM on ``qtype``'s grid.
+
+    A float model gets {} (its weights are quantized by llama.cpp's rounding); for Q4_0/Q4_1 a QuantLM
+    with a layer off the grid is refused by layer name and reason; for Q8_0 it is re-quantized (as
+    before this existed) unless every layer is on Q8_0's grid."""
+    from trilm.formats import GGML_TYPES, ggml_blocks, ggml_type_of
+
+    packed = src.weights.packed_layers()
+    if qtype not in GGML_TYPES or not packed:
+        return {}
+    off = {k: why for k, w in packed.items() if (why := ggml_type_of(w))[0] != qtype}
+    if off and qtype == "q8_0":
+        return {}
+    if off:
+        key, (found, why) = next(iter(off.items()))
+        reason = f"it is on {found}'s grid" if found else why
+        raise ConfigError(
+            f"{src.given}: --type {qtype}: {gguf_name(key + '.weight')} ({len(off)} of {len(packed)} layers) "
+            f"is not on llama.cpp's {qtype.upper()} grid: {reason}; re-quantizing a QuantLM would change it "
+            f"(quantize with --target gguf-{qtype}, or export --type f16/q8_0)"
+        )
+    return {f"{k}.weight": torch.from_numpy(ggml_blocks(w, qtype)) for k, w in packed.items()}
 
 
 def check_fp16_range(where, name: str, array: np.ndarray, kind) -> None:

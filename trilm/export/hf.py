@@ -90,11 +90,17 @@ def export_snapshot_hf(
             dequantize=False,
             tied=tied,
         )
-        tok = src.tokenizer.tokenizer
-        if tok is not None:
-            write_tokenizer_files(tok, tmp, add_bos=src.add_bos, context=src.config.context)
-        write_model_card(tmp, src, files={"weights": f"{WEIGHTS_FILE} ({dtype})"})
+        write_companions(src, tmp, {"weights": f"{WEIGHTS_FILE} ({dtype})"})
     return Path(out)
+
+
+def write_companions(src: ModelDir, out_dir: Path, files: dict[str, str]) -> None:
+    """What every Hugging Face-layout export ships beside its weights and config: the tokenizer files (with
+    the chat template) and the model card."""
+    tok = src.tokenizer.tokenizer
+    if tok is not None:
+        write_tokenizer_files(tok, out_dir, add_bos=src.add_bos, context=src.config.context)
+    write_model_card(out_dir, src, files=files)
 
 
 def import_snapshot_hf(hf_dir: str | Path, out: str | Path, *, family: str | None = None) -> Path:

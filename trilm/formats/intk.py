@@ -1,16 +1,19 @@
-"""Uniform int2/int3/int4 weights with group scales and zeros (GPTQ, OmniQuant) and act-order ``g_idx``.
+"""Uniform int2/3/4/8 weights with group scales and zeros (GPTQ, OmniQuant), act-order ``g_idx``, float mins.
 
 Grid (GPTQ's): ``q = clamp(round(w / s) + z, 0, maxq)``, ``w ≈ s · (q − z)``, maxq = 2^bits − 1, groups of
-``group_size`` input columns per output row. :func:`quantize_uniform` (round-to-nearest) and the two pieces
+``group_size`` input columns per output row. An optional per-group float offset ``mins`` makes the rule
+``w = s · (q − z) + m``: llama.cpp's Q4_1 stores its blocks as ``d · q + m`` with an fp16 ``m`` that is no
+integer multiple of ``d``, so without it those weights could not be held exactly
+(:mod:`trilm.formats.ggml`). :func:`quantize_uniform` (round-to-nearest) and the two pieces
 it is built from, :func:`fit_uniform_grid` and :func:`quantize_to_grid`, are the one uniform quantizer in
 trilm; GPTQ/OmniQuant call them per column or group.
 
-Layout. Codes are packed along K: 2- and 4-bit into one int32 plane (16 / 8 per word); **3-bit as two
+Layout. Codes are packed along K: 2-, 4- and 8-bit into one int32 plane (16 / 8 / 4 per word); **3-bit as two
 bit-planes**, the low 2 bits in a 2-bit plane plus the high bit in a 1-bit plane. Bit-planes keep exactly
 3.0 bits/weight (10 codes per int32 would cost 3.2, GPTQ's 32-codes-over-3-words straddles words), reuse the
 2-bit and 1-bit decoders the ternary and binary kernels already have, and never split a code across words;
 the cost is a second load per tile. Scales are stored as given (fp16 by default) with shape (K / g, N) and
-zeros as uint8 (K / g, N).
+zeros as uint8 (K / g, N), mins (when present) in the scales' dtype (K / g, N).
 
 Act-order (``g_idx``, GPTQ ``desc_act``): GPTQ quantizes columns in a permuted order, so the columns of one
 group are scattered over K. Here the codes are stored with the columns sorted by group (``perm`` = stable
@@ -38,7 +41,7 @@ from trilm.formats.base import (
 from trilm.formats.decode import DecodeArgs, KernelId
 from trilm.formats.packing import pack_codes, packed_rows, unpack_codes
 
-INT_BITS = (2, 3, 4)
+INT_BITS = (2, 3, 4, 8)
 
 
 def fit_uniform_grid(w: torch.Tensor, bits: int, sym: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
@@ -100,11 +103,12 @@ def quantize_uniform(
 @register
 @dataclasses.dataclass(eq=False, repr=False)
 class IntWeight(PackedWeight):
-    """int2/3/4 codes packed along K (3-bit: 2-bit + 1-bit planes), scales and zeros (K / g, N), g_idx."""
+    """int2/3/4/8 codes packed along K (3-bit: 2-bit + 1-bit planes), scales and zeros (K / g, N), g_idx,
+    optional float mins (K / g, N) added after scaling."""
 
     FORMAT = "int"
     TENSORS = ("qweight", "scales", "zeros")
-    OPTIONAL_TENSORS = ("qweight_hi", "g_idx")
+    OPTIONAL_TENSORS = ("qweight_hi", "g_idx", "mins")
     SETTINGS = ("bits",)
 
     qweight: torch.Tensor
@@ -113,6 +117,7 @@ class IntWeight(PackedWeight):
     bits: int = 4
     qweight_hi: torch.Tensor | None = None
     g_idx: torch.Tensor | None = None
+    mins: torch.Tensor | None = None
 
     def validate(self) -> None:
         n, k, f = self.out_features, self.in_features, self.FORMAT
@@ -131,6 +136,8 @@ class IntWeight(PackedWeight):
             raise FormatError(f"{f}.zeros: expected uint8 {tuple(self.scales.shape)}, got {self.zeros.dtype}")
         if self.zeros.numel() and int(self.zeros.max()) > (1 << self.bits):
             raise FormatError(f"{f}.zeros: a zero point exceeds 2^bits={1 << self.bits}")
+        if self.mins is not None:
+            check_group_table(f, "mins", self.mins, k, n, rows=self.scales.shape[0])
         if self.g_idx is not None:
             if self.g_idx.dtype != torch.int32 or tuple(self.g_idx.shape) != (k,):
                 raise FormatError(f"{f}.g_idx: expected int32 ({k},), got {self.g_idx.dtype}")
@@ -158,8 +165,10 @@ class IntWeight(PackedWeight):
         bits: int,
         g_idx: torch.Tensor | None = None,
         scale_dtype: torch.dtype = SCALE_DTYPE,
+        mins: torch.Tensor | None = None,
     ) -> IntWeight:
-        """codes (N, K) in [0, 2^bits); scales/zeros (K / g, N) (integer zeros); g_idx (K,) optional.
+        """codes (N, K) in [0, 2^bits); scales/zeros (K / g, N) (integer zeros); g_idx (K,) optional;
+        mins (K / g, N) optional, stored in ``scale_dtype`` like the scales.
 
         With g_idx, column k uses group g_idx[k] (original column order); without, group k // g.
         """
@@ -193,6 +202,7 @@ class IntWeight(PackedWeight):
             bits,
             hi,
             gi,
+            None if mins is None else mins.to(scale_dtype).contiguous(),
         )
 
     @classmethod
@@ -231,7 +241,10 @@ class IntWeight(PackedWeight):
         group = torch.arange(k, device=self.qweight.device) // g if self.g_idx is None else self.g_idx.long()
         s = self.scales.float()[group].t()
         z = self.zeros.float()[group].t()
-        return (s * (self.codes().float() - z)).to(dtype)
+        w = s * (self.codes().float() - z)
+        if self.mins is not None:
+            w = w + self.mins.float()[group].t()
+        return w.to(dtype)
 
     def decode_args(self) -> DecodeArgs:
         n, k = self.shape
@@ -246,5 +259,6 @@ class IntWeight(PackedWeight):
             self.bits,
             words_hi=self.qweight_hi,
             zeros=self.zeros,
+            means=self.mins,
             perm=None if perm is None else perm.to(self.qweight.device),
         )

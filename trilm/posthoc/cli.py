@@ -1,5 +1,8 @@
 """``trilm quantize SNAPSHOT_OR_HF_DIR --method {rtn,gptq,omniquant,...} --bits B --calib DATA --out DIR``.
 
+``--target gguf-q4_0`` (``gguf-q4_1``, ``gguf-q8_0``) quantizes GPTQ/RTN onto llama.cpp's block grid, so
+``trilm export gguf`` writes that block type holding exactly the QuantLM's values.
+
 Method options come from the methods' config dataclasses (``UniformConfig``, ``OmniQuantConfig``, and
 whatever later methods register), so a new method's settings appear here without touching this file; an
 option that the chosen method does not have is refused, naming the method.
@@ -129,6 +132,9 @@ def job_from_args(args) -> Any:
 
         values = mode_config(args.mode).to_dict()
     values.update(given)
+    implied = getattr(method.config_cls, "implied_settings", None)
+    if implied is not None:  # e.g. --target gguf-q4_0 fixes bits, group size and sym unless given
+        values = {**implied(values), **values}
     config = method.config(**values)
     opened = open_source(args.model, args.tokenizer, args.force_tokenizer)  # once: the job below reuses it
     if opened.tokenizer.forced:

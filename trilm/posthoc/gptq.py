@@ -16,6 +16,10 @@ Behaviour matches the reference code (IST-DASLab/gptq), including its two quiet 
 With act-order the columns are visited by descending diag(H) (a stable sort) and the result is put back in
 the original order; with dynamic groups a group is then a set of columns scattered over K, which the packed
 weight records as ``g_idx`` (column → group).
+
+With a llama.cpp ``target`` (``gguf-q4_0``/``gguf-q4_1``/``gguf-q8_0``) every group of 32 gets llama.cpp's
+block grid with its fp16 numbers already rounded, and each column's error is the error on that grid, so the
+feedback compensates exactly what the GGUF file will hold.
 """
 
 from __future__ import annotations
@@ -24,7 +28,14 @@ import torch
 
 from trilm.posthoc.hessian import inverse_cholesky_upper, prepare_hessian, proxy_loss
 from trilm.posthoc.registry import LayerOptions, QuantResult, register_method
-from trilm.posthoc.uniform import UniformConfig, fit_grid, pack_int
+from trilm.posthoc.uniform import (
+    UniformConfig,
+    check_target_storage,
+    fit_target,
+    grid_codes,
+    grid_values,
+    pack_int,
+)
 
 
 @register_method(
@@ -35,22 +46,27 @@ from trilm.posthoc.uniform import UniformConfig, fit_grid, pack_int
     unwritable=UniformConfig.unpackable,
 )
 def gptq(W: torch.Tensor, H: torch.Tensor, cfg: UniformConfig, opts: LayerOptions) -> QuantResult:
+    check_target_storage(cfg, opts.scale_dtype, opts.name)
     g = cfg.check_weight(W, opts.name)
     n, k = W.shape
-    bits, sym, sd = cfg.bits, cfg.sym, opts.scale_dtype
+    bits, sd = cfg.bits, opts.scale_dtype
     grouped = cfg.group_size > 0
     work = W.detach().to(H.device, torch.float32)
-    scale, zero = fit_grid(work, bits, sym, sd)
+    grid = fit_target(work, cfg, sd)
+    scale, zero, _ = grid
     Hp, work, dead = prepare_hessian(H.to(work.device), work)
 
     groups_total = k // g
     scales = torch.empty((groups_total, n), device=work.device)
     zeros = torch.empty((groups_total, n), device=work.device)
-    static: list[tuple[torch.Tensor, torch.Tensor]] = []
+    mins = torch.empty((groups_total, n), device=work.device) if cfg.ggml == "q4_1" else None
+    static: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = []
     if grouped and cfg.static_groups:
-        static = [fit_grid(work[:, j : j + g], bits, sym, sd) for j in range(0, k, g)]
-        for j, (s, z) in enumerate(static):
+        static = [fit_target(work[:, j : j + g], cfg, sd) for j in range(0, k, g)]
+        for j, (s, z, m) in enumerate(static):
             scales[j], zeros[j] = s, z
+            if mins is not None and m is not None:
+                mins[j] = m
     elif not grouped:
         scales[0], zeros[0] = scale, zero
 
@@ -81,14 +97,22 @@ def gptq(W: torch.Tensor, H: torch.Tensor, cfg: UniformConfig, opts: LayerOption
             if grouped:
                 if not cfg.static_groups:
                     if col % g == 0:
-                        scale, zero = fit_grid(work_t[col : col + g].t(), bits, sym, sd)
+                        grid = fit_target(work_t[col : col + g].t(), cfg, sd)
+                        scale, zero, m = grid
                         scales[col // g], zeros[col // g] = scale, zero
+                        if mins is not None and m is not None:
+                            mins[col // g] = m
                 else:
                     original = int(perm[col]) if perm is not None else col
-                    scale, zero = static[original // g]
+                    grid = static[original // g]
+                    scale, zero, _ = grid
             w, c, q = block[i], codes_t[col], q_t[col]
-            torch.div(w, scale, out=c).round_().add_(zero).clamp_(0, maxq)
-            torch.mul(scale, c - zero, out=q)
+            if cfg.ggml is None:
+                torch.div(w, scale, out=c).round_().add_(zero).clamp_(0, maxq)
+                torch.mul(scale, c - zero, out=q)
+            else:
+                c.copy_(grid_codes(w, grid, cfg))
+                q.copy_(grid_values(c, grid))
             torch.div(w - q, hinv_block[i, i], out=errors[i])
             block[i:].addr_(hinv_block[i, i:], errors[i], alpha=-1.0)
         if i2 < k:
@@ -101,7 +125,7 @@ def gptq(W: torch.Tensor, H: torch.Tensor, cfg: UniformConfig, opts: LayerOption
         Q, codes = Q[:, inverse], codes[:, inverse]
         if grouped and not cfg.static_groups:
             g_idx = (inverse // g).to(torch.int32)
-    packed, why = pack_int(codes, scales, zeros, bits, g_idx, sd)
+    packed, why = pack_int(codes, scales, zeros, bits, g_idx, sd, mins)
     return QuantResult(
         weight=Q.contiguous(),
         packed=packed,

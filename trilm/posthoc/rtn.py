@@ -2,7 +2,8 @@
 
 Each group of ``group_size`` consecutive input columns of a row gets its own min/max grid (fitted with
 :func:`trilm.formats.fit_uniform_grid`) and every weight is rounded to its nearest level independently; H
-is used only for the proxy loss. With fp32 scales this is exactly :func:`trilm.formats.quantize_uniform`.
+is used only for the proxy loss. With fp32 scales this is exactly :func:`trilm.formats.quantize_uniform`;
+with a llama.cpp ``target`` it is llama.cpp's own rounding, fitted to the fp16 block numbers.
 """
 
 from __future__ import annotations
@@ -10,10 +11,16 @@ from __future__ import annotations
 import torch
 
 from trilm.config import ConfigError
-from trilm.formats import quantize_to_grid
 from trilm.posthoc.hessian import proxy_loss
 from trilm.posthoc.registry import LayerOptions, QuantResult, register_method
-from trilm.posthoc.uniform import UniformConfig, dequantize_codes, fit_grid, pack_int
+from trilm.posthoc.uniform import (
+    UniformConfig,
+    check_target_storage,
+    fit_target,
+    grid_codes,
+    grid_values,
+    pack_int,
+)
 
 
 @register_method(
@@ -29,16 +36,24 @@ def rtn(W: torch.Tensor, H: torch.Tensor | None, cfg: UniformConfig, opts: Layer
         raise ConfigError(
             f"{opts.name}: rtn rounds every weight independently; act_order/static_groups are GPTQ settings"
         )
+    check_target_storage(cfg, opts.scale_dtype, opts.name)
     g = cfg.check_weight(W, opts.name)
     n, k = W.shape
     blocks = W.float().reshape(n, k // g, g).transpose(0, 1).reshape(-1, g)
-    scale, zero = fit_grid(blocks, cfg.bits, cfg.sym, opts.scale_dtype)
-    codes = quantize_to_grid(blocks, scale, zero, cfg.bits)
-    deq = dequantize_codes(codes, scale, zero)
+    grid = fit_target(blocks, cfg, opts.scale_dtype)
+    codes = grid_codes(blocks, grid, cfg)
+    deq = grid_values(codes, grid)
     weight = deq.reshape(k // g, n, g).transpose(0, 1).reshape(n, k).contiguous()
     codes = codes.reshape(k // g, n, g).transpose(0, 1).reshape(n, k)
+    scale, zero, mins = grid
     packed, why = pack_int(
-        codes, scale.reshape(k // g, n), zero.reshape(k // g, n), cfg.bits, None, opts.scale_dtype
+        codes,
+        scale.reshape(k // g, n),
+        zero.reshape(k // g, n),
+        cfg.bits,
+        None,
+        opts.scale_dtype,
+        None if mins is None else mins.reshape(k // g, n),
     )
     return QuantResult(
         weight=weight,

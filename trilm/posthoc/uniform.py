@@ -4,6 +4,11 @@
 adds what the methods share around it: their config (:class:`UniformConfig`), fitting a grid in the
 precision its scale is stored with (:func:`fit_grid`), dequantization, and packing the chosen codes into an
 :class:`~trilm.formats.IntWeight` (with ``g_idx`` when act-order scatters the groups over K).
+
+``target`` chooses the grid: ``int`` is GPTQ's min/max grid; ``gguf-q4_0``/``gguf-q4_1``/``gguf-q8_0`` are
+llama.cpp's block grids (:mod:`trilm.formats.ggml`), whose fp16 numbers are rounded before the codes are
+chosen, so GPTQ's error feedback works on the grid the GGUF file holds and ``trilm export gguf`` writes the
+QuantLM's values unchanged.
 """
 
 from __future__ import annotations
@@ -13,14 +18,26 @@ import dataclasses
 import torch
 
 from trilm.config import Config, ConfigError, require
-from trilm.formats import IntWeight, fit_uniform_grid, gptq_bits, quantize_to_grid
+from trilm.formats import (
+    GGML_TYPES,
+    IntWeight,
+    fit_ggml_grid,
+    fit_uniform_grid,
+    ggml_codes,
+    ggml_values,
+    gptq_bits,
+    quantize_to_grid,
+)
 from trilm.formats.intk import INT_BITS
 
 GROUP_FITS = ("exact", "nearest")
 KERNEL_GROUP_UNIT = 32
 """Group sizes the packed kernels run natively are multiples of 32 (``trilm.kernels`` CPU int4: 32…256)."""
 GRID_BITS = (2, 3, 4, 8)
-"""Bit widths the uniform methods quantize to (``IntWeight`` stores 2/3/4; 8-bit is fake-quant only)."""
+"""Bit widths the uniform methods quantize to (``IntWeight`` stores all of them)."""
+GGUF_TARGETS = {f"gguf-{name}": t for name, t in GGML_TYPES.items()}
+TARGETS = ("int", *GGUF_TARGETS)
+GGUF_GROUP = 32
 
 
 @dataclasses.dataclass
@@ -45,6 +62,16 @@ class UniformConfig(Config):
     """What a ``group_size`` that does not divide a layer's K does: ``exact`` refuses (naming the group
     sizes that do divide), ``nearest`` uses, for that layer, the divisor of K nearest ``group_size``
     (:func:`nearest_group`); every layer's packed weight records its own group size."""
+    target: str = "int"
+    """The grid: ``int`` (GPTQ's min/max grid) or a llama.cpp block type, ``gguf-q4_0`` (symmetric 4-bit),
+    ``gguf-q4_1`` (4-bit with an fp16 min) or ``gguf-q8_0`` (symmetric 8-bit), which fixes bits, sym and
+    group size 32 (``trilm quantize --target`` fills them in; a conflicting value is refused)."""
+
+    @classmethod
+    def implied_settings(cls, values: dict) -> dict:
+        """The settings a ``target`` fixes (bits, group_size, sym), for options the user left out."""
+        t = GGUF_TARGETS.get(values.get("target", "int"))
+        return {} if t is None else {"bits": t.bits, "group_size": GGUF_GROUP, "sym": not t.has_min}
 
     def validate(self) -> None:
         require(self.bits in GRID_BITS, f"bits: must be one of {list(GRID_BITS)}, got {self.bits}")
@@ -59,6 +86,27 @@ class UniformConfig(Config):
             not self.static_groups or self.group_size > 0,
             "static_groups: needs group_size > 0 (per-row grids have no groups to fix)",
         )
+        require(self.target in TARGETS, f"target: one of {list(TARGETS)}, got {self.target!r}")
+        t = GGUF_TARGETS.get(self.target)
+        if t is not None:
+            want = {"bits": t.bits, "group_size": GGUF_GROUP, "sym": not t.has_min, "group_fit": "exact"}
+            for field, value in want.items():
+                require(
+                    getattr(self, field) == value,
+                    f"{field}: target {self.target} is llama.cpp's {t.name.upper()} grid, which has "
+                    f"{field}={value}; got {getattr(self, field)}",
+                )
+            require(
+                not self.act_order or self.static_groups,
+                f"act_order: target {self.target}: llama.cpp blocks are consecutive columns, so act-order "
+                "needs static_groups (no g_idx)",
+            )
+
+    @property
+    def ggml(self) -> str | None:
+        """The llama.cpp type name of the target (None for the int grid)."""
+        t = GGUF_TARGETS.get(self.target)
+        return None if t is None else t.name
 
     def paper_bits(self) -> float:
         """GPTQ's count: b + (16-bit scale + b-bit zero) / g per weight; per row ≈ b."""
@@ -137,6 +185,41 @@ def fit_grid(
     return scale, zero
 
 
+Grid = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]
+"""Per-row (scale, zero, mins or None) of a fitted grid, fp32 holding the stored values."""
+
+
+def fit_target(w: torch.Tensor, cfg: UniformConfig, scale_dtype: torch.dtype) -> Grid:
+    """The grid of ``w`` (rows, cols) that ``cfg.target`` asks for, its numbers as they will be stored."""
+    if cfg.ggml is not None:
+        return fit_ggml_grid(w, cfg.ggml)
+    scale, zero = fit_grid(w, cfg.bits, cfg.sym, scale_dtype)
+    return scale, zero, None
+
+
+def grid_codes(w: torch.Tensor, grid: Grid, cfg: UniformConfig) -> torch.Tensor:
+    """Codes of ``w`` on a per-row grid from :func:`fit_target` (llama.cpp's grids may have zero or negative
+    scales, which :func:`~trilm.formats.ggml_codes` handles)."""
+    scale, zero, mins = grid
+    if cfg.ggml is None:
+        return quantize_to_grid(w, scale, zero, cfg.bits)
+    return ggml_codes(w, scale, zero, mins, cfg.bits)
+
+
+def grid_values(codes: torch.Tensor, grid: Grid) -> torch.Tensor:
+    """The fp32 values of codes on a per-row grid: exactly what the packed weight dequantizes to."""
+    return ggml_values(codes, *grid)
+
+
+def check_target_storage(cfg: UniformConfig, scale_dtype: torch.dtype, name: str) -> None:
+    """A llama.cpp target stores fp16 numbers; any other scale precision is refused, naming the option."""
+    if cfg.ggml is not None and scale_dtype != torch.float16:
+        raise ConfigError(
+            f"{name}: scale_dtype {scale_dtype}: target {cfg.target} stores fp16 scales (llama.cpp's "
+            "blocks); use --scale-dtype float16"
+        )
+
+
 def dequantize_codes(codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor) -> torch.Tensor:
     """s · (codes − z) for per-row ``scale``/``zero`` (rows,) broadcast over columns; float32."""
     shape = (-1, *([1] * (codes.dim() - 1)))
@@ -158,12 +241,12 @@ def pack_int(
     bits: int,
     g_idx: torch.Tensor | None,
     scale_dtype: torch.dtype,
+    mins: torch.Tensor | None = None,
 ) -> tuple[IntWeight | None, str | None]:
-    """IntWeight from codes (N, K), per-group tables (K / g, N) and optional g_idx, or (None, reason)."""
+    """IntWeight from codes (N, K), per-group tables (K / g, N), optional g_idx and mins; or (None, why)."""
     if bits not in INT_BITS:
         return None, (
-            f"{bits}-bit codes cannot be stored: trilm.formats.IntWeight holds {list(INT_BITS)}-bit "
-            "grids (an 8-bit QuantLM would need a format and kernel extension)"
+            f"{bits}-bit codes cannot be stored: trilm.formats.IntWeight holds {list(INT_BITS)}-bit grids"
         )
-    packed = IntWeight.pack(codes, scales, zeros, bits, g_idx=g_idx, scale_dtype=scale_dtype)
+    packed = IntWeight.pack(codes, scales, zeros, bits, g_idx=g_idx, scale_dtype=scale_dtype, mins=mins)
     return packed, None

@@ -196,9 +196,24 @@ def write_hf_files(
     weights = dequantized_state_dict(cfg, state) if dequantize else state
     hf_state = {hf_name(k): weights[k].to(dtype) for k in expected if not (tied and k == "head.weight")}
     write_tensors(out_dir / HF_WEIGHTS, hf_state, metadata={"format": "pt"})
+    write_hf_config(cfg, out_dir, dtype, bos_token_id=bos_token_id, eos_token_id=eos_token_id, tied=tied)
+    return out_dir
+
+
+def write_hf_config(
+    cfg: ModelConfig,
+    out_dir: str | Path,
+    dtype: torch.dtype,
+    *,
+    bos_token_id: int | list[int] | None = DEFAULT_BOS_ID,
+    eos_token_id: int | list[int] | None = DEFAULT_EOS_ID,
+    tied: bool = False,
+) -> None:
+    """``config.json`` and ``generation_config.json`` of a ``LlamaForCausalLM`` directory: the one writer
+    of both, shared by the dense HF export and the compressed-tensors one (which adds its section)."""
+    out_dir = Path(out_dir)
     write_json(
         out_dir / CONFIG_FILE,
         hf_config_dict(cfg, dtype, bos_token_id=bos_token_id, eos_token_id=eos_token_id, tied=tied),
     )
     write_json(out_dir / "generation_config.json", generation_config_dict(bos_token_id, eos_token_id))
-    return out_dir
