@@ -235,9 +235,9 @@ def run(args: argparse.Namespace) -> int:
         return 1 if any(o.action in ("failed", "missing") for o in outcomes) else 0
     if args.action == "status":
         from trilm.suite.cooldown import branch_records, cooldown_branches, render_branches
-        from trilm.suite.status import render_status, suite_status
+        from trilm.suite.status import add_forecasts, render_status, suite_status
 
-        statuses = suite_status(suite, stale_after=args.stale_after)
+        statuses = add_forecasts(suite_status(suite, stale_after=args.stale_after))
         branches = cooldown_branches(suite) if suite.config.cooldown.at else []
         if args.json:
             records = [s.to_dict() for s in statuses]

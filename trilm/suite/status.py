@@ -35,6 +35,11 @@ from trilm.train.checkpoint import RunDir, lock_holder, lock_taken_elsewhere
 FAILED = "FAILED"
 STATES = ("finished", "running", "stopped", "failed", "pending")
 STALE_AFTER = 900.0
+FORECAST_NOTE = (
+    "final loss: measured for finished runs; otherwise Tissue et al.'s curve law fitted on the run's own"
+    " snapshots, [interval] = the fit's residual scatter (95 %), not its extrapolation error; * = the law"
+    " is not identified (see the note below)"
+)
 
 
 @dataclasses.dataclass
@@ -52,6 +57,8 @@ class RunStatus:
     """Time of the first metrics record: ``last_update - started`` is the run's wall time so far (pauses
     between an interruption and its resume included)."""
     error: str = ""
+    forecast: Any = None
+    """A :class:`trilm.suite.forecast.Forecast` once :func:`add_forecasts` ran (the table then shows it)."""
 
     @property
     def wall_s(self) -> float | None:
@@ -92,6 +99,7 @@ class RunStatus:
             "eta_s": self.eta_s,
             "wall_s": self.wall_s,
             "error": self.error,
+            **({} if self.forecast is None else {"forecast": dataclasses.asdict(self.forecast)}),
         }
 
 
@@ -196,6 +204,16 @@ def suite_status(suite: Suite, stale_after: float = STALE_AFTER) -> list[RunStat
     return [run_status(r, now, stale_after) for r in suite.runs]
 
 
+def add_forecasts(statuses: list[RunStatus], cfg=None) -> list[RunStatus]:
+    """Attach each run's final-loss forecast (:mod:`trilm.suite.forecast`); kept out of :func:`run_status`
+    because it fits a law per run and the launcher polls the status."""
+    from trilm.suite.forecast import run_forecast
+
+    for s in statuses:
+        s.forecast = run_forecast(s.run, s.state, cfg)
+    return statuses
+
+
 def _flops_per_token(run: SuiteRun) -> float:
     from trilm.model.flops import flops_per_token
 
@@ -220,6 +238,9 @@ def suite_eta(statuses: list[RunStatus]) -> float | None:
 def render_status(suite: Suite, statuses: list[RunStatus]) -> str:
     headers = ["run", "state", "step", "tokens", "snapshot", "state ckpt", "train loss", "val loss"]
     headers += ["tokens/s", "wall", "ETA"]
+    shown = any(s.forecast is not None for s in statuses)
+    if shown:
+        headers.append("final loss [interval]")
     rows = []
     for s in statuses:
         rows.append(
@@ -237,6 +258,8 @@ def render_status(suite: Suite, statuses: list[RunStatus]) -> str:
                 "done" if s.state == "finished" else duration(s.eta_s),
             ]
         )
+        if shown:
+            rows[-1].append("–" if s.forecast is None else s.forecast.text())
     counts: dict[str, int] = {}
     for s in statuses:
         counts[s.state] = counts.get(s.state, 0) + 1
@@ -253,6 +276,9 @@ def render_status(suite: Suite, statuses: list[RunStatus]) -> str:
         "",
         table(headers, rows, left=2),
     ]
+    if shown:
+        lines += ["", FORECAST_NOTE]
+        lines += [f"{s.run.name}: {s.forecast.note}" for s in statuses if s.forecast and s.forecast.note]
     errors = [f"{s.run.name}: {s.error}" for s in statuses if s.error]
     if errors:
         lines += ["", *[f"failed: {e}" for e in errors]]
