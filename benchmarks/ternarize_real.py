@@ -212,12 +212,19 @@ def write_report(state: dict, args, out: Path, gptq: dict | None) -> None:
     lines += [
         "- **Ternary PTQ** is the conversion's step-0 snapshot: absmean rounding of the float weights, "
         "no update.",
-        "",
     ]
-    lines += ["| model | tokens trained | train s | perplexity | × float |", "|---|---:|---:|---:|---:|"]
+    missing = [a for a in args.arms.split(",") if a and a not in state.get("train", {})]
+    if missing and "budget" in state:
+        lines.append(
+            f"- **Not yet run**: the budgeted conversion ({state['budget']['tokens']:,} tokens) of arm(s) "
+            f"{', '.join(missing)}; `trilm-pilot-kd` is the pilot's "
+            f"{state.get('pilot', {}).get('steps')} steps only."
+        )
+    lines += ["", "| model | tokens trained | wall s (with start-up) | perplexity | × float |"]
+    lines += ["|---|---:|---:|---:|---:|"]
     for name, row in rows.items():
         arm = name.removeprefix("trilm-")
-        trained = state.get("train", {}).get(arm, {})
+        trained = state["pilot"] if arm == "pilot-kd" else state.get("train", {}).get(arm, {})
         ratio = f"{row['ppl'] / float_ppl:.2f}" if float_ppl else "—"
         tokens = f"{trained['tokens']:,}" if trained else "0"
         seconds = f"{trained['seconds']:.0f}" if trained else "—"
@@ -332,8 +339,12 @@ def main(argv: list[str] | None = None) -> int:
         evals = state.setdefault("eval", {})
         models = {"float": snapshot}
         first = next((a for a in arms if a in state.get("train", {})), None)
-        if first:
-            models["ternary-ptq"] = snapshot_at(work / "runs" / f"conv-{first}", 0)
+        # every run's step 0 is the same TriLM (the float weights as latents), so any of them is ternary PTQ
+        source = f"conv-{first}" if first else "pilot-kd" if "pilot" in state else None
+        if source:
+            models["ternary-ptq"] = snapshot_at(work / "runs" / source, 0)
+        if "pilot" in state:
+            models["trilm-pilot-kd"] = snapshot_at(work / "runs" / "pilot-kd", state["pilot"]["steps"])
         for arm in arms:
             if arm in state.get("train", {}):
                 models[f"trilm-{arm}"] = snapshot_at(
