@@ -83,6 +83,12 @@ def own_candidates(directory: Path, run_dir: Path | None = None) -> list[tuple[P
         found.append((hf, "model"))
     if (directory / TOKENIZER_MODEL).is_file():
         found.append((directory / TOKENIZER_MODEL, "model"))
+    if (
+        run_dir is not None
+        and (run_dir / HF_TOKENIZER_FILE).is_file()
+        and is_hf_tokenizer_file(run_dir / HF_TOKENIZER_FILE)
+    ):
+        found.append((run_dir / HF_TOKENIZER_FILE, "run"))
     if run_dir is not None and (run_dir / TOKENIZER_MODEL).is_file():
         found.append((run_dir / TOKENIZER_MODEL, "run"))
     return found

@@ -27,7 +27,7 @@ from trilm.parallel import dp_group, init_parallel, node_id, placement
 from trilm.schedule import Schedule
 from trilm.store.errors import StoreError
 from trilm.store.integrity import complete_steps, latest_complete
-from trilm.store.layout import COMPLETE, TOKENIZER_FILE
+from trilm.store.layout import COMPLETE
 from trilm.store.open import open_model
 from trilm.store.snapshot import write_snapshot_files
 from trilm.train.checkpoint import RunDir, RunLock, atomic_directory
@@ -168,8 +168,12 @@ class Trainer:
         write_text(self.run.config, self.cfg.replace(model=self.model_cfg).to_yaml())
         tok = self.data.tokenizer
         if tok is not None:
-            copy_file(self.cfg.data.tokenizer, self.run.root / TOKENIZER_FILE)
-            write_json(sidecar_path(self.run.root / TOKENIZER_FILE), {"hash": tok.hash}, indent=None)
+            # under the names the loaders look for: a Hugging Face tokenizer.json (with its companions, the
+            # chat template among them) copied as tokenizer.model would be read as SentencePiece and refused
+            for name, source in tok.files.items():
+                copy_file(source, self.run.root / name)
+            main = self.run.root / next(iter(tok.files))
+            write_json(sidecar_path(main), {"hash": tok.hash}, indent=None)
 
     def _check_run_dir(self) -> None:
         """The run directory belongs to this run: its recorded config equals ours (up to the keys that may
