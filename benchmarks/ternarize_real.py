@@ -43,6 +43,7 @@ import yaml
 
 from benchmarks.common import write_result
 from benchmarks.posthoc_real import CACHE, ROOT, ensure_model, evaluate, load_average, portable, run
+from trilm.atomic import write_json
 
 POSTHOC = ROOT / "docs" / "results" / "posthoc-real"
 STAGES = ("model", "data", "pilot", "train", "eval")
@@ -175,7 +176,7 @@ def load_state(path: Path) -> dict:
 
 
 def save_state(path: Path, state: dict) -> None:
-    path.write_text(json.dumps(state, indent=1, default=str) + "\n")
+    write_json(path, state, indent=1)  # the script's own progress (budget, finished stages), not a result
 
 
 def write_report(state: dict, args, out: Path, gptq: dict | None) -> None:

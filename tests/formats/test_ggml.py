@@ -1,4 +1,5 @@
-"""llama.cpp block types as int grids: the bytes trilm writes dequantize, in ``gguf``, to IntWeight's values."""
+"""llama.cpp block types as int grids: the bytes trilm writes dequantize, in ``gguf``, to IntWeight's
+values."""
 
 from __future__ import annotations
 
