@@ -40,3 +40,16 @@ def flip(data: bytes, bit: int) -> bytes:
     out = bytearray(data)
     out[bit // 8] ^= 1 << (bit % 8)
     return bytes(out)
+
+
+def truncated_or_flipped(data: Any, raw: bytes, *, max_flips: int = 3) -> bytes:
+    """Draw from Hypothesis' ``data`` either ``raw`` cut at any byte, or ``raw`` with 1..``max_flips`` bits
+    flipped anywhere: the two damages every reader of a text or binary table must survive."""
+    from hypothesis import strategies as st
+
+    if data.draw(st.booleans()):
+        return raw[: data.draw(st.integers(0, len(raw) - 1))]
+    bits = data.draw(st.lists(st.integers(0, len(raw) * 8 - 1), min_size=1, max_size=max_flips))
+    for bit in bits:
+        raw = flip(raw, bit)
+    return raw

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.untrusted import SETTINGS, flip, named
+from tests.untrusted import SETTINGS, named, truncated_or_flipped
 from trilm.scaling.chinchilla import default_csv_path, load_chinchilla
 from trilm.scaling.table import TableError
 
@@ -19,12 +19,7 @@ RAW = default_csv_path().read_bytes()[:4000]
 @given(data=st.data())
 def test_a_damaged_chinchilla_csv_is_read_or_named(tmp_path, data):
     raw = RAW[: RAW.rindex(b"\n") + 1]
-    if data.draw(st.booleans()):
-        damaged = raw[: data.draw(st.integers(0, len(raw) - 1))]
-    else:
-        damaged = raw
-        for bit in data.draw(st.lists(st.integers(0, len(raw) * 8 - 1), min_size=1, max_size=3)):
-            damaged = flip(damaged, bit)
+    damaged = truncated_or_flipped(data, raw)
     path = tmp_path / "chinchilla.csv"
     path.write_bytes(damaged)
     named(lambda: load_chinchilla(path, drop_highest=0), TableError, path, must_fail=False)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.untrusted import SETTINGS, flip, named
+from tests.untrusted import SETTINGS, named, truncated_or_flipped
 from trilm.scaling.table import ResultRow, TableError, read_table, write_table
 
 ROW = dict(run="r", family="floatlm", size="nano", params=100, nonembedding_params=80, linear_params=60)
@@ -25,12 +25,7 @@ def table(request, tmp_path_factory) -> tuple[str, bytes]:
 @given(data=st.data())
 def test_a_damaged_table_is_read_or_named(table, tmp_path, data):
     suffix, raw = table
-    if data.draw(st.booleans()):
-        damaged = raw[: data.draw(st.integers(0, len(raw) - 1))]
-    else:
-        damaged = raw
-        for bit in data.draw(st.lists(st.integers(0, len(raw) * 8 - 1), min_size=1, max_size=3)):
-            damaged = flip(damaged, bit)
+    damaged = truncated_or_flipped(data, raw)
     path = tmp_path / f"results.{suffix}"
     path.write_bytes(damaged)
     named(lambda: read_table(path), TableError, path, must_fail=False)
