@@ -169,8 +169,8 @@ def test_spectra_1_1b_o_proj_blocks_straddle_shards_and_are_folded_exactly():
     state = dequantized_state_dict(cfg, latent)
     wo, wv = state["layers.0.attn.wo.weight"], state["layers.0.attn.wv.weight"]
     assert not single_magnitude_blocks(wo) and single_magnitude_blocks(state["layers.0.mlp.w_down.weight"])
-    out, folded = ternary_tensors(SimpleNamespace(config=cfg, path=Path("1.1b")), state, "tq1_0")
-    assert folded == ["blk.0.attn_output.weight"]
+    out, folded, left = ternary_tensors(SimpleNamespace(config=cfg, path=Path("1.1b")), state, "tq1_0")
+    assert folded == ["blk.0.attn_output.weight"] and left == []
     wo2, wv2 = out["layers.0.attn.wo.weight"], out["layers.0.attn.wv.weight"]
     assert single_magnitude_blocks(wo2) and single_magnitude_blocks(wv2)
     assert torch.equal(torch.sign(wo2), torch.sign(wo)) and torch.equal(torch.sign(wv2), torch.sign(wv))
@@ -283,3 +283,59 @@ def test_llama_cpp_loads_a_pruned_export_and_computes_trilms_logits(make_snapsho
         with torch.no_grad():
             ours = load_model(source, tp=1).eval()(torch.tensor([ids]))[0]
         assert (ours - theirs).abs().max() < 1e-2 * max(1.0, float(ours.abs().max())), source
+
+
+@pytest.mark.parametrize("fallback", ["f16", "q8_0"])
+def test_fallback_writes_the_tensors_tq_blocks_cannot_hold_in_the_named_type(
+    make_snapshot, tmp_path, fallback
+):
+    """Rows of 64 (hidden) cannot be TQ2_0 blocks; rows of 256 (the FFN width, down_proj's input) can. With
+    ``--fallback`` the first go in the named type, listed in the file and the report, the rest stay TQ2_0,
+    and the file still computes the model: F16 holds a ternary tensor as TQ would (codes × fp16 scale)."""
+    snap = make_snapshot("trilm", seed=3, run=f"fb-{fallback}", ffn=256)
+    out = tmp_path / f"{fallback}.gguf"
+    assert main(["export", "gguf", str(snap), str(out), "--type", "tq2_0", "--fallback", fallback]) == 0
+    reader, w, kv = _tensors(out)
+    types = {t.name: t.tensor_type for t in reader.tensors}
+    other = GGMLQuantizationType[fallback.upper()]
+    linears = [n for n in types if n.startswith("blk.") and n.endswith("weight") and w[n].dim() == 2]
+    assert {n for n in linears if types[n] == GGMLQuantizationType.TQ2_0} == {
+        "blk.0.ffn_down.weight",
+        "blk.1.ffn_down.weight",
+    }
+    moved = sorted(n for n in linears if "ffn_down" not in n)
+    assert all(types[n] == other for n in moved) and sorted(kv["trilm.fallback_tensors"]) == moved
+    assert kv["general.file_type"] == 37
+    model = load_model(snap, tp=1).eval()
+    with torch.no_grad():
+        ours = model(_ids())
+    bound = 2e-3 if fallback == "f16" else 2e-2
+    assert (ours - _llama_cpp_logits(out, _ids())).abs().max() < bound * ours.abs().max()
+    if fallback == "f16":
+        q = w["blk.0.attn_q.weight"]
+        assert len(set(torch.unique(q.abs()).tolist()) - {0.0}) == 1
+
+
+def test_fallback_is_refused_where_it_means_nothing(make_snapshot, tmp_path):
+    snap = make_snapshot("trilm", run="fb-refused")
+    with pytest.raises(ConfigError, match="only a tq1_0/tq2_0 export"):
+        export_snapshot_gguf(snap, tmp_path / "x.gguf", qtype="f16", fallback="q8_0")
+    with pytest.raises(ConfigError, match=r"--fallback 'q4_0': choose one of f16, q8_0"):
+        export_snapshot_gguf(snap, tmp_path / "x.gguf", qtype="tq2_0", fallback="q4_0")
+    assert not list(tmp_path.glob("*.gguf"))
+
+
+def test_llama_cpp_runs_a_tq2_0_file_with_fallback_tensors(make_snapshot, tmp_path):
+    """The real reader on the mixed file a model with 576-wide rows (SmolLM2) needs: TQ2_0 where rows are
+    multiples of 256, F16 elsewhere; llama.cpp's logits equal trilm's within fp16 rounding."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    snap = make_snapshot("trilm", seed=5, run="fb-llama-cpp", ffn=256)
+    out = tmp_path / "mixed.gguf"
+    export_snapshot_gguf(snap, out, qtype="tq2_0", fallback="f16")
+    ids = _ids()[0].tolist()
+    llm = llama_cpp.Llama(model_path=str(out), n_ctx=64, logits_all=True, verbose=False, n_threads=1)
+    llm.eval(ids)
+    theirs = torch.tensor(np.array(llm.scores[: len(ids)]))
+    with torch.no_grad():
+        ours = load_model(snap, tp=1).eval()(torch.tensor([ids]))[0]
+    assert (ours - theirs).abs().max() < 1e-2 * max(1.0, float(ours.abs().max()))

@@ -108,6 +108,13 @@ def build_parser(parser: argparse.ArgumentParser, command: str) -> None:
         help="block weight type (default: a QuantLM's own llama.cpp grid, exactly; else tq2_0 for "
         "TriLM/BiLM, f16 for FloatLM)",
     )
+    gguf.add_argument(
+        "--fallback",
+        choices=["f16", "q8_0"],
+        default=None,
+        help="with tq1_0/tq2_0: write the tensors whose rows are not a multiple of 256 in this type "
+        "(named in the report and the file's trilm.fallback_tensors) instead of refusing the model",
+    )
     gguf.add_argument("--tokenizer", default=None, help=tok_help)
     gguf.add_argument(
         "--tokenizer-pre",
@@ -183,6 +190,7 @@ def run(args) -> int:
             qtype=args.type,
             tokenizer=args.tokenizer,
             tokenizer_pre=args.tokenizer_pre,
+            fallback=args.fallback,
         )
         print(report.summary())
         return 0

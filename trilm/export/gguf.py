@@ -18,7 +18,11 @@ holds those as per-block arrays (:func:`file_blocks` says which blocks go in and
 **TQ1_0 / TQ2_0** hold one fp16 scale per 256 consecutive weights of a row. A ternary matrix is stored
 exactly when every 256-block has one non-zero magnitude. Two cases are not so:
 
-- a row length that is not a multiple of 256: refused (nothing can be done inside the format);
+- a row length that is not a multiple of 256: refused (nothing can be done inside the format), unless
+  ``fallback`` (``--fallback f16|q8_0``) names a type for those tensors, as llama.cpp's own converter does
+  for them: the file's type is then a "mostly TQ" type, the tensors in the other type are listed in its
+  ``trilm.fallback_tensors`` and in the report. F16 holds a ternary tensor exactly as TQ would (codes times
+  the fp16-rounded scale); Q8_0 within its error bound, at about half F16's size;
 - blocks that straddle a tensor-parallel scale boundary, e.g. Spectra-1.1B's ``o_proj``: 1,792 columns in
   2 partitions of 896. The scale of a row-parallel matrix varies only along its input columns, and those
   columns are outputs of the previous matrix *through a linear path* (an attention head's values are a
@@ -27,7 +31,8 @@ exactly when every 256-block has one non-zero magnitude. Two cases are not so:
   same model, and every block of the folded matrix has one magnitude. Anything else (scales that vary
   along rows and columns within a block, kv groups with different column scales) is refused.
 
-There is never a fallback: a file whose type says TQ1_0 holds TQ1_0 block weights. A weight beyond fp16's
+There is never a silent fallback: without ``fallback`` a file whose type says TQ1_0 holds only TQ1_0 block
+weights, and with it every tensor not in TQ blocks is named. A weight beyond fp16's
 range (|w| > 65,504, or a block scale that would be) is refused by tensor name before anything is
 written: fp16 would store ±inf. After writing, the file is read back with ``gguf.GGUFReader`` and every
 tensor is dequantized and compared with what was meant to be stored (exact codes and fp16 scales for TQ
@@ -54,6 +59,8 @@ from trilm.model.spec import ATTENTION, MLP, gguf_name, linears_of, parse_key, w
 from trilm.store.open import ModelDir
 
 QTYPES = ("f16", "q8_0", "q4_0", "q4_1", "tq1_0", "tq2_0")
+FALLBACKS = ("f16", "q8_0")
+"""Types a ternary tensor whose rows TQ blocks cannot hold may be written in, when asked."""
 UNIFORM_ARCH = "llama"
 PER_LAYER_ARCH = "deci"
 """llama.cpp's architecture of LLaMA blocks with per-block head counts and FFN widths (0 heads = no
@@ -115,9 +122,17 @@ class GGUFReport:
     max_error: dict[str, float]
     bytes: int
     blocks: int
+    fallback: dict[str, str] = dataclasses.field(default_factory=dict)
+    """GGUF tensor name → the type it was written in instead of ``qtype`` (``--fallback``)."""
 
     def summary(self) -> str:
         folded = f"; scales folded into {', '.join(self.folded)}" if self.folded else ""
+        if self.fallback:
+            kinds = sorted(set(self.fallback.values()))
+            folded += (
+                f"; {len(self.fallback)} tensor(s) with rows TQ blocks cannot hold written as "
+                f"{'/'.join(kinds)}: {', '.join(sorted(self.fallback))}"
+            )
         worst = max(self.max_error.values(), default=0.0)
         return (
             f"wrote {self.path} ({self.qtype}, {self.blocks} blocks, {self.tensors} tensors, "
@@ -127,9 +142,10 @@ class GGUFReport:
 
 
 def ternary_tensors(
-    src: ModelDir, state: dict[str, torch.Tensor], qtype: str
-) -> tuple[dict[str, torch.Tensor], list[str]]:
-    """The block matrices as they go into TQ blocks (scales folded where needed); refusals name the tensor."""
+    src: ModelDir, state: dict[str, torch.Tensor], qtype: str, fallback: str | None = None
+) -> tuple[dict[str, torch.Tensor], list[str], list[str]]:
+    """The block matrices as they go into TQ blocks (scales folded where needed), the folded tensors' names
+    and the canonical keys left to ``fallback`` (rows not a multiple of 256); refusals name the tensor."""
     cfg = src.config
     if cfg.family == "floatlm":
         raise ConfigError(
@@ -137,15 +153,20 @@ def ternary_tensors(
         )
     out = dict(state)
     folded: list[str] = []
+    left: list[str] = []
     group = cfg.heads // cfg.num_kv_heads
     for i, layer in enumerate(cfg.layer_shapes()):
         for lin in linears_of(layer):
             key = weight_key(i, lin.name)
             w = out[key]
             if w.shape[1] % TQ_BLOCK:
+                if fallback is not None:
+                    left.append(key)
+                    continue
                 raise ConfigError(
                     f"{src.path}: {gguf_name(key)} has rows of {w.shape[1]} weights, not a multiple of "
-                    f"{TQ_BLOCK}: {qtype} cannot hold it (use --type f16, or q8_0 for multiples of 32)"
+                    f"{TQ_BLOCK}: {qtype} cannot hold it (use --fallback f16 or q8_0 for such tensors, or "
+                    "--type f16)"
                 )
             if single_magnitude_blocks(w):
                 continue
@@ -167,10 +188,11 @@ def ternary_tensors(
                 columns = ratio
             out[key] = (w.float() / columns.unsqueeze(0)).to(w.dtype)
             out[prev_key] = (out[prev_key].float() * ratio.unsqueeze(1)).to(w.dtype)
-            if not (single_magnitude_blocks(out[key]) and single_magnitude_blocks(out[prev_key])):
+            prev_exact = prev_key in left or single_magnitude_blocks(out[prev_key])
+            if not (single_magnitude_blocks(out[key]) and prev_exact):
                 raise ConfigError(f"{src.path}: {gguf_name(key)}: folding its scales did not make it exact")
             folded.append(gguf_name(key))
-    return out, folded
+    return out, folded, left
 
 
 def _pad_vocab(tokens: list[bytes], scores: list[float], types: list[int], rows: int) -> None:
@@ -275,8 +297,10 @@ def export_snapshot_gguf(
     tokenizer: str | Path | None = None,
     src: ModelDir | None = None,
     tokenizer_pre: str | None = None,
+    fallback: str | None = None,
 ) -> GGUFReport:
-    """Write (and verify) the GGUF of a model; see the module docstring for what is refused."""
+    """Write (and verify) the GGUF of a model; see the module docstring for what is refused and for
+    ``fallback``, the type of the ternary tensors TQ blocks cannot hold."""
     import gguf
     from gguf import GGMLQuantizationType as T
     from gguf import LlamaFileType as F
@@ -288,6 +312,12 @@ def export_snapshot_gguf(
     qtype = qtype or on_grid_type(src) or ("f16" if cfg.family == "floatlm" else "tq2_0")
     if qtype not in QTYPES:
         raise ConfigError(f"--type {qtype!r}: choose one of {', '.join(QTYPES)}")
+    if fallback is not None and fallback not in FALLBACKS:
+        raise ConfigError(f"--fallback {fallback!r}: choose one of {', '.join(FALLBACKS)}")
+    if fallback is not None and not qtype.startswith("tq"):
+        raise ConfigError(
+            f"--fallback {fallback}: only a tq1_0/tq2_0 export has tensors to fall back, not {qtype}"
+        )
     kinds = {"f16": (T.F16, F.MOSTLY_F16), "q8_0": (T.Q8_0, F.MOSTLY_Q8_0)}
     kinds.update({"q4_0": (T.Q4_0, F.MOSTLY_Q4_0), "q4_1": (T.Q4_1, F.MOSTLY_Q4_1)})
     kinds.update({"tq1_0": (T.TQ1_0, F.MOSTLY_TQ1_0), "tq2_0": (T.TQ2_0, F.MOSTLY_TQ2_0)})
@@ -297,8 +327,9 @@ def export_snapshot_gguf(
     if tied:  # llama.cpp ties a file without output.weight to token_embd
         del state["head.weight"]
     folded: list[str] = []
+    left: list[str] = []
     if qtype.startswith("tq"):
-        state, folded = ternary_tensors(src, state, qtype)
+        state, folded, left = ternary_tensors(src, state, qtype, fallback)
     raw = exact_blocks(src, qtype)
     for i, layer in enumerate(cfg.layer_shapes()):
         for lin in linears_of(layer):
@@ -317,6 +348,7 @@ def export_snapshot_gguf(
         rope_factors = (plain / rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling)).numpy()
     number = {index: position for position, index in enumerate(blocks)}
     plan: dict[str, tuple[np.ndarray, object]] = {}
+    moved: dict[str, str] = {}
     stored_raw: dict[str, np.ndarray] = {}
     for name, tensor in state.items():
         array = tensor.detach().cpu().numpy().astype(np.float32)
@@ -326,6 +358,9 @@ def export_snapshot_gguf(
             stored_raw[gname] = raw[name].numpy()
         if array.ndim == 1:
             plan[gname] = (array, T.F32)
+        elif parsed is not None and name in left:
+            plan[gname] = (array, kinds[fallback][0])
+            moved[gname] = str(fallback)
         elif parsed is not None:
             plan[gname] = (array, block_type)
         else:  # embedding and head: F16, or Q8_0 when asked for Q8_0
@@ -400,6 +435,7 @@ def export_snapshot_gguf(
         writer.add_string("trilm.source", src.label)
         writer.add_uint32("trilm.scale_partitions", cfg.scale_partitions(1) if cfg.family != "floatlm" else 1)
         writer.add_array("trilm.folded_scales", folded or [""])
+        writer.add_array("trilm.fallback_tensors", sorted(moved) or [""])
         for gname, (array, kind) in plan.items():
             stored = stored_raw[gname] if gname in stored_raw else gguf.quants.quantize(array, kind)
             writer.add_tensor(gname, stored, raw_dtype=None if kind in (T.F32, T.F16) else kind)
@@ -409,7 +445,9 @@ def export_snapshot_gguf(
         writer.close()
         errors = verify_gguf(tmp, plan, exact=set(stored_raw))
         check_declared_shapes(tmp)
-    return GGUFReport(Path(out), qtype, len(plan), folded, errors, Path(out).stat().st_size, len(blocks))
+    return GGUFReport(
+        Path(out), qtype, len(plan), folded, errors, Path(out).stat().st_size, len(blocks), moved
+    )
 
 
 def verify_gguf(
