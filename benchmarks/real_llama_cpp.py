@@ -35,7 +35,13 @@ PROBES = (
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="a trilm model directory of SmolLM2 (QuantLM, import)")
-    parser.add_argument("--type", default="f16", choices=["f16", "q8_0"])
+    parser.add_argument("--type", default="f16", choices=["f16", "q8_0", "tq2_0", "tq1_0"])
+    parser.add_argument(
+        "--fallback",
+        default=None,
+        choices=["f16", "q8_0"],
+        help="with tq2_0/tq1_0: the type of tensors whose rows TQ blocks cannot hold (SmolLM2's 576)",
+    )
     parser.add_argument("--tokens", type=int, default=512)
     parser.add_argument("--gen", type=int, default=24)
     parser.add_argument("--threads", type=int, default=1)
@@ -53,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     model = Path(args.model)
     gguf = model.parent / f"{model.name}.{args.type}.gguf"
     start = time.perf_counter()
-    report = export_snapshot_gguf(model, gguf, qtype=args.type)
+    report = export_snapshot_gguf(model, gguf, qtype=args.type, fallback=args.fallback)
     export_s = time.perf_counter() - start
     em = load_eval_model(model)
     tok = em.tokenizer
@@ -93,7 +99,13 @@ def main(argv: list[str] | None = None) -> int:
     trilm_reply = seq[len(prompt) :]
     result = {
         "model": str(model.name),
-        "gguf": {"type": args.type, "bytes": report.bytes, "export_s": export_s, "summary": report.summary()},
+        "gguf": {
+            "type": args.type,
+            "fallback": {name: kind for name, kind in sorted(report.fallback.items())},
+            "bytes": report.bytes,
+            "export_s": export_s,
+            "summary": report.summary(),
+        },
         "llama_cpp_python": llama_cpp.__version__,
         "tokens_compared": len(ids),
         "logits": {"max_abs_delta": delta, "max_abs_logit": float(ours.abs().max()), "top1_agreement": top1},

@@ -46,11 +46,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the server")
+    parser.add_argument(
+        "--packed", action="store_true", help="serve TriLM/BiLM latent weights packed (trilm serve --packed)"
+    )
     parser.add_argument("--out", default=str(ROOT / "docs" / "results" / "posthoc-real" / "serve-chat.json"))
     args = parser.parse_args(argv)
     model = Path(args.model)
     name = f"smollm2-{model.name}"
     options = ["--device", "cpu", "--threads", str(args.threads), "--model-name", name]
+    options += ["--packed"] if args.packed else []
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     server = Server(model, options, model.parent / f"{model.name}.serve.log", env=env)
     exchanges = []
