@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from trilm.cli import main
+from trilm.quickstart import analysis_text
 from trilm.schedule import Schedule
 from trilm.suite.analyse import analyse_table
 from trilm.suite.config import load_suite
@@ -141,6 +142,15 @@ def test_the_plot_is_written_beside_the_report_and_draws_each_prediction(analyse
     )
     law = by_label["TriLM: scaling law, size held out"]
     assert len(law.lines[0].get_xdata()) == 4
+
+
+def test_the_quickstart_prints_the_same_table(analysed):
+    _, result, _ = analysed
+    text = analysis_text(result)
+    assert "predicted vs measured final loss (curve law from 50 % of each run" in text
+    row = next(r for r in result.predictions.rows if r.run == "trilm-128x4" and r.source == "curve")
+    line = next(x for x in text.splitlines() if x.startswith("trilm-128x4") and "curve" in x)
+    assert f"{row.predicted:.4f} [{row.low:.4f}, {row.high:.4f}]" in line and f"{row.measured:.4f}" in line
 
 
 def test_forecast_from_outside_zero_to_one_is_refused_by_name(tmp_path, capsys):
