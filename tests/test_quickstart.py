@@ -61,6 +61,9 @@ def test_quickstart_pipeline(tmp_path, capsys):
     )
     for name in ("report.md", "training_curves.png", "loss_vs_params.svg", "loss_vs_bits.png"):
         assert (tmp_path / "analysis" / name).stat().st_size > 0
+    # 4 steps are too few for a forecast, and the table says so for every run rather than leaving it out
+    assert "predicted vs measured final loss (curve law from 50 % of each run" in out
+    assert "## Predicted vs measured final loss" in summary and summary.count("| too early |") == 12
 
     # the recorded snapshot loss is what an independent evaluation of the snapshot gives, on the same
     # validation sequences as the run's own

@@ -8,10 +8,11 @@ It is the quickstart suite (``configs/suites/quickstart.yaml``) run end to end t
 3. a generated sample from each family's largest model,
 4. the analysis: the results table of every checkpoint; the final loss per size and family and whether it
    falls with size; L(N) = E + A/N^α per family, printed as a law only where the data identify it; L(D)
-   along each run; the families compared at equal parameters and at equal size in bits (report and plots
-   under ``<run-dir>/analysis``). The sizes, budget and rates are the CPU ladder's (``docs/results/ladder/``:
-   the same story at five sizes, with the rate sweeps that chose them), and the family order at each size is
-   checked against the ladder's.
+   along each run; the families compared at equal parameters and at equal size in bits; each run's final
+   loss as forecast from its first half against the measured one, and as L(N) without its size predicts it
+   (report and plots under ``<run-dir>/analysis``). The sizes, budget and rates are the CPU ladder's
+   (``docs/results/ladder/``: the same story at five sizes, with the rate sweeps that chose them), and the
+   family order at each size is checked against the ladder's.
 
 Rerunning it reuses what is finished: prepared shards, completed runs (they are skipped; an interrupted one
 resumes), rows already in the results table.
@@ -115,9 +116,31 @@ def ladder_agreement(
     return checks
 
 
+def analysis_text(result) -> str:
+    """What the quickstart prints of a :class:`trilm.suite.analyse.SuiteAnalysis`: the summary with the family
+    order checked against the CPU ladder, then each finished run's predicted against measured final loss."""
+    from trilm.suite.analyse import final_losses, summary_text
+    from trilm.suite.predicted import text_lines
+
+    checks = ladder_agreement(final_losses(result.report))
+    heading = "family order by size (lowest loss first) against the CPU ladder:"
+    after = ["", heading, *[c.text for c in checks]]
+    differ = [c.size for c in checks if not c.agrees]
+    caveat = (
+        f"at {', '.join(differ)} the families are not in the CPU ladder's order (above): the fitted curves"
+        " below describe this budget, not the families"
+        if differ
+        else None
+    )
+    text = summary_text(result.report, after_table=after if checks else [], comparison_caveat=caveat)
+    if result.predictions is not None and result.predictions.rows:
+        text += "\n\n" + "\n".join(text_lines(result.predictions))
+    return text
+
+
 def run(args) -> int:
     from trilm.suite import load_suite
-    from trilm.suite.analyse import analyse_suite, final_losses, summary_text
+    from trilm.suite.analyse import analyse_suite
     from trilm.suite.launch import cheapest_first, launch_local, prepare_data
 
     start = time.perf_counter()
@@ -145,17 +168,7 @@ def run(args) -> int:
     print(_samples(suite, root / "data" / "tokenizer.model"))
     print(f"== 4/4 analysis: every checkpoint → results table → L(N) fits, family comparison → {root}")
     result = analyse_suite(suite, bootstrap=args.bootstrap, seed=0)
-    checks = ladder_agreement(final_losses(result.report))
-    heading = "family order by size (lowest loss first) against the CPU ladder:"
-    after = ["", heading, *[c.text for c in checks]]
-    differ = [c.size for c in checks if not c.agrees]
-    caveat = (
-        f"at {', '.join(differ)} the families are not in the CPU ladder's order (above): the fitted curves"
-        " below describe this budget, not the families"
-        if differ
-        else None
-    )
-    print(summary_text(result.report, after_table=after if checks else [], comparison_caveat=caveat))
+    print(analysis_text(result))
     print(f"\nreport {result.summary_file}, {result.out_dir / 'report.md'}; plots in {result.out_dir}")
     print(f"the same story at five sizes, with the pilots and rate sweeps that chose this recipe: {LADDER}")
     runs = " ".join(str(r.run_dir) for r in suite.runs)

@@ -5,7 +5,9 @@ run, with the validation loss the trainer measured on the fixed validation set w
 The fits and comparisons are :func:`trilm.scaling.analyze` (L(N) and L(bits) per family with bootstrap
 intervals, L(D) per run, families against FloatLM at equal parameters and at equal size in bits). On top,
 this module writes ``suite.md``: the suite's final losses side by side per size, the gaps between families,
-the fitted curves, and what the fitted curves say at equal size in bits — the summary the quickstart prints.
+the fitted curves, what the fitted curves say at equal size in bits, and how well the curve law and the
+scaling laws predicted the finished runs they did not see (:mod:`trilm.suite.predicted`) — the summary the
+quickstart prints.
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ from trilm.atomic import write_text
 from trilm.families import display_name
 from trilm.store.integrity import complete_steps
 from trilm.suite.config import Suite, shown_path
+from trilm.suite.predicted import FORECAST_FROM
 from trilm.suite.text import si, table
 
 if TYPE_CHECKING:
     from trilm.scaling.results import LawFit, Report
+    from trilm.suite.predicted import Predictions
 
 ORDER = ("floatlm", "trilm", "bilm")
 
@@ -38,6 +42,7 @@ class SuiteAnalysis:
     skipped: int
     without_loss: list[str]
     report: Report
+    predictions: Predictions | None = None
 
     @property
     def summary_file(self) -> Path:
@@ -62,12 +67,13 @@ def analyse_suite(
     seed: int = 0,
     plots: bool = True,
     x: str | None = None,
+    forecast_from: float | None = FORECAST_FROM,
     echo: Callable[[str], None] = print,
 ) -> SuiteAnalysis:
     """Results table ``<root>/results.csv`` (rows already there are kept) → ``<root>/analysis``; ``x`` is
-    the size axis of L(N) (default: the suite's ``analysis.x``)."""
+    the size axis of L(N) (default: the suite's ``analysis.x``); ``forecast_from`` the share of each finished
+    run the curve-law forecast is made from (None: no forecasts)."""
     from trilm.eval.suite import write_suite_table
-    from trilm.scaling import analyze
     from trilm.scaling.fit import FitError
 
     run_dirs = [r.run_dir for r in suite.runs if complete_steps(r.run_dir / "snapshots")]
@@ -82,6 +88,37 @@ def analyse_suite(
     table_path = suite.root / "results.csv"
     added, skipped = write_suite_table(run_dirs, table_path)
     echo(f"results table {table_path}: {added} rows added, {skipped} already there")
+    return analyse_table(
+        suite,
+        table_path,
+        out_dir=out_dir,
+        bootstrap=bootstrap,
+        seed=seed,
+        plots=plots,
+        x=x,
+        forecast_from=forecast_from,
+        counts=([d.name for d in run_dirs], added, skipped, missing),
+    )
+
+
+def analyse_table(
+    suite: Suite,
+    table_path: Path,
+    *,
+    out_dir: str | Path | None = None,
+    bootstrap: int = 1000,
+    seed: int = 0,
+    plots: bool = True,
+    x: str | None = None,
+    forecast_from: float | None = FORECAST_FROM,
+    counts: tuple[list[str], int, int, list[str]] | None = None,
+) -> SuiteAnalysis:
+    """Fits, predictions and report of the suite's results table ``table_path`` as it is (what
+    :func:`analyse_suite` runs once it has written it; ``counts``: its runs with rows, rows added and
+    skipped, snapshots without a loss)."""
+    from trilm.scaling import analyze
+    from trilm.suite.predicted import predictions, write_plot
+
     out = Path(out_dir) if out_dir is not None else suite.root / "analysis"
     axis = x or suite.config.analysis.x
     report = analyze(
@@ -94,9 +131,12 @@ def analyse_suite(
         d_from=warmup_fraction(suite),
         events=schedule_events(suite),
     )
-    result = SuiteAnalysis(
-        suite, table_path, out, [d.name for d in run_dirs], added, skipped, missing, report
-    )
+    runs, added, skipped, missing = counts or (list(report.runs), 0, 0, [])
+    result = SuiteAnalysis(suite, table_path, out, runs, added, skipped, missing, report)
+    if forecast_from is not None:
+        result.predictions = predictions(list(suite.runs), report, forecast_from)
+        if plots:
+            report.files.update(write_plot(result.predictions, out))
     write_text(result.summary_file, render_markdown(result))
     report.files["suite"] = str(result.summary_file)
     return result
@@ -507,6 +547,10 @@ def render_markdown(result: SuiteAnalysis) -> str:
     comp = comparison_lines(report)
     if comp:
         lines += ["## Family comparison (fitted curves)", "", "```", *comp, "```", ""]
+    if result.predictions is not None:
+        from trilm.suite.predicted import markdown_lines
+
+        lines += markdown_lines(result.predictions)
     lines += [
         "The full scaling report (fits with bootstrap intervals, leave-one-size-out errors, crossings,"
         " notes) is [report.md](report.md); plots: [loss vs parameters](loss_vs_params.png),"

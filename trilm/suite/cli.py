@@ -146,6 +146,14 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "suite") -> Non
             default=None,
             help="size axis of L(N) (default: the suite's analysis.x, else params)",
         )
+        ana.add_argument(
+            "--forecast-from",
+            type=float,
+            default=None,
+            metavar="F",
+            help="share of each finished run whose checkpoints its final-loss forecast is made from"
+            " (default: 0.5)",
+        )
 
 
 def _split(text: str) -> list[str]:
@@ -249,11 +257,23 @@ def run(args: argparse.Namespace) -> int:
                 print("\n" + render_branches(branches))
         return 0
     from trilm.suite.analyse import analyse_suite, other_notes, summary_text
+    from trilm.suite.predicted import FORECAST_FROM, text_lines
 
+    forecast_from = FORECAST_FROM if args.forecast_from is None else args.forecast_from
+    if not 0 < forecast_from < 1:
+        raise ConfigError(f"--forecast-from: a share of the run in (0, 1), got {forecast_from}")
     result = analyse_suite(
-        suite, out_dir=args.out, bootstrap=args.bootstrap, seed=args.seed, plots=not args.no_plots, x=args.x
+        suite,
+        out_dir=args.out,
+        bootstrap=args.bootstrap,
+        seed=args.seed,
+        plots=not args.no_plots,
+        x=args.x,
+        forecast_from=forecast_from,
     )
     print(summary_text(result.report))
+    if result.predictions is not None:
+        print("", *text_lines(result.predictions), sep="\n")
     if result.without_loss:
         print(f"\n{len(result.without_loss)} snapshot(s) have no recorded loss and are not in the table")
     for note in other_notes(result.report):
