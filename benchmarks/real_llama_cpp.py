@@ -42,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
         choices=["f16", "q8_0"],
         help="with tq2_0/tq1_0: the type of tensors whose rows TQ blocks cannot hold (SmolLM2's 576)",
     )
+    parser.add_argument(
+        "--tokenizer-pre", default=None, help="llama.cpp pre-tokenizer name when the model has none recorded"
+    )
     parser.add_argument("--tokens", type=int, default=512)
     parser.add_argument("--gen", type=int, default=24)
     parser.add_argument("--threads", type=int, default=1)
@@ -59,7 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     model = Path(args.model)
     gguf = model.parent / f"{model.name}.{args.type}.gguf"
     start = time.perf_counter()
-    report = export_snapshot_gguf(model, gguf, qtype=args.type, fallback=args.fallback)
+    report = export_snapshot_gguf(
+        model, gguf, qtype=args.type, fallback=args.fallback, tokenizer_pre=args.tokenizer_pre
+    )
     export_s = time.perf_counter() - start
     em = load_eval_model(model)
     tok = em.tokenizer
