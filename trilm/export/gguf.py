@@ -360,6 +360,7 @@ def export_snapshot_gguf(
         if array.ndim == 1:
             plan[gname] = (array, T.F32)
         elif parsed is not None and name in left:
+            assert fallback is not None  # ternary_tensors leaves tensors over only to a fallback type
             plan[gname] = (array, kinds[fallback][0])
             moved[gname] = str(fallback)
         elif parsed is not None:

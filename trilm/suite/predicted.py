@@ -202,9 +202,9 @@ def summary(p: Predictions) -> list[str]:
         if done:
             errors = np.abs([r.error for r in done])
             text += f"; median |error| {np.median(errors):.4f}, largest {errors.max():.4f} nats"
-            boxed = [r for r in done if r.inside is not None]
+            boxed = [r.inside for r in done if r.inside is not None]
             if boxed:
-                text += f"; measured inside the interval in {sum(r.inside for r in boxed)} of {len(boxed)}"
+                text += f"; measured inside the interval in {sum(boxed)} of {len(boxed)}"
         lines.append(text)
     return lines
 
@@ -286,8 +286,10 @@ def figure(p: Predictions):
             x = np.array([r.measured for r in mine])
             y = np.array([r.predicted for r in mine])
             err = None
-            if all(r.low is not None for r in mine):
-                err = np.array([[r.predicted - r.low, r.high - r.predicted] for r in mine]).T
+            spans = [(r.predicted, r.low, r.high) for r in mine]
+            bounded = [(m, a, b) for m, a, b in spans if m is not None and a is not None and b is not None]
+            if len(bounded) == len(mine):  # an interval has both ends and a prediction
+                err = np.array([[m - a, b - m] for m, a, b in bounded]).T
             face = colors[fam] if source == "curve" else "none"
             ax.errorbar(
                 x,
