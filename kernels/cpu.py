@@ -85,7 +85,9 @@ class Int4Weight:
         if fit is None or args.code_range > 16:
             return None
         group, k_pad = fit
-        codes, scales, offsets, means = (t.cpu() if t is not None else None for t in args.affine_codes())
+        codes, scales, offsets, means = args.affine_codes()
+        codes, scales, offsets = codes.cpu(), scales.cpu(), offsets.cpu()
+        means = means.cpu() if means is not None else None
         shift = _code_shift(codes, offsets, args.group_size)
         zeros = scales * (shift - offsets) + (0.0 if means is None else means)
         g = min(args.group_size, args.k)

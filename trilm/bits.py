@@ -105,7 +105,7 @@ def bits_per_param(
 
 def stored_linear_bits(layers: Mapping[str, Any] | Iterable[Any]) -> float:
     """Stored bits per weight over packed layers: Σ ``storage_bits()`` / Σ N·K (any PackedWeight objects)."""
-    weights = layers.values() if isinstance(layers, Mapping) else layers
+    weights: Iterable[Any] = layers.values() if isinstance(layers, Mapping) else layers
     bits = count = 0
     for w in weights:
         bits += w.storage_bits()

@@ -120,6 +120,8 @@ def _unknown_key(key: str, prefix: str, known: list[str]) -> ConfigError:
 class Config:
     """Base of every trilm config: typed fields, ``validate()`` on construction, YAML and overrides."""
 
+    _type_hints: typing.ClassVar[dict[str, Any]]  # per class, set by _hints()
+
     def __post_init__(self) -> None:
         hints = self._hints()
         for f in dataclasses.fields(self):

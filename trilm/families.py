@@ -14,9 +14,11 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from trilm.bits import BINARY_BITS, FLOAT_BITS, TERNARY_BITS, gptq_bits
+
+WeightFormat = Literal["float", "ternary", "binary"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,7 +27,7 @@ class Family:
     """As configs and snapshots spell it: ``trilm``."""
     display: str
     """As people write it: ``TriLM``."""
-    weight_format: str
+    weight_format: WeightFormat
     """How its block linears hold their weights: ``ternary``, ``binary`` or ``float``."""
     linear_bits: float
     """Value bits per block-linear weight, as the papers count them (TriLM log2 3, BiLM 1, FloatLM 16)."""

@@ -231,6 +231,7 @@ def placement(info: ParallelInfo) -> dict:
     hosts: dict[str, str] = {}
     tp_nodes: dict[int, set[str]] = {}
     for entry in everyone:
+        assert entry is not None  # all_gather_object filled every slot
         nodes.setdefault(entry["node"], []).append(entry["rank"])
         hosts[entry["node"]] = entry["host"]
         tp_nodes.setdefault(entry["dp_rank"], set()).add(entry["node"])

@@ -230,9 +230,10 @@ class LaunchPlan:
             self.runtime = {"M": m, "N": spec.n, "K": spec.k, "G": spec.group_size,
                             "UNITS_PER_SPLIT": geo["UNITS_PER_SPLIT"]}  # fmt: skip
         else:
-            geo = gemm_geometry(spec, m, cfg, sms)
-            if geo is None:
+            gemm_geo = gemm_geometry(spec, m, cfg, sms)
+            if gemm_geo is None:
                 raise ValueError(f"no GEMM K tile fits group size {spec.group_size}")
+            geo = gemm_geo
             const.update(
                 SPLIT_K=geo["SPLIT_K"],
                 DOT_DTYPE=dot_dtype(dtype),
@@ -247,7 +248,7 @@ class LaunchPlan:
         self.n_counters = geo["counters"]
         self.const = const
         self.options = {"num_warps": cfg.get("num_warps", 4), "num_stages": cfg.get("num_stages", 1)}
-        self._compiled = None
+        self._compiled: tuple[bool, Any] | None = None  # (has bias, the compiled kernel)
         self._names = list(kernel.arg_names)
 
     def _args(self, x, y, bias, ws: Workspace) -> dict[str, Any]:
@@ -331,9 +332,9 @@ def candidates(spec: AffineSpec, path: str, m: int, sms: int = H200.sms) -> list
         pool = [{**c, "num_stages": c["num_stages"] + 1} for c in pool]
     figures = {id(c): gemm_in_flight(spec, m, c, sms) for c in pool}
     enough = [c for c in pool if figures[id(c)][0] >= MIN_PROGRAMS_PER_SM]
-    first = next((c for c in enough if figures[id(c)][1] >= H200.little_bytes_per_sm), None)
-    first = first or (enough[0] if enough else max(pool, key=lambda c: figures[id(c)][0], default=None))
-    return [first, *(c for c in pool if c is not first)] if first is not None else []
+    pick = next((c for c in enough if figures[id(c)][1] >= H200.little_bytes_per_sm), None)
+    pick = pick or (enough[0] if enough else max(pool, key=lambda c: figures[id(c)][0], default=None))
+    return [pick, *(c for c in pool if c is not pick)] if pick is not None else []
 
 
 def gemm_in_flight(spec: AffineSpec, m: int, cfg: dict[str, Any], sms: int) -> tuple[float, float]:
@@ -341,6 +342,7 @@ def gemm_in_flight(spec: AffineSpec, m: int, cfg: dict[str, Any], sms: int) -> t
     them (:mod:`trilm.kernels.launch_model`) but before any compile: ``num_stages − 1`` tiles loading per
     program, at most GEMM_PROGRAMS_PER_SM programs resident (what the compiled tiles allow at sm_90)."""
     geo = gemm_geometry(spec, m, cfg, sms)
+    assert geo is not None, "a GEMM candidate has a K tile (candidates() keeps only those)"
     programs = geo["grid"][0] * geo["grid"][1] * geo["grid"][2] / sms
     tile = geo["BLOCK_K"] * cfg["BLOCK_N"] * (spec.wbits + (spec.hs == 2)) // 8
     return programs, min(programs, tuning.GEMM_PROGRAMS_PER_SM) * tile * max(1, cfg["num_stages"] - 1)
@@ -360,9 +362,9 @@ def make_plan(spec: AffineSpec, path: str, m: int, dtype: torch.dtype, config: d
         return LaunchPlan(kernel, spec, path, m, dtype, cfg)
     cache = tuning.shared_cache()
     key = tuning_key(spec, path, m, dtype)
-    cfg = cache.get(key)
-    if cfg is not None:
-        return LaunchPlan(kernel, spec, path, m, dtype, cfg)
+    cached = cache.get(key)
+    if cached is not None:
+        return LaunchPlan(kernel, spec, path, m, dtype, cached)
     options = candidates(spec, path, m, sm_count(spec.lo.device))
     if not options:
         raise ValueError(f"{spec.key}: no {path} config fits group size {spec.group_size}")

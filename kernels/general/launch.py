@@ -244,12 +244,12 @@ def general_matmul(
         y = torch.zeros((m, kw.n), dtype=torch.float16 if native else torch.float32, device=x.device)
         args = _common_args(kw, x, y, m)
         if config is None and not interp:
-            grid = lambda meta: (  # noqa: E731
+            tuned_grid = lambda meta: (  # noqa: E731
                 triton.cdiv(kw.n, meta["BLOCK_N"]),
                 triton.cdiv(kw.k, meta["BLOCK_K"] * meta["K_ITERS"]),
                 m,
             )
-            _tuned("gemv")[grid](*args, **const, enable_fp_fusion=True)
+            _tuned("gemv")[tuned_grid](*args, **const, enable_fp_fusion=True)
         else:
             cfg, warps = _split(config or GENERAL_INTERP_GEMV)
             grid = (
@@ -273,12 +273,12 @@ def general_matmul(
         args = [*_common_args(kw, x, y, m), m_bucket(m), split_k]
         extra = {**const, "USE_ATOMIC": split_k > 1, "DOT_IEEE": x.dtype == torch.float32}
         if not cfg:
-            grid = lambda meta: (  # noqa: E731
+            tuned_grid = lambda meta: (  # noqa: E731
                 triton.cdiv(m, meta["BLOCK_M"]),
                 triton.cdiv(kw.n, meta["BLOCK_N"]),
                 split_k,
             )
-            _tuned("gemm")[grid](*args, **extra, enable_fp_fusion=True)
+            _tuned("gemm")[tuned_grid](*args, **extra, enable_fp_fusion=True)
         else:
             grid = (triton.cdiv(m, cfg["BLOCK_M"]), triton.cdiv(kw.n, cfg["BLOCK_N"]), split_k)
             cfg["ALIGNED"] = _aligned({"G": kw.group_size, "K": kw.k, **cfg})

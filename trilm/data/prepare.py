@@ -20,6 +20,7 @@ import json
 import multiprocessing
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -200,7 +201,7 @@ def prepare(cfg: PrepareConfig) -> dict:
     tokens = 0
     workers = min(cfg.workers, len(tasks)) or 1
     if workers == 1:
-        outcomes = map(_run_task, tasks)
+        outcomes: Iterator[dict | DataError] = map(_run_task, tasks)
         pool = None
     else:
         pool = multiprocessing.get_context("spawn").Pool(workers)

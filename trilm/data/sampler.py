@@ -92,9 +92,9 @@ class SequenceSampler:
 
     def global_indices(self, first: int, count: int) -> np.ndarray:
         """Sequence indices of global samples ``first ... first + count - 1``."""
-        g = np.arange(first, first + count, dtype=np.int64)
+        g: np.ndarray = np.arange(first, first + count, dtype=np.int64)
         epochs, pos = np.divmod(g, self.num_sequences)
-        out = np.empty(count, np.int64)
+        out: np.ndarray = np.empty(count, np.int64)
         for epoch in np.unique(epochs):
             sel = epochs == epoch
             out[sel] = self._perm(int(epoch))(pos[sel])

@@ -209,7 +209,7 @@ class TokenShards:
         """Tokens ``[start, end)`` of the whole split as int64, read across shard boundaries."""
         if not 0 <= start <= end <= self.num_tokens:
             raise IndexError(f"token range [{start}, {end}) outside [0, {self.num_tokens})")
-        out = np.empty(end - start, np.int64)
+        out: np.ndarray = np.empty(end - start, np.int64)
         k = int(np.searchsorted(self.offsets, start, side="right")) - 1
         pos = start
         while pos < end:
@@ -256,7 +256,7 @@ class TokenShards:
         while k < len(self.shards) and self.offsets[k] < end:
             base = int(self.offsets[k])
             table = self._doc_table(k)
-            ends = table[:, 0] + base
+            ends: np.ndarray = table[:, 0] + base
             first = int(np.searchsorted(ends, start, side="right"))
             for d in range(first, len(table)):
                 doc_start = base + (int(table[d - 1, 0]) if d else 0)

@@ -287,6 +287,7 @@ def _document(raw: bytes, file: SourceFile, lineno: int, bad, stats: ReadStats) 
     if reason is not None:
         bad(reason, where)
         return
+    assert text is not None and source is not None  # _parse_line gives both when there is no reason
     stats.documents += 1
     yield Document(text, source, file.key, lineno)
 
@@ -314,6 +315,7 @@ def read_documents_datasets(
                     raise DataError(f"{where}: {reason} (pass skip_bad / --skip-bad to count and skip)")
                 stats.skip(_reason_kind(reason), where)
                 continue
+            assert text is not None and source is not None  # _check_row gives both when there is no reason
             stats.documents += 1
             yield Document(text, source, file.key, lineno)
     except DataError:

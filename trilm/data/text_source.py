@@ -61,12 +61,12 @@ def token_stream(
 
 
 def _documents(path: Path, split: str):
-    from trilm.data.slimpajama import read_documents, split_files
+    from trilm.data.slimpajama import SourceFile, read_documents, split_files
 
     name = path.name.lower()
     if path.is_dir():
         if (path / split).is_dir():
-            files = split_files(path, split)
+            files: list[SourceFile] | list[Path] = split_files(path, split)
         else:
             files = sorted(path.glob("chunk*/*.jsonl.zst")) or sorted(path.glob("*.jsonl.zst"))
             if not files:

@@ -55,7 +55,8 @@ class SuiteEvalConfig(Config):
     device: str = "cpu"
     recorded: bool = True
     """Write the ``val_loss`` row recorded in the snapshot's meta."""
-    replace: bool = False
+    # The field shadows Config.replace() on this class (kept: it is the --replace option's name).
+    replace: bool = False  # type: ignore[assignment]
     """Re-evaluate checkpoints already in the table and overwrite their rows."""
     progress: bool = True
 
@@ -138,7 +139,7 @@ def evaluate_checkpoint(ck: Checkpoint, evals: SuiteEvalConfig) -> list[ResultRo
             from trilm.eval.harness import metrics, run_lm_eval
 
             results = run_lm_eval(em, evals.tasks, limit=evals.limit or None, batch_size=evals.batch_size)
-            columns = {f"lm_eval/{k}": v for k, v in metrics(results).items()}
+            columns: dict[str, float | str] = {f"lm_eval/{k}": v for k, v in metrics(results).items()}
             columns[TASKS_COLUMN] = ",".join(evals.tasks)
             if not rows:
                 raise ConfigError(

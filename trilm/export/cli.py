@@ -160,8 +160,8 @@ def run(args) -> int:
     if args.target == "packed":
         from trilm.export.packed import export_snapshot_packed
 
-        report = export_snapshot_packed(args.snapshot, args.out, dtype=args.dtype, tokenizer=args.tokenizer)
-        print(report.summary())
+        packed = export_snapshot_packed(args.snapshot, args.out, dtype=args.dtype, tokenizer=args.tokenizer)
+        print(packed.summary())
         return 0
     if args.target == "suite":
         from trilm.export.suite import SuiteExportConfig, export_suite
@@ -184,7 +184,7 @@ def run(args) -> int:
     if args.target == "gguf":
         from trilm.export.gguf import export_snapshot_gguf
 
-        report = export_snapshot_gguf(
+        gguf_report = export_snapshot_gguf(
             args.snapshot,
             args.out,
             qtype=args.type,
@@ -192,6 +192,6 @@ def run(args) -> int:
             tokenizer_pre=args.tokenizer_pre,
             fallback=args.fallback,
         )
-        print(report.summary())
+        print(gguf_report.summary())
         return 0
     raise ConfigError(f"unknown export target {args.target!r}")

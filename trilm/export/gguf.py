@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -347,7 +348,7 @@ def export_snapshot_gguf(
         plain = rope_inv_freq(cfg.head_dim, cfg.rope_theta)
         rope_factors = (plain / rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling)).numpy()
     number = {index: position for position, index in enumerate(blocks)}
-    plan: dict[str, tuple[np.ndarray, object]] = {}
+    plan: dict[str, tuple[np.ndarray, Any]] = {}
     moved: dict[str, str] = {}
     stored_raw: dict[str, np.ndarray] = {}
     for name, tensor in state.items():
@@ -452,7 +453,7 @@ def export_snapshot_gguf(
 
 
 def verify_gguf(
-    path: Path, plan: dict[str, tuple[np.ndarray, object]], exact: set[str] | None = None
+    path: Path, plan: dict[str, tuple[np.ndarray, Any]], exact: set[str] | None = None
 ) -> dict[str, float]:
     """Read the file back and compare every dequantized tensor with what was meant to be stored; the
     ``exact`` ones (a QuantLM's own blocks) must read back bit for bit as its dequantized weights."""
@@ -506,7 +507,7 @@ def exact_blocks(src: ModelDir, qtype: str) -> dict[str, torch.Tensor]:
     packed = src.weights.packed_layers()
     if qtype not in GGML_TYPES or not packed:
         return {}
-    off = {k: why for k, w in packed.items() if (why := ggml_type_of(w))[0] != qtype}
+    off = {k: grid for k, w in packed.items() if (grid := ggml_type_of(w))[0] != qtype}
     if off and qtype == "q8_0":
         return {}
     if off:

@@ -114,6 +114,7 @@ def block_forward(
         b, s, _ = x.shape
         hd = attn.head_dim
         norm = block.attn_norm
+        assert norm is not None  # a block with attention has its norm
         h = rms_norm(x, norm.weight if weights is None else weights[ATTENTION.norm], norm.eps)
         if act is not None:
             h = act(h)
@@ -140,6 +141,7 @@ def block_forward(
         x = x + _linear(attn.wo, out, weights, "attn.wo")
     if mlp is not None:
         norm = block.mlp_norm
+        assert norm is not None  # a block with an MLP has its norm
         h = rms_norm(x, norm.weight if weights is None else weights[MLP.norm], norm.eps)
         if act is not None:
             h = act(h)

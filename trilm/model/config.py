@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from trilm.config import Config, ConfigError, require
-from trilm.families import FAMILIES, FAMILY_NAMES
+from trilm.families import FAMILIES, FAMILY_NAMES, WeightFormat
 
-Family = Literal[FAMILY_NAMES]  # the registry's names (trilm.families), checked when a config is read
+if TYPE_CHECKING:  # the names are the registry's, known at run time only: a type checker sees a str
+    Family = str
+else:
+    Family = Literal[FAMILY_NAMES]  # the registry's names (trilm.families), checked when a config is read
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,7 +234,7 @@ class ModelConfig(Config):
         return (self.vocab_size + m - 1) // m * m
 
     @property
-    def weight_format(self) -> str:
+    def weight_format(self) -> WeightFormat:
         return FAMILIES[self.family].weight_format
 
     def check_tensor_parallel(self, tp: int) -> None:
@@ -336,7 +339,9 @@ def preset(name: str, **overrides) -> ModelConfig:
         )
     if size in SPECTRA_SIZES:
         hidden, ffn, heads, layers, _mp = SPECTRA_SIZES[size]
-        fields = dict(hidden=hidden, ffn=ffn, heads=heads, layers=layers, context=2048, vocab_size=50304)
+        fields: dict[str, Any] = dict(
+            hidden=hidden, ffn=ffn, heads=heads, layers=layers, context=2048, vocab_size=50304
+        )
     elif size in TINY_SIZES:
         hidden, ffn, heads, layers, context = TINY_SIZES[size]
         fields = dict(hidden=hidden, ffn=ffn, heads=heads, layers=layers, context=context, vocab_size=4096)

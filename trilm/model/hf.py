@@ -222,7 +222,7 @@ def model_config_from_hf(data: dict, family: str | None = None, path: str = "con
     vocab, pad = int(extra.get("vocab_size", rows)), int(extra.get("pad_vocab_to", 128))
     if -(-vocab // pad) * pad != rows:
         vocab, pad = rows, 128 if rows % 128 == 0 else 1
-    quant = dict(extra.get("quant", {}))
+    quant: dict[str, Any] = dict(extra.get("quant", {}))
     if family != "floatlm":
         quant["partitions"] = int(data.get("pretraining_model_parallel", quant.get("partitions") or 1))
     head_dim = data.get("head_dim")

@@ -22,7 +22,7 @@ from torch import nn
 from trilm.model.config import LayerShape, ModelConfig
 from trilm.model.ops import apply_rotary, rms_norm, rope_table
 from trilm.model.quant import ScaleLayout, fake_quant_activation, quantized_linear
-from trilm.model.spec import ATTENTION, MLP, SubBlock, linear_of, weight_key
+from trilm.model.spec import ATTENTION, MLP, Parallel, SubBlock, linear_of, weight_key
 from trilm.parallel import reduce_scatter_to_sequence_parallel_region
 
 
@@ -46,6 +46,7 @@ class _ShardSpec:
     parts: tuple[str, ...]
     part_sizes: tuple[int, ...]
     shard_dim: int | None
+    weight: torch.Tensor  # the module's own (possibly fused) local weight
 
     def load_part(self, name: str, full: torch.Tensor, tp: int, rank: int) -> None:
         """Copy this rank's slice of the canonical tensor ``name`` into the (possibly fused) local weight."""
@@ -155,7 +156,9 @@ class Rotary(nn.Module):
         return cos.to(dtype), sin.to(dtype)
 
 
-def _layout(cfg: ModelConfig, parallel: str, segments: tuple[int, ...], tp: int, rank: int) -> ScaleLayout:
+def _layout(
+    cfg: ModelConfig, parallel: Parallel, segments: tuple[int, ...], tp: int, rank: int
+) -> ScaleLayout:
     return ScaleLayout(
         fmt=cfg.weight_format,
         group=cfg.quant.scale_group,
@@ -222,7 +225,10 @@ class Block(nn.Module):
     def __init__(self, cfg: ModelConfig, index: int, mp_config, tp: int, rank: int):
         super().__init__()
         shape = cfg.layer_shape(index)
-        self.attn_norm = self.attn = self.mlp_norm = self.mlp = None
+        self.attn_norm: RMSNorm | None = None
+        self.attn: Attention | None = None
+        self.mlp_norm: RMSNorm | None = None
+        self.mlp: SwiGLU | None = None
         if ATTENTION.present(shape):
             self.attn_norm = RMSNorm(weight_key(index, ATTENTION.norm), cfg.hidden, cfg.norm_eps)
             self.attn = Attention(cfg, shape, index, mp_config, tp, rank)
@@ -231,9 +237,9 @@ class Block(nn.Module):
             self.mlp = SwiGLU(cfg, shape, index, mp_config, tp, rank)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        if self.attn is not None:
+        if self.attn is not None and self.attn_norm is not None:
             x = x + self.attn(self.attn_norm(x), cos, sin)
-        if self.mlp is not None:
+        if self.mlp is not None and self.mlp_norm is not None:
             x = x + self.mlp(self.mlp_norm(x))
         return x
 

@@ -18,11 +18,12 @@ behave exactly as the plain layer-wise driver.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from trilm.config import ConfigError
+from trilm.formats import PartialBinaryWeight
 from trilm.infer.model import block_linears
 from trilm.model.spec import BY_NAME
 from trilm.posthoc.billm import STBLLMConfig
@@ -35,6 +36,8 @@ from trilm.posthoc.registry import MethodOptions, QuantResult, set_driver
 
 class STBLLMModelMethod(LayerwiseMethod):
     """STBLLM with per-layer N from the float model's outlier ratios."""
+
+    cfg: STBLLMConfig
 
     def __init__(self, cfg: STBLLMConfig, opts: MethodOptions):
         super().__init__("stbllm", cfg, true_sequential=opts.true_sequential, scale_dtype=opts.scale_dtype)
@@ -97,6 +100,8 @@ class STBLLMModelMethod(LayerwiseMethod):
 class PBLLMModelMethod(LayerwiseMethod):
     """PB-GPTQ, then (``qat_steps > 0``) the binary part of the whole model trained with STE."""
 
+    cfg: PBLLMConfig
+
     def __init__(self, cfg: PBLLMConfig, opts: MethodOptions):
         super().__init__("pbllm", cfg, true_sequential=opts.true_sequential, scale_dtype=opts.scale_dtype)
         self.options = opts
@@ -122,7 +127,8 @@ class PBLLMModelMethod(LayerwiseMethod):
         split = calib.split if calib is not None else "train"
         tokens = token_stream(source, self.options.tokenizer, split=split)
         settings = QATSettings(c.qat_steps, c.qat_lr, c.qat_batch, seq, seed=self.options.seed)
-        packed = {name: rec.packed for name, rec in layers.items()}
+        # PB-GPTQ packs every layer as a PartialBinaryWeight
+        packed = {name: cast(PartialBinaryWeight, rec.packed) for name, rec in layers.items()}
         trained, self.qat_losses = train_binary_part(
             model, packed, self.latents, tokens, settings, device=cfg.device, progress=cfg.progress
         )

@@ -91,6 +91,7 @@ class LayerwiseMethod(BlockMethod):
                     opts,
                 )
                 self.layer_done(canonical, result)
+                assert result.packed is not None  # need_packed: run_layer_method raised otherwise
                 module.weight.data.copy_(result.weight.to(module.weight.dtype))
                 proxy = None if math.isnan(result.proxy_loss) else result.proxy_loss
                 records[canonical] = LayerRecord(
@@ -113,6 +114,7 @@ class LayerwiseMethod(BlockMethod):
     def _hessians(self, ctx: BlockContext, names: list[str], linears: dict) -> dict[str, torch.Tensor]:
         """One Hessian per input site of ``names``, from one pass over the calibration stream."""
         sites = site_modules(linears, names)
+        assert ctx.inputs is not None  # a method that needs a Hessian is not data-free
         accumulators = {
             site: HessianAccumulator(module.weight.shape[1], ctx.inputs.device)
             for site, module in sites.items()

@@ -248,6 +248,7 @@ class OmniQuantMethod(BlockMethod):
         if self.cfg.act_bits >= 16:
             return super().recompute(ctx)
         act = activation_quantizer(self.cfg.act_bits)
+        assert ctx.inputs is not None  # OmniQuant is not data-free
         for start in range(0, ctx.inputs.shape[0], ctx.batch_size):
             part = slice(start, start + ctx.batch_size)
             ctx.inputs[part] = block_forward(ctx.block, ctx.inputs[part], ctx.cos, ctx.sin, act=act)
@@ -267,8 +268,9 @@ class OmniQuantMethod(BlockMethod):
     def quantize_block(self, ctx: BlockContext) -> dict[str, LayerRecord]:
         cfg = self.cfg
         block = ctx.block
-        if ctx.targets is None:
-            raise ValueError("OmniQuant needs the float block's outputs (the engine's targets)")
+        inputs, targets = ctx.inputs, ctx.targets
+        if inputs is None or targets is None:
+            raise ValueError("OmniQuant needs the block's inputs and the float block's outputs (targets)")
         torch.manual_seed(self.seed + ctx.index)
         base = {k: v.detach() for k, v in block_weights(block).items()}
         linears = {name: f"{ctx.prefix}{name}" for name in block_linears(block)}
@@ -280,7 +282,7 @@ class OmniQuantMethod(BlockMethod):
             }
         )
         let = LETScales(block, self._act_absmax(ctx), cfg.alpha) if cfg.use_let else None
-        aug = run_block(block, ctx.inputs, ctx.cos, ctx.sin, ctx.batch_size) if cfg.aug_loss else None
+        aug = run_block(block, inputs, ctx.cos, ctx.sin, ctx.batch_size) if cfg.aug_loss else None
 
         def quantized(weights_in: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             w = let.transform(weights_in) if let is not None else dict(weights_in)
@@ -290,15 +292,15 @@ class OmniQuantMethod(BlockMethod):
 
         act = activation_quantizer(cfg.act_bits)
         skip = cfg.loss_skip_first
-        if skip >= ctx.inputs.shape[1]:
+        if skip >= inputs.shape[1]:
             raise ConfigError(
-                f"loss_skip_first={skip}: the calibration windows have only {ctx.inputs.shape[1]} positions"
+                f"loss_skip_first={skip}: the calibration windows have only {inputs.shape[1]} positions"
             )
 
         def block_loss(index: slice) -> torch.Tensor:
-            x = ctx.inputs[index]
+            x = inputs[index]
             out = block_forward(block, x, ctx.cos, ctx.sin, weights=quantized(base), act=act)[:, skip:]
-            loss = F.mse_loss(out, ctx.targets[index, skip:])
+            loss = F.mse_loss(out, targets[index, skip:])
             if aug is not None:
                 loss = loss + F.mse_loss(out, aug[index, skip:])
             return loss
@@ -307,12 +309,12 @@ class OmniQuantMethod(BlockMethod):
             with torch.no_grad():
                 step = max(ctx.batch_size, cfg.batch_size)
                 total = sum(
-                    float(block_loss(slice(i, i + step))) * min(step, ctx.inputs.shape[0] - i)
-                    for i in range(0, ctx.inputs.shape[0], step)
+                    float(block_loss(slice(i, i + step))) * min(step, inputs.shape[0] - i)
+                    for i in range(0, inputs.shape[0], step)
                 )
-            return total / ctx.inputs.shape[0]
+            return total / inputs.shape[0]
 
-        groups = [{"params": list(lwc.parameters()), "lr": cfg.lwc_lr}]
+        groups: list[dict[str, Any]] = [{"params": list(lwc.parameters()), "lr": cfg.lwc_lr}]
         if let is not None:
             groups.append({"params": list(let.parameters()), "lr": cfg.let_lr})
         n_params = sum(p.numel() for g in groups for p in g["params"])
@@ -321,7 +323,7 @@ class OmniQuantMethod(BlockMethod):
         losses = [init_loss]
         if cfg.epochs:
             optimizer = torch.optim.AdamW(groups, weight_decay=cfg.wd)
-            steps = ctx.inputs.shape[0] // cfg.batch_size
+            steps = inputs.shape[0] // cfg.batch_size
             for epoch in range(cfg.epochs):
                 total = 0.0
                 for j in range(steps):

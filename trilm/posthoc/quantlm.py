@@ -192,7 +192,7 @@ def quantize_to_quantlm(job: QuantizeJob) -> QuantizeSummary:
     packed = {name: rec.packed for name, rec in report.layers.items()}
 
     bits = model_bits_summary(packed)
-    quant = {
+    quant: dict[str, Any] = {
         **identity,
         "method_settings": driver.describe(),
         "bits": {

@@ -122,6 +122,7 @@ def unit_scores(
         if group.counts[i] == 0:
             continue
         if metric == "block-importance":
+            assert stats is not None  # only magnitude goes without statistics (checked above)
             out.append(torch.tensor([1.0 - stats.block_cos[i] / max(stats.tokens, 1)], dtype=torch.float64))
             continue
         if group.granularity == "head":
@@ -134,7 +135,9 @@ def unit_scores(
                 sq += attn.wo.weight.double().pow(2).sum(0).view(kv, rep * hd).sum(1)
                 out.append(sq.sqrt().cpu())
             else:
-                rms = (stats.wo_sq[i] / stats.tokens).sqrt()
+                wo_sq = stats.wo_sq[i] if stats is not None else None
+                assert stats is not None and wo_sq is not None  # a block with heads has their statistics
+                rms = (wo_sq / stats.tokens).sqrt()
                 col = (attn.wo.weight.double().abs().cpu() * rms).mean(0)
                 out.append(col.view(kv, rep, hd).sum(2).mean(1))
         else:
@@ -144,6 +147,8 @@ def unit_scores(
                 sq += mlp.w_down.weight.double().pow(2).sum(0)
                 out.append(sq.sqrt().cpu())
             else:
-                rms = (stats.down_sq[i] / stats.tokens).sqrt()
+                down_sq = stats.down_sq[i] if stats is not None else None
+                assert stats is not None and down_sq is not None  # a block with channels has their statistics
+                rms = (down_sq / stats.tokens).sqrt()
                 out.append((mlp.w_down.weight.double().abs().cpu() * rms).mean(0))
     return torch.cat(out)

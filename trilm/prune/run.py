@@ -166,6 +166,7 @@ def prune(cfg: PruneConfig, *, progress: bool = True, log=print) -> PruneReport:
     search = None
     record_pg: dict[str, Any] | None = None
     if cfg.method == "pg":
+        assert sampler is not None  # made above for pg
         metrics = {}
         for group in groups:
             init = cfg.pg.init_metric(group.granularity)

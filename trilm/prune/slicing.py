@@ -96,7 +96,8 @@ def slice_model(
     ffn_masks = _kept_by_layer(*kept["channel"]) if "channel" in kept else None
     keep_layers = [bool(m) for m in kept["layer"][1].tolist()] if "layer" in kept else [True] * cfg.layers
     out: dict[str, torch.Tensor] = {name: state[name] for name in TOP_TENSORS}
-    layer_kv, layer_ffn = [], []
+    layer_kv: list[int] = []
+    layer_ffn: list[int] = []
     for i, shape in enumerate(shapes):
         if not keep_layers[i]:
             continue
@@ -110,9 +111,9 @@ def slice_model(
         if ffn and ffn_masks is not None and int(ffn_masks[i].sum()) != ffn:
             rows["ffn"] = ffn_masks[i]
             ffn = int(ffn_masks[i].sum())
-        kept = LayerShape(kv * rep, kv, ffn)
+        new_shape = LayerShape(kv * rep, kv, ffn)
         for sub in SUB_BLOCKS:
-            if not sub.present(kept):
+            if not sub.present(new_shape):
                 continue
             out[weight_key(new_index, sub.norm)] = state[weight_key(i, sub.norm)]
             for lin in sub.linears:
@@ -133,8 +134,9 @@ def normalised_config(cfg: ModelConfig, layer_kv: list[int], layer_ffn: list[int
     """The config of blocks with these KV-head counts and FFN widths, in the simplest form that holds them:
     global ``ffn`` when every block has the same non-zero width, no per-layer list that says "all full"."""
     layers = len(layer_kv)
-    ffn, ffn_list = cfg.ffn, list(layer_ffn)
-    if len(set(ffn_list)) == 1 and ffn_list[0] > 0:
-        ffn, ffn_list = ffn_list[0], None
+    ffn = cfg.ffn
+    ffn_list: list[int] | None = list(layer_ffn)
+    if len(set(layer_ffn)) == 1 and layer_ffn[0] > 0:
+        ffn, ffn_list = layer_ffn[0], None
     kv_list = None if all(k == cfg.num_kv_heads for k in layer_kv) else list(layer_kv)
     return cfg.replace(layers=layers, ffn=ffn, layer_ffn=ffn_list, layer_kv_heads=kv_list)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any
 
@@ -114,22 +114,22 @@ def _fit_specs(specs: list[_Spec], cfg: AnalysisConfig, strict: bool, notes: lis
                 label=spec.label, fit=result, inputs=spec.inputs, loss=spec.loss, labels=spec.labels
             )
             spec.attach(spec.law)
-        boot = [s for s in group if s.law is not None and s.weights is not None]
+        boot = [(s, s.law, s.weights) for s in group if s.law is not None and s.weights is not None]
         if boot:
             boots = bootstrap_many(
-                [s.law.fit for s in boot],
-                [(s.inputs, s.loss) for s in boot],
-                [s.weights for s in boot],
+                [law.fit for _, law, _ in boot],
+                [(s.inputs, s.loss) for s, _, _ in boot],
+                [weights for _, _, weights in boot],
                 seed=cfg.seed,
                 level=cfg.level,
                 delta=cfg.delta,
-                labels=[s.label for s in boot],
+                labels=[s.label for s, _, _ in boot],
             )
-            for spec, result in zip(boot, boots):
-                if isinstance(result, FitError):
-                    notes.append(f"{spec.label}: no bootstrap interval: {result}")
+            for (spec, law, _), boot_result in zip(boot, boots):
+                if isinstance(boot_result, FitError):
+                    notes.append(f"{spec.label}: no bootstrap interval: {boot_result}")
                 else:
-                    spec.law.bootstrap = result
+                    law.bootstrap = boot_result
         for spec in group:
             if spec.law is None:
                 continue
@@ -276,7 +276,7 @@ def _family_x_specs(
     fa: FamilyAnalysis,
     cfg: AnalysisConfig,
     counts: np.ndarray,
-    units: list[str],
+    units: list[Hashable],
     strict: bool,
     notes: list[str],
 ) -> list[_Spec]:
@@ -423,6 +423,7 @@ def _check_run_fits_together(
         sizes = {run: float(getattr(runs[run][-1], cfg.x)) for run in fits}
         for run, why in implausible_family(fits, sizes).items():
             law = fits[run]
+            assert law.identification is not None  # by_family holds identified fits only
             law.identification = Identification(False, (*law.identification.reasons, why))
             notes.append(f"{law.label}: not identified: {why}")
 
@@ -466,8 +467,15 @@ def _compare(
             out.append(_fitted_pair(fa, ref, attr, axis, value, cfg))
     # TriLM against BiLM as well (Spectra's second question), when both laws are identified.
     tri, bi = families.get("trilm"), families.get("bilm")
-    both = tri is not None and bi is not None and tri.law_x is not None and bi.law_x is not None
-    if both and reference not in ("trilm", "bilm") and tri.law_x.identified and bi.law_x.identified:
+    if (
+        tri is not None
+        and bi is not None
+        and tri.law_x is not None
+        and bi.law_x is not None
+        and reference not in ("trilm", "bilm")
+        and tri.law_x.identified
+        and bi.law_x.identified
+    ):
         out.append(_fitted_pair(tri, bi, "law_x", "params", lambda r: getattr(r, cfg.x), cfg))
     return out
 

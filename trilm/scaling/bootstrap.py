@@ -228,7 +228,7 @@ def bootstrap_many(
             log_x, log_y, _ = pad_datasets([logs[i] for i in live])
         n_max = log_y.shape[-1]
         row_w = np.zeros((sum(goods[i].size for i in live), n_max))
-        row_data = np.repeat(np.arange(len(live)), [goods[i].size for i in live])
+        row_data: np.ndarray = np.repeat(np.arange(len(live)), [goods[i].size for i in live])
         at = 0
         for i in live:
             n_i = logs[i][1].size
@@ -320,7 +320,7 @@ def _refit(
     if restart_grid:
         grid = form.coarse_grid()
         n_start = grid.shape[0]
-        screen_rows = np.repeat(rows, n_start)
+        screen_rows: np.ndarray = np.repeat(rows, n_start)
         screen = optim.minimize_batched(
             objective(screen_rows).fun_grad, np.tile(grid, (n_rows, 1)), max_iter=SCREEN_ITER
         )

@@ -10,7 +10,7 @@ derived number is recomputed on each resample pair and reported as a percentile 
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -85,7 +85,7 @@ def _paired(
 def _interval(values: np.ndarray, level: float) -> list[float]:
     tail = 100 * (1 - level) / 2
     # Linear interpolation towards an infinite value gives NaN; take order statistics then.
-    method = "linear" if np.isfinite(values).all() else "inverted_cdf"
+    method: Literal["linear", "inverted_cdf"] = "linear" if np.isfinite(values).all() else "inverted_cdf"
     lo, hi = np.percentile(values, [tail, 100 - tail], method=method)
     return [float(lo), float(hi)]
 
@@ -170,7 +170,7 @@ def compare_pair(
             boot_loss = np.exp(_curve_log(th_fam, np.array([np.log(p["x"])]))[:, 0])
             boot_x = matched_x(th_ref, boot_loss)
             finite = np.isfinite(boot_x)
-            entry["reference_x_interval"] = _interval(boot_x, level)
+            entry["reference_x_interval"] = _interval(np.asarray(boot_x), level)
             entry["fraction_unreachable"] = float(1 - finite.mean())
         matches.append(entry)
     out["matches"] = matches

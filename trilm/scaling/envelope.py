@@ -140,7 +140,7 @@ def envelope(
     if bootstrap:
         rng = np.random.default_rng(seed)
         names = list(curves)
-        values = []
+        values: list[float] = []
         for _ in range(bootstrap):
             pick = rng.integers(0, len(names), len(names))
             sub = {names[i]: curves[names[i]] for i in set(pick.tolist())}
@@ -155,8 +155,8 @@ def envelope(
             values.append(_power(grid[m2], n2[m2]))
         if values:
             tail = 100 * (1 - level) / 2
-            a, b = np.percentile(values, [tail, 100 - tail])
-            env.interval_n = (float(a), float(b))
+            interval: np.ndarray = np.percentile(values, [tail, 100 - tail])
+            env.interval_n = (float(interval[0]), float(interval[1]))
     return env
 
 

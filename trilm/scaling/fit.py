@@ -173,7 +173,7 @@ class HuberObjective:
         n = self.log_y.shape[-1]
         if getattr(self, "_work", None) is None or self._work.shape[1] < b:
             rows = max(b, min(BLOCK_ELEMENTS // max(1, n), 1 << 20))
-            self._work = np.empty((slots, rows, n))
+            self._work: np.ndarray = np.empty((slots, rows, n))
         return self._work[:, :b]
 
     def _block(self, theta: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -440,7 +440,7 @@ def fit_many(
             objective = HuberObjective(form, logs[0][0], logs[0][1], delta=delta)
         else:
             log_x, log_y, mask = pad_datasets(logs)
-            rows = np.repeat(np.arange(len(valid)), n_start)
+            rows: np.ndarray = np.repeat(np.arange(len(valid)), n_start)
             objective = HuberObjective(
                 form, log_x, log_y, delta=delta, weights=mask, data_index=rows, weight_index=rows
             )

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from trilm.scaling.bootstrap import bootstrap_many, point_weights, unit_counts
-from trilm.scaling.fit import FitError, fit_many
+from trilm.scaling.fit import FitError, FitResult, fit_many
 from trilm.scaling.identify import identify
 from trilm.scaling.results import LawFit
 from trilm.scaling.table import ResultRow
@@ -41,6 +41,7 @@ def fit_nd(
     }
     loss = np.array([r.loss for r in points], float)
     result = fit_many("ND", [(inputs, loss)], labels=[label])[0]
+    assert isinstance(result, FitResult)  # errors="raise": a failed fit raised
     law = LawFit(
         label=label, fit=result, inputs=inputs, loss=loss, labels=[f"{r.run}@{r.step}" for r in points]
     )
@@ -68,7 +69,7 @@ class Prediction:
     hi: float | None
 
     def contains(self, value: float) -> bool | None:
-        return None if self.lo is None else bool(self.lo <= value <= self.hi)
+        return None if self.lo is None or self.hi is None else bool(self.lo <= value <= self.hi)
 
     def to_dict(self) -> dict[str, Any]:
         return {

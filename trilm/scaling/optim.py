@@ -121,8 +121,8 @@ def minimize_batched(
     y_hist = np.zeros((history, ids.size, n_par))
     rho = np.zeros((history, ids.size))
     gamma = np.ones(ids.size)
-    has_history = np.zeros(ids.size, dtype=bool)
-    live = np.ones(ids.size, dtype=bool)
+    has_history: np.ndarray = np.zeros(ids.size, dtype=bool)
+    live: np.ndarray = np.ones(ids.size, dtype=bool)
     order: list[int] = []
     it = 0
     while live.any():
@@ -147,7 +147,7 @@ def minimize_batched(
 
         lo = np.zeros(act.size)
         hi = np.full(act.size, np.inf)
-        done = np.zeros(act.size, dtype=bool)
+        done: np.ndarray = np.zeros(act.size, dtype=bool)
         x_new, f_new, g_new = xa.copy(), fa.copy(), ga.copy()
         arm_x, arm_f, arm_g = xa.copy(), fa.copy(), ga.copy()
         for _ in range(max_line_search):

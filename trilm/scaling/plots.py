@@ -18,6 +18,7 @@ inspect); ``plot_*`` write it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -232,7 +233,8 @@ def figure_training_curves(report: Report) -> Figure:
             key=lambda items: (items[0].params, bool(items[-1].extra.get("parent")), items[-1].tokens),
         )
         labelled: set[str] = set()
-        xs, ys, events = [], [], {}
+        xs, ys = [], []
+        events: dict[tuple[str, int], dict[str, Any]] = {}
         for items in runs:
             pts = [r for r in items if r.tokens > 0]
             if not pts:
@@ -298,7 +300,9 @@ def plot_training_curves(report: Report, out_dir: Path) -> dict[str, str]:
     return save(figure_training_curves(report), out_dir, "training_curves")
 
 
-def draw_nd(ax: Any, law: LawFit, title: str, extra_points: list[tuple[float, float, float]] = ()) -> None:
+def draw_nd(
+    ax: Any, law: LawFit, title: str, extra_points: Sequence[tuple[float, float, float]] = ()
+) -> None:
     """Loss vs D coloured by N, with the fitted L(N, D) at each distinct N over the data's D range and at
     most one decade beyond (to the largest of ``extra_points``, (N, D, loss) shown as open circles)."""
     from matplotlib import colormaps

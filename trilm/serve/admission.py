@@ -71,7 +71,7 @@ class Occupancy:
         self._open: set[int] = set()
         self._unstarted: dict[int, int] = {}  # request id -> prompt tokens, in arrival order
         self._started_at: dict[int, float] = {}
-        self._service = deque(maxlen=64)  # seconds from start to end of recent requests
+        self._service: deque[float] = deque(maxlen=64)  # seconds from start to end of recent requests
         self.rejected: dict[str, int] = dict.fromkeys(REASONS, 0)
         """Requests refused so far, by reason."""
 

@@ -74,7 +74,7 @@ class KVCache:
     def move(self, src: int, dst: int, length: int) -> None:
         """Copy the first ``length`` cached positions of slot ``src`` into slot ``dst``."""
         for k, v in zip(self.keys, self.values):
-            if k is not None:
+            if k is not None and v is not None:
                 k[dst, :, :length] = k[src, :, :length]
                 v[dst, :, :length] = v[src, :, :length]
 

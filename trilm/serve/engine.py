@@ -32,8 +32,9 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -44,6 +45,9 @@ from trilm.serve.admission import Limits, Occupancy, Rejected
 from trilm.serve.cache import KVCache
 from trilm.serve.sampling import SamplingError, SamplingParams, make_generator, sample
 from trilm.serve.text import TextStream
+
+if TYPE_CHECKING:
+    from trilm.serve.metrics import ServeMetrics
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +199,7 @@ class Engine:
         self.max_batch = max_batch
         self.limits = limits or Limits()
         self.occupancy = Occupancy(max_batch, self.limits)
-        self.observer = None
+        self.observer: ServeMetrics | None = None
         """Told of every token, decode step, finish and refusal (duck-typed; see ``ServeMetrics``)."""
         self.vocab_size = tokenizer.vocab_size if tokenizer is not None else self.cfg.vocab_size
         if self.vocab_size > self.cfg.padded_vocab:
@@ -317,7 +321,7 @@ class Engine:
 
     def submit_all(
         self,
-        jobs: list[tuple[str | list[int], SamplingParams | None]],
+        jobs: Sequence[tuple[str | list[int], SamplingParams | None]],
         *,
         on_deltas: list[Callable[[Delta], None]] | None = None,
     ) -> list[RequestHandle]:
@@ -331,7 +335,7 @@ class Engine:
             ids = self.encode(prompt)
             self.check(ids, params)
             prepared.append((ids, params))
-        callbacks = on_deltas or [None] * len(prepared)
+        callbacks: Sequence[Callable[[Delta], None] | None] = on_deltas or [None] * len(prepared)
         handles = [
             RequestHandle(next(self._ids), ids, params, self, callback)
             for (ids, params), callback in zip(prepared, callbacks)
@@ -419,11 +423,10 @@ class Engine:
 
     def _drop_ended(self) -> None:
         now = time.perf_counter()
-        for seq in [s for s in self.waiting if self._ended(s, now)]:
+        for seq, reason in [(s, r) for s in self.waiting if (r := self._ended(s, now)) is not None]:
             self.waiting.remove(seq)
-            self._finish(seq, self._ended(seq, now))
-        gone = [(s, self._ended(s, now)) for s in self.running]
-        gone = [(s, reason) for s, reason in gone if reason is not None]
+            self._finish(seq, reason)
+        gone = [(s, r) for s in self.running if (r := self._ended(s, now)) is not None]
         for seq, reason in gone:
             self._finish(seq, reason)
         if gone:

@@ -72,6 +72,7 @@ class DecodeGraphs:
         if not self.capture:
             return self._step(*key)[:n]
         graph, logits = self._graphs[key]
+        assert graph is not None and logits is not None  # captured: self.capture is set
         graph.replay()
         return logits[:n]
 

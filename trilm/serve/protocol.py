@@ -8,7 +8,7 @@ message naming them rather than silently ignored; unknown fields are refused too
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -121,8 +121,8 @@ class CompletionRequest(_Sampling):
         if not p:
             raise APIError(400, "prompt: must not be empty", "prompt")
         if all(isinstance(x, int) for x in p):
-            return [list(p)]  # one prompt given as token ids
-        return list(p)
+            return [cast("list[int]", list(p))]  # one prompt given as token ids
+        return [*cast("list[str] | list[list[int]]", p)]
 
 
 class TextPart(_Strict):

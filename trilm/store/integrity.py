@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -127,10 +127,11 @@ def verify_directory(
         return [str(exc)]
     if complete is None:
         return [f"{path / COMPLETE}: missing"]
-    listed = complete.files
+    listed: Mapping[str, dict[str, int] | None] | None = complete.files
     if listed is None:  # written before markers had a manifest: check what can be checked
-        listed = {str(p.relative_to(path)): None for p in path.rglob("*") if p.is_file()}
-        listed.pop(COMPLETE, None)
+        found = {str(p.relative_to(path)): None for p in path.rglob("*") if p.is_file()}
+        found.pop(COMPLETE, None)
+        listed = found
     names = sorted(set(listed) | set(required))
     checked = (mapper or _local)(names, lambda rel: check_file(path, rel, listed.get(rel)))
     return [checked[name] for name in names if checked[name]]

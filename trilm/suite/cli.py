@@ -209,7 +209,7 @@ def run(args: argparse.Namespace) -> int:
         axes = parse_axes(args.set)
         tokens = int(args.tokens) if args.tokens is not None else None
         for size in _split(args.size):
-            result = sweep(
+            swept = sweep(
                 suite,
                 size,
                 rates,
@@ -219,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
                 progress=not args.no_progress,
                 jobs=args.jobs,
             )
-            print(result.render())
+            print(swept.render())
         return 0
     if args.action == "cooldown":
         from trilm.suite.cooldown import cooldown_branches, run_cooldown
@@ -231,7 +231,7 @@ def run(args: argparse.Namespace) -> int:
         branches = cooldown_branches(
             suite, at=at or None, fraction=args.fraction, shape=args.shape, parents=_split(args.runs) or None
         )
-        outcomes = run_cooldown(
+        branch_outcomes = run_cooldown(
             suite,
             branches,
             jobs=args.jobs,
@@ -239,8 +239,8 @@ def run(args: argparse.Namespace) -> int:
             dry_run=args.dry_run,
             force=args.force,
         )
-        print(f"suite {suite.name}: {len(branches)} cooldown branches; " + _count(outcomes))
-        return 1 if any(o.action in ("failed", "missing") for o in outcomes) else 0
+        print(f"suite {suite.name}: {len(branches)} cooldown branches; " + _count(branch_outcomes))
+        return 1 if any(o.action in ("failed", "missing") for o in branch_outcomes) else 0
     if args.action == "status":
         from trilm.suite.cooldown import branch_records, cooldown_branches, render_branches
         from trilm.suite.status import add_forecasts, render_status, suite_status

@@ -406,6 +406,7 @@ def _keep_branch_states(cfg: TrainConfig, cooldown: SuiteCooldownConfig, name: s
     starts = []
     for at in cooldown.at:
         branch = cooldown_branch(cfg.steps, at, cooldown.fraction)
+        assert sched.cooldown_start is not None  # a WSD schedule has a cooldown
         if branch.start < max(sched.warmup_steps, 1) or branch.start > sched.cooldown_start:
             raise ConfigError(
                 f"run {name}: the branch at {at:g} would start at step {branch.start}, outside the parent's"

@@ -88,6 +88,7 @@ def cooldown_branches(
                 spec = cooldown_branch(cfg.steps, a, fraction)
             except ConfigError as exc:
                 raise ConfigError(f"run {parent.name}: {exc}") from None
+            assert sched.cooldown_start is not None  # a WSD schedule has a cooldown
             if spec.start < max(sched.warmup_steps, 1) or spec.start > sched.cooldown_start:
                 raise ConfigError(
                     f"run {parent.name}: the branch at {a:g} would start at step {spec.start}, outside the"

@@ -75,8 +75,8 @@ def run_concurrently(
     try:
         while True:
             alive = [p for p, _ in workers if p.poll() is None]
-            for proc, share in workers:
-                for run, _, detail in share:
+            for proc, items in workers:
+                for run, _, detail in items:
                     if run.name not in results and _settled(run, proc):
                         results[run.name] = _outcome(run, detail, proc, time.perf_counter() - start)
                         echo(f"  {run.name}: {results[run.name][0]}: {results[run.name][1]}")

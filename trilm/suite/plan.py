@@ -88,8 +88,8 @@ class SuitePlan:
 
     @property
     def total_device_hours(self) -> float | None:
-        values = [c.device_hours for c in self.costs]
-        return None if any(v is None for v in values) else sum(values)
+        known = [c.device_hours for c in self.costs if c.device_hours is not None]
+        return None if len(known) < len(self.costs) else sum(known)
 
     @property
     def total_disk(self) -> float:

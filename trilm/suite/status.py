@@ -226,6 +226,7 @@ def suite_eta(statuses: list[RunStatus]) -> float | None:
     if not timed:
         return None
     latest = max(timed, key=lambda s: s.last_update or 0.0)
+    assert latest.tokens_per_s is not None  # timed holds runs with a measured rate only
     rate = latest.tokens_per_s * _flops_per_token(latest.run)
     left = sum(
         (s.steps - s.step) * s.run.cfg.batch_tokens * _flops_per_token(s.run)

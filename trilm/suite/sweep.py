@@ -43,7 +43,7 @@ class SweepResult:
 
     def best(self, row: str) -> float | None:
         done = {lr: loss for lr, loss in self.losses[row].items() if loss is not None}
-        return min(done, key=done.get) if done else None
+        return min(done, key=done.__getitem__) if done else None
 
     def render(self, markdown: bool = False) -> str:
         headers = ["run", *[f"lr {lr:g}" for lr in self.rates], "best", "wall"]

@@ -29,6 +29,7 @@ import shutil
 import socket
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import IO
 
 import torch.distributed as dist
 
@@ -98,6 +99,7 @@ def atomic_directory(final: Path, marker_payload: dict | None = None) -> Iterato
         holder = [tmp]
         dist.broadcast_object_list(holder, src=0)
         tmp = holder[0]
+    assert tmp is not None  # rank 0 made it, the broadcast handed it to the other ranks
     try:
         yield tmp
     except BaseException:
@@ -183,7 +185,7 @@ class RunLock:
 
     def __init__(self, root: Path):
         self.path = Path(root) / LOCK_FILE
-        self._fh = None
+        self._fh: IO[str] | None = None
 
     def acquire(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

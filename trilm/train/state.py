@@ -82,7 +82,7 @@ def find_resume_point(run: RunDir, info: ParallelInfo) -> ResumePoint | None:
     skipped: list[str] = []
     for step, path in reversed(complete_steps(run.state)):
         problems = verify_directory(path, required=(TRAINER_STATE,), mapper=shared_map)
-        state = None
+        state: dict = {}
         if not problems:
             state = json.loads((path / TRAINER_STATE).read_text())
             missing = [k for k in ("step", "data", "dp_size", "tp_size") if k not in state]
