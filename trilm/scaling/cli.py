@@ -17,7 +17,7 @@ from pathlib import Path
 
 from trilm.cli_options import add_bootstrap, add_size_axis
 from trilm.config import require_directory_path
-from trilm.scaling.analyze import analyze
+from trilm.scaling.analyse import analyse
 from trilm.scaling.fit import HUBER_DELTA
 from trilm.scaling.results import AnalysisConfig
 
@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     )
     out = args.out or args.tables[0].parent / "scaling"
     require_directory_path(out, "--out")
-    report = analyze(args.tables, out, cfg)
+    report = analyse(args.tables, out, cfg)
     laws = [law for fa in report.families.values() for law in (fa.law_x, fa.law_nd) if law is not None]
     laws += list(report.run_fits.values())
     identified = sum(law.identified for law in laws)
