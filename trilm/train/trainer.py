@@ -90,6 +90,8 @@ class Trainer:
         self.model_cfg = cfg.model.resolved(self.info.tp_size)
         self.source = _open(cfg.init_from, "init_from") if cfg.init_from else None
         """The snapshot of ``init_from``, opened once (weights read when the model is built)."""
+        if self.source is not None:
+            cfg.check_init_from(self.source)
         self.teacher_dir = _open(cfg.distill.teacher, "distill.teacher") if cfg.distill.enabled else None
         self._check_vocab()
         self.schedule = Schedule.for_optimizer(cfg.optim, cfg.schedule, cfg.steps)
