@@ -81,7 +81,7 @@ def _loss_at(rows: list, run: str, step: int) -> float | None:
 
 
 def _fit_and_predict(rows: list, bootstrap: int) -> tuple[dict[str, Any], list[dict[str, Any]], dict]:
-    from trilm.scaling.analyze import branch_parent, lineage
+    from trilm.scaling.analyse import branch_parent, lineage
     from trilm.scaling.fit import FitError
     from trilm.scaling.nd import fit_nd, predict
 
@@ -150,7 +150,7 @@ def _predict_separate(fitted: dict, ladder_rows: list, budget: float) -> list[di
 
 def _fresh_comparison(rows: list, fresh_rows: list, ladder_rows: list) -> list[dict[str, Any]]:
     """Branch (or WSD run end) against a fresh run of the same length: the same compute, two schedules."""
-    from trilm.scaling.analyze import branch_parent
+    from trilm.scaling.analyse import branch_parent
 
     finals, out = _finals(rows), []
     by_key = defaultdict(list)
@@ -180,7 +180,7 @@ def _fresh_comparison(rows: list, fresh_rows: list, ladder_rows: list) -> list[d
 def _decay_stage(rows: list, suite) -> list[dict[str, Any]]:
     """Per WSD run: the loss at the last snapshot before its cooldown, at its end, and (for scale) what the
     same number of steps at the constant rate bought just before."""
-    from trilm.scaling.analyze import branch_parent
+    from trilm.scaling.analyse import branch_parent
 
     out = []
     for run in suite.runs:

@@ -159,7 +159,7 @@ def alternatives(
     """The additive form on the later window and Kaplan's form on the main fit's points, each predicting the
     same held-out rows as the main fit (``rows``' held-out ends and the ``separate`` runs' finals): per
     family the parameters and per held-out row the prediction."""
-    from trilm.scaling.analyze import branch_parent, lineage
+    from trilm.scaling.analyse import branch_parent, lineage
     from trilm.scaling.fit import FitError
     from trilm.scaling.nd import fit_nd, predict
 

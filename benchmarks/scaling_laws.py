@@ -40,7 +40,7 @@ separately on the family's own schedule. Scored apart: the cooldown report does 
 def _split(rows: list, ladder_rows: list, fresh_rows: list) -> tuple[float, dict[str, tuple[list, list]]]:
     """Per family: the fit's points and the held-out rows (with their kind), exactly as the cooldown report,
     then the fresh runs."""
-    from trilm.scaling.analyze import branch_parent
+    from trilm.scaling.analyse import branch_parent
 
     last = _finals(rows)
     budget = max(r.tokens for r in last.values() if not branch_parent(r))
@@ -77,7 +77,7 @@ def _score(preds: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _fit_family(law: str, points: list, held: list, bootstrap: int) -> dict[str, Any]:
-    from trilm.scaling.analyze import lineage
+    from trilm.scaling.analyse import lineage
     from trilm.scaling.fit import FitError
     from trilm.scaling.lawfit import LawFitConfig, fit_nd_law
 

@@ -2,7 +2,8 @@
 
 These formats share one value rule, ``w = s · (c − z) (+ μ)`` over an unsigned code ``c`` (ternary z = 1;
 binary s·(2b − 1) = 2s·(b − ½); int the stored zero), and one layout: codes packed along K into int32 words
-with N contiguous (:mod:`trilm.formats.packing`). The design (issue 11):
+with N contiguous (:mod:`trilm.formats.packing`). The design, each choice made so that a batch-1 GEMV
+streams the weights at close to the copy bandwidth:
 
 * **Each word is loaded once, whole, with wide loads.** A program owns a (rows of words × BLOCK_N columns)
   tile; N is the contiguous axis, so a thread loads four neighbouring columns' words in one 128-bit load and

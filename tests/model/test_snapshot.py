@@ -4,7 +4,8 @@ import pytest
 
 from trilm.config import ConfigError
 from trilm.model import preset
-from trilm.model.snapshot import SnapshotMeta
+from trilm.model.flops import parameter_counts
+from trilm.model.snapshot import SnapshotMeta, model_meta
 from trilm.store.snapshot import read_snapshot_config, write_snapshot_config
 
 
@@ -16,6 +17,20 @@ def test_meta_round_trip_keeps_unknown_keys(tmp_path):
     legacy = SnapshotMeta.from_dict({"step": 1, "family": "bilm", "size": "bilm-99m", "seed_note": "x"})
     assert legacy.size == "99m" and legacy.extra == {"seed_note": "x"}
     assert SnapshotMeta.from_dict(legacy.to_dict()) == legacy
+
+
+def test_model_meta_fills_what_the_config_implies():
+    cfg = preset("trilm-nano")
+    counts = parameter_counts(cfg)
+    meta = model_meta(cfg, tp=2, step=3, extra={"imported_from": "x"})
+    assert (meta.family, meta.size, meta.step, meta.extra) == ("trilm", "nano", 3, {"imported_from": "x"})
+    assert (meta.params, meta.nonembedding_params, meta.linear_params) == (
+        counts.total,
+        counts.nonembedding,
+        counts.linear,
+    )
+    assert meta.scale_partitions == cfg.scale_partitions(2)
+    assert model_meta(cfg, size="other").size == "other"
 
 
 def test_read_snapshot_names_bad_files(tmp_path):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tests.scaling.synthetic import synthetic_suite
-from trilm.scaling import analyze, write_table
+from trilm.scaling import analyse, write_table
 from trilm.scaling.compare import crossings_theta, matched_x
 from trilm.scaling.fit import FORMS
 
@@ -39,7 +39,7 @@ def crossing_report(tmp_path_factory):
     out = tmp_path_factory.mktemp("crossing")
     rows = synthetic_suite({"floatlm": FLOAT, "trilm": TRI}, sizes=SIZES, checkpoints=1, noise=0.0)
     table = write_table(out / "results.csv", rows)
-    return analyze(table, out / "scaling", form="N", bootstrap=100, seed=0, loso=False)
+    return analyse(table, out / "scaling", form="N", bootstrap=100, seed=0, loso=False)
 
 
 def test_analysis_finds_the_known_crossover(crossing_report):
@@ -78,7 +78,7 @@ def test_bits_axis_favours_the_family_with_fewer_bits():
 
     with tempfile.TemporaryDirectory() as tmp:
         table = write_table(Path(tmp) / "r.csv", rows)
-        report = analyze(table, None, form="N", bootstrap=0, loso=False)
+        report = analyse(table, None, form="N", bootstrap=0, loso=False)
     cmp = {(c["family"], c["axis"]): c for c in report.comparisons}
     assert cmp[("trilm", "params")]["crossings"] == []
     bits = cmp[("trilm", "bits")]
@@ -95,7 +95,7 @@ def test_gap_between_families_and_its_change_with_size(tmp_path):
     rows = synthetic_suite(
         {"floatlm": floatlm, "trilm": trilm, "bilm": bilm}, sizes=SIZES, checkpoints=1, noise=0.002
     )
-    report = analyze(
+    report = analyse(
         write_table(tmp_path / "r.csv", rows), tmp_path / "o", form="N", bootstrap=100, loso=False
     )
     cmp = {(c["family"], c["reference"], c["axis"]): c for c in report.comparisons}

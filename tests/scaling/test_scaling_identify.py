@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tests.scaling.synthetic import SPECTRA_SIZES, synthetic_suite
-from trilm.scaling import analyze, write_table
+from trilm.scaling import analyse, write_table
 from trilm.scaling import plots as plots_module
 from trilm.scaling.identify import identify, new_lows
 from trilm.suite.analyse import fit_lines, run_fit_lines, summary_text
@@ -79,7 +79,7 @@ def test_a_clean_decrease_is_identified_printed_and_drawn(tmp_path, drawn):
     rows = synthetic_suite(
         {"floatlm": LAW, "trilm": {**LAW, "A": 900.0}}, sizes=FIVE, checkpoints=4, noise=0.002
     )
-    report = analyze(write_table(tmp_path / "r.csv", rows), tmp_path / "out", bootstrap=200, seed=0)
+    report = analyse(write_table(tmp_path / "r.csv", rows), tmp_path / "out", bootstrap=200, seed=0)
     law = report.families["floatlm"].law_x
     assert law.identified and law.identification.reasons == ()
     text = _all_text(report, tmp_path / "out")
@@ -92,7 +92,7 @@ def test_a_clean_decrease_is_identified_printed_and_drawn(tmp_path, drawn):
 def test_the_quickstart_losses_of_issue_21_are_not_a_law(tmp_path, drawn):
     """Smallest model best: FloatLM 4.894, 5.095, 5.085; TriLM rising. Three sizes, α ≤ 0."""
     losses = {"floatlm": [4.894, 5.095, 5.085], "trilm": [5.10, 5.16, 5.22]}
-    report = analyze(write_table(tmp_path / "r.csv", _rows(THREE, losses)), tmp_path / "out", bootstrap=200)
+    report = analyse(write_table(tmp_path / "r.csv", _rows(THREE, losses)), tmp_path / "out", bootstrap=200)
     for fam in losses:
         ident = report.families[fam].law_x.identification
         assert not ident.identified
@@ -113,7 +113,7 @@ def test_the_quickstart_losses_of_issue_21_are_not_a_law(tmp_path, drawn):
 
 def test_three_decreasing_sizes_fit_exactly_and_get_a_zero_width_interval(tmp_path):
     losses = {"floatlm": [4.2, 4.0, 3.9]}
-    report = analyze(write_table(tmp_path / "r.csv", _rows(THREE, losses)), None, bootstrap=100)
+    report = analyse(write_table(tmp_path / "r.csv", _rows(THREE, losses)), None, bootstrap=100)
     law = report.families["floatlm"].law_x
     assert law.fit.params["alpha"] > 0
     summary = law.bootstrap.summary()["alpha"]
@@ -125,7 +125,7 @@ def test_three_decreasing_sizes_fit_exactly_and_get_a_zero_width_interval(tmp_pa
 
 def test_an_interval_reaching_zero_is_not_a_law(tmp_path):
     losses = {"floatlm": [4.30, 4.20, 4.25, 4.10, 4.19]}  # new lows at 3 sizes, but no clear trend
-    report = analyze(write_table(tmp_path / "r.csv", _rows(FIVE, losses)), tmp_path / "o", bootstrap=300)
+    report = analyse(write_table(tmp_path / "r.csv", _rows(FIVE, losses)), tmp_path / "o", bootstrap=300)
     law = report.families["floatlm"].law_x
     reasons = " ".join(law.identification.reasons)
     assert not law.identified and any(k in reasons for k in ("reaches 0", "≤ 0", "not pinned down")), reasons
@@ -137,7 +137,7 @@ def test_l_of_d_along_each_run_is_reported_where_identified(tmp_path):
     flat = [
         dataclasses.replace(r, loss=5.0 + 0.001 * (r.step % 2000)) if r.size == "99M" else r for r in rows
     ]
-    report = analyze(write_table(tmp_path / "r.csv", flat), tmp_path / "o", bootstrap=0)
+    report = analyse(write_table(tmp_path / "r.csv", flat), tmp_path / "o", bootstrap=0)
     identified = {run for run, law in report.run_fits.items() if law.identified}
     assert identified == {f"floatlm-{s}" for s in FIVE if s != "99M"}
     lines = run_fit_lines(report)
@@ -148,7 +148,7 @@ def test_l_of_d_along_each_run_is_reported_where_identified(tmp_path):
 
 def test_identify_reads_the_bootstrap_of_every_exponent(tmp_path):
     rows = synthetic_suite({"floatlm": LAW}, sizes=FIVE, checkpoints=1, noise=0.001)
-    report = analyze(write_table(tmp_path / "r.csv", rows), None, bootstrap=100, loso=False)
+    report = analyse(write_table(tmp_path / "r.csv", rows), None, bootstrap=100, loso=False)
     law = report.families["floatlm"].law_x
     assert identify(law).identified
     degenerate = dataclasses.replace(law.bootstrap, thetas=np.tile(law.fit.theta, (law.bootstrap.n_ok, 1)))
@@ -158,7 +158,7 @@ def test_identify_reads_the_bootstrap_of_every_exponent(tmp_path):
 def test_a_zero_width_interval_of_exact_data_is_certainty_not_degeneracy(tmp_path):
     rows = synthetic_suite({"floatlm": LAW}, sizes=FIVE, checkpoints=1, noise=0.0)
     law = (
-        analyze(write_table(tmp_path / "r.csv", rows), None, bootstrap=50, loso=False)
+        analyse(write_table(tmp_path / "r.csv", rows), None, bootstrap=50, loso=False)
         .families["floatlm"]
         .law_x
     )
@@ -170,7 +170,7 @@ def test_the_summary_says_where_loss_does_not_fall_with_size(tmp_path):
     from trilm.suite.analyse import ordering_lines
 
     losses = {"floatlm": [4.894, 5.095, 5.085], "trilm": [5.3, 5.2, 5.1]}
-    report = analyze(write_table(tmp_path / "r.csv", _rows(THREE, losses)), None, bootstrap=0)
+    report = analyse(write_table(tmp_path / "r.csv", _rows(THREE, losses)), None, bootstrap=0)
     lines = ordering_lines(report)
     assert lines[0] == " FloatLM  loss does not fall at 99M → 190M (+0.2010)"
     assert lines[1] == "   TriLM  loss falls at every step up in size"
@@ -178,7 +178,7 @@ def test_the_summary_says_where_loss_does_not_fall_with_size(tmp_path):
 
 def test_l_of_d_after_warm_up_and_a_collapsed_e_is_not_a_law(tmp_path):
     rows = synthetic_suite({"floatlm": LAW}, sizes=FIVE, checkpoints=8, noise=0.0)
-    report = analyze(write_table(tmp_path / "r.csv", rows), None, bootstrap=0, d_from=0.05)
+    report = analyse(write_table(tmp_path / "r.csv", rows), None, bootstrap=0, d_from=0.05)
     law = report.run_fits["floatlm-99M"]
     assert law.fit.n_points == 6 and law.identified  # log-spaced from 1/64 of the budget: two below 0.05
     assert any("L(D) from D = " in n and "2 earlier checkpoint(s) left out" in n for n in report.notes)

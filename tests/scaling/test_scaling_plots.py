@@ -12,7 +12,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from tests.scaling import quickstart_fixture as qs
 from tests.scaling.synthetic import SPECTRA_SIZES, synthetic_suite
-from trilm.scaling import analyze, plots, write_table
+from trilm.scaling import analyse, plots, write_table
 from trilm.scaling.fit import get_form
 from trilm.scaling.identify import edge_reasons, identify
 from trilm.scaling.results import LawFit
@@ -22,7 +22,7 @@ from trilm.suite.analyse import run_fit_lines, summary_text
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     table = write_table(tmp_path_factory.mktemp("qs") / "results.csv", qs.rows())
-    return analyze(table, None, bootstrap=200, seed=0, x="nonembedding_params", d_from=0.3)
+    return analyse(table, None, bootstrap=200, seed=0, x="nonembedding_params", d_from=0.3)
 
 
 def _within(limits, values, *, log: bool, extra: float = 1.0):
@@ -164,7 +164,7 @@ def test_the_nd_plot_extrapolates_at_most_one_decade(tmp_path):
     rows = synthetic_suite(
         {"floatlm": law}, sizes=sizes, tokens=[2e10, 8e10, 3e11], checkpoints=2, noise=0.002
     )
-    nd_report = analyze(write_table(tmp_path / "r.csv", rows), None, form="ND", bootstrap=0, loso=False)
+    nd_report = analyse(write_table(tmp_path / "r.csv", rows), None, form="ND", bootstrap=0, loso=False)
     fitted = nd_report.families["floatlm"].law_nd
     fig = plots.Figure(figsize=(6, 4))
     ax = fig.subplots()

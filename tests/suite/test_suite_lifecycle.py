@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 from tests.suite.conftest import copy_suite
 from trilm.cli import main
 from trilm.eval.suite import write_suite_table
-from trilm.scaling import analyze, read_table
+from trilm.scaling import analyse, read_table
 from trilm.suite.analyse import analyse_suite, summary_text
 from trilm.suite.launch import launch_local
 from trilm.suite.status import render_status, run_status, suite_status
@@ -125,7 +125,7 @@ def test_family_comparison_on_real_snapshots(trained, tmp_path):
     added, _ = write_suite_table(runs, tmp_path / "results.csv")
     rows = read_table(tmp_path / "results.csv")
     assert added == len(rows) > 0 and {r.size for r in rows} == {"nano"}
-    report = analyze([tmp_path / "results.csv"], None, bootstrap=0, plots=False)
+    report = analyse([tmp_path / "results.csv"], None, bootstrap=0, plots=False)
     observed = [c for c in report.comparisons if c["axis"] == "observed"]
     assert len(observed) == 1 and observed[0]["family"] == "trilm"
     (pair,) = observed[0]["shared_sizes"]

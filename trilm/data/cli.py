@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from trilm.cli_options import add_no_progress
 from trilm.config import ConfigError
 
 
@@ -65,7 +66,7 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "data") -> None
     p.add_argument("--skip-bad", action="store_true", help="count and skip bad input instead of failing")
     p.add_argument("--add-bos", action="store_true")
     p.add_argument("--max-files", type=int, default=0)
-    p.add_argument("--no-progress", action="store_true")
+    add_no_progress(p)
 
     p = sub.add_parser("stats", help="per-source statistics of a prepared split or of raw files")
     p.add_argument(

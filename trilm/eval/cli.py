@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from trilm.atomic import write_text
+from trilm.cli_options import add_device, add_no_progress, add_tokenizer
 from trilm.dtypes import DTYPE_NAMES
 
 
@@ -38,20 +39,10 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "eval") -> None
     p.add_argument("--stride", type=int, default=0, help="new tokens per window (default: seq-len)")
     p.add_argument("--max-tokens", type=int, default=0, help="only the first N tokens (0: all)")
     p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--device", default="cpu")
-    p.add_argument(
-        "--tokenizer",
-        default=None,
-        help="tokenizer.model or tokenizer.json (or a folder with one) when none is next to the model; "
-        "checked to be the model's",
-    )
-    p.add_argument(
-        "--force-tokenizer",
-        action="store_true",
-        help="use --tokenizer even where it does not look like the model's (hash or vocabulary differ)",
-    )
+    add_device(p)
+    add_tokenizer(p)
     p.add_argument("--json", type=Path, default=None, help="also write the result as JSON here")
-    p.add_argument("--no-progress", action="store_true")
+    add_no_progress(p)
 
     p = sub.add_parser("suite", help="evaluate every checkpoint into the results table")
     p.add_argument("paths", nargs="+", help="run directories, exported suites, snapshots or HF directories")
@@ -63,10 +54,10 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "eval") -> None
     p.add_argument("--tasks", default="", help="comma-separated lm-eval tasks (metrics as extra columns)")
     p.add_argument("--limit", type=float, default=0.0, help="lm-eval examples per task (0: all)")
     p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--device", default="cpu")
+    add_device(p)
     p.add_argument("--no-recorded", action="store_true", help="skip the recorded val_loss rows")
     p.add_argument("--replace", action="store_true", help="re-evaluate and overwrite rows already there")
-    p.add_argument("--no-progress", action="store_true")
+    add_no_progress(p)
 
     p = sub.add_parser(
         "lm-eval", help="lm-evaluation-harness tasks with trilm's model (offline tasks shipped)"
@@ -76,7 +67,7 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "eval") -> None
     p.add_argument("--limit", type=float, default=0.0, help="examples per task (0: all)")
     p.add_argument("--num-fewshot", type=int, default=None)
     p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--device", default="cpu")
+    add_device(p)
     p.add_argument("--dtype", default="float32", choices=DTYPE_NAMES)
     p.add_argument("--packed", action="store_true", help="run TriLM/BiLM linears as packed layers")
     p.add_argument("--include-path", action="append", default=[], help="more task YAML directories")

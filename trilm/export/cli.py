@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 
+from trilm.cli_options import add_no_progress
 from trilm.config import ConfigError
 from trilm.dtypes import DTYPE_NAMES
 
@@ -94,7 +95,7 @@ def build_parser(parser: argparse.ArgumentParser, command: str) -> None:
     suite.add_argument("--no-packed", action="store_true")
     suite.add_argument("--no-gguf", action="store_true")
     suite.add_argument("--table", default="", help="results table whose rows go into the model cards")
-    suite.add_argument("--no-progress", action="store_true")
+    add_no_progress(suite)
 
     gguf = sub.add_parser(
         "gguf", help="GGUF file for llama.cpp (F16/Q8_0/Q4_0/Q4_1; TriLM/BiLM also TQ1_0/TQ2_0)"

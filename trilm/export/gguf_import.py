@@ -31,9 +31,8 @@ import torch
 
 from trilm.config import ConfigError
 from trilm.export.gguf_check import open_gguf
-from trilm.model.flops import parameter_counts
 from trilm.model.hf import hf_tensor_plan, model_config_from_hf
-from trilm.model.snapshot import SnapshotMeta
+from trilm.model.snapshot import model_meta
 from trilm.store.snapshot import write_snapshot
 
 ARCH = "llama"
@@ -295,7 +294,6 @@ def import_gguf(path: str | Path, out: str | Path, *, family: str = "floatlm") -
         state[canonical] = tensor.contiguous()
     if tied:
         state["head.weight"] = state["embed.weight"].clone()
-    counts = parameter_counts(cfg)
     with tempfile.TemporaryDirectory(prefix="trilm-gguf-tok-") as tmp:
         tok = rebuild_tokenizer(path, reader, Path(tmp))
         model_name = _field(reader, "tokenizer.ggml.model")
@@ -316,19 +314,7 @@ def import_gguf(path: str | Path, out: str | Path, *, family: str = "floatlm") -
         }
         if tied:
             extra["tied_embeddings"] = True
-        meta = SnapshotMeta(
-            step=0,
-            tokens=0,
-            run=path.stem,
-            family=cfg.family,
-            size=cfg.name,
-            params=counts.total,
-            nonembedding_params=counts.nonembedding,
-            linear_params=counts.linear,
-            scale_partitions=cfg.scale_partitions(1),
-            tokenizer_hash=tok.hash,
-            extra=extra,
-        )
+        meta = model_meta(cfg, step=0, tokens=0, run=path.stem, tokenizer_hash=tok.hash, extra=extra)
         write_snapshot(out, cfg, meta, state, tokenizer=tok, marker={"imported_from": path.name})
     label = f"{model_name}" + (f"/{pre}" if pre else "")
     label += f" ({tok.vocab_size:,} tokens{', chat template' if tok.chat_template else ''})"

@@ -25,9 +25,8 @@ from trilm.dtypes import parse_dtype
 from trilm.export.card import write_model_card
 from trilm.export.common import export_directory, open_source
 from trilm.export.tokenizer import write_tokenizer_files
-from trilm.model.flops import parameter_counts
 from trilm.model.hf import DEFAULT_BOS_ID, DEFAULT_EOS_ID, dequantized_state_dict
-from trilm.model.snapshot import SnapshotMeta
+from trilm.model.snapshot import model_meta
 from trilm.store.errors import StoreError
 from trilm.store.hf import write_hf_files
 from trilm.store.layout import WEIGHTS_FILE
@@ -117,7 +116,6 @@ def import_snapshot_hf(hf_dir: str | Path, out: str | Path, *, family: str | Non
     if src.kind != "hf":
         raise StoreError(f"{hf_dir}: already a trilm model ({src.kind}); there is nothing to import")
     cfg = src.config
-    counts = parameter_counts(cfg)
     tok = src.tokenizer.tokenizer
     hf = src.hf
     extra: dict[str, Any] = {
@@ -130,18 +128,8 @@ def import_snapshot_hf(hf_dir: str | Path, out: str | Path, *, family: str | Non
         extra["add_bos"] = bool(tok.adds_bos)
     if hf.tied:
         extra["tied_embeddings"] = True
-    meta = SnapshotMeta(
-        step=0,
-        tokens=0,
-        run=hf_dir.name,
-        family=cfg.family,
-        size=cfg.name,
-        params=counts.total,
-        nonembedding_params=counts.nonembedding,
-        linear_params=counts.linear,
-        scale_partitions=cfg.scale_partitions(1),
-        tokenizer_hash=tok.hash if tok else None,
-        extra=extra,
+    meta = model_meta(
+        cfg, step=0, tokens=0, run=hf_dir.name, tokenizer_hash=tok.hash if tok else None, extra=extra
     )
     state = src.weights.float_state()
     return write_snapshot(out, cfg, meta, state, tokenizer=tok, marker={"imported_from": hf_dir.name})

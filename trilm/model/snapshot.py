@@ -10,6 +10,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from trilm.model.config import ModelConfig
+from trilm.model.flops import parameter_counts
+
 
 @dataclasses.dataclass
 class SnapshotMeta:
@@ -56,3 +59,22 @@ class SnapshotMeta:
         if self.extra:
             out["extra"] = self.extra
         return out
+
+
+def model_meta(cfg: ModelConfig, *, tp: int = 1, **fields: Any) -> SnapshotMeta:
+    """The metadata of a whole model of config ``cfg``, as every writer of one fills it.
+
+    What the config implies is filled here: the family, the family-free size name, the parameter counts
+    and the scale partitions of a build at TP=``tp``. ``fields`` gives the rest (step, tokens, run,
+    losses, ``extra``...) and may override any of those.
+    """
+    counts = parameter_counts(cfg)
+    implied: dict[str, Any] = {
+        "family": cfg.family,
+        "size": cfg.size_name,
+        "params": counts.total,
+        "nonembedding_params": counts.nonembedding,
+        "linear_params": counts.linear,
+        "scale_partitions": cfg.scale_partitions(tp),
+    }
+    return SnapshotMeta(**{**implied, **fields})

@@ -18,6 +18,7 @@ import typing
 from pathlib import Path
 from typing import Any, get_args, get_origin
 
+from trilm.cli_options import add_device, add_no_progress, add_tokenizer
 from trilm.config import ConfigError
 from trilm.dtypes import parse_dtype
 
@@ -84,14 +85,9 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "quantize") -> 
         "--seq-len", type=int, default=None, help="tokens per sequence (default: min(2048, context))"
     )
     cal.add_argument("--seed", type=int, default=0, help="calibration sampling seed (0)")
-    cal.add_argument("--tokenizer", type=Path, default=None, help="default: the model's own tokenizer")
-    cal.add_argument(
-        "--force-tokenizer",
-        action="store_true",
-        help="use --tokenizer even where it is not the model's own (another vocabulary or recorded hash)",
-    )
+    add_tokenizer(cal, type=Path)
     eng = parser.add_argument_group("engine")
-    eng.add_argument("--device", default="cpu", help="cpu (default) or cuda[:i]")
+    add_device(eng)
     eng.add_argument("--forward-batch", type=int, default=8, help="sequences per block forward (8)")
     eng.add_argument(
         "--true-sequential",
@@ -100,7 +96,7 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "quantize") -> 
     )
     scale_help = "precision of the stored scales (default: the formats', trilm.formats.SCALE_DTYPE)"
     eng.add_argument("--scale-dtype", choices=SCALE_DTYPES, help=scale_help)
-    eng.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_no_progress(eng)
     ev = parser.add_argument_group("evaluation")
     ev.add_argument(
         "--eval", type=Path, default=None, help="prepared split: validation loss of the written QuantLM"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from trilm.cli_options import add_device, add_no_progress
 from trilm.prune.metrics import METRICS
 from trilm.prune.run import METHODS, PRUNE_DTYPES, PruneConfig
 from trilm.prune.search import LR_DEFAULTS, PGConfig
@@ -51,9 +52,9 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "prune") -> Non
         help="score initialisation (auto: wanda for heads/channels, block-importance for layers)",
     )
     parser.add_argument("--seed", type=int, default=0, help="calibration sampling and mask sampling seed")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 or auto")
+    add_device(parser, help="cpu, cuda, cuda:1 or auto")
     parser.add_argument("--dtype", default="float32", choices=PRUNE_DTYPES)
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_no_progress(parser)
 
 
 def config_from_args(args) -> PruneConfig:

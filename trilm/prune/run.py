@@ -20,7 +20,7 @@ from trilm.config import Config, ConfigError, require
 from trilm.dtypes import parse_dtype
 from trilm.memory import model_bytes
 from trilm.model.flops import parameter_counts
-from trilm.model.snapshot import SnapshotMeta
+from trilm.model.snapshot import SnapshotMeta, model_meta
 from trilm.prune.metrics import CalibrationStats, check_metric, collect_stats, unit_scores
 from trilm.prune.search import PGConfig, SearchResult, WindowSampler, batch_loss, pg_search
 from trilm.prune.slicing import check_sliceable, select_units, slice_model
@@ -274,7 +274,6 @@ def _calibration_record(cfg: PruneConfig, source: Source, tokens, stats_windows)
 
 
 def _output_meta(source: Source, cfg, record: dict[str, Any]) -> SnapshotMeta:
-    counts = parameter_counts(cfg)
     src = source.meta
     extra = {k: v for k, v in src.extra.items() if k != "pruning"}
     history = list(src.extra.get("pruning_history", []))
@@ -283,21 +282,19 @@ def _output_meta(source: Source, cfg, record: dict[str, Any]) -> SnapshotMeta:
     if history:
         extra["pruning_history"] = history
     extra["pruning"] = record
-    return SnapshotMeta(
+    meta = model_meta(
+        cfg,
         step=src.step,
         tokens=src.tokens,
         samples=src.samples,
         run=src.run,
-        family=cfg.family,
-        size=cfg.size_name,
-        params=counts.total,
-        nonembedding_params=counts.nonembedding,
-        linear_params=counts.linear,
-        scale_partitions=cfg.scale_partitions(1) if cfg.family != "floatlm" else src.scale_partitions,
         tokenizer_hash=src.tokenizer_hash,
         imported_from=src.imported_from,
         extra=extra,
     )
+    if cfg.family == "floatlm":
+        meta.scale_partitions = src.scale_partitions
+    return meta
 
 
 def write_pruned_snapshot(

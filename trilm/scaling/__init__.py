@@ -1,14 +1,14 @@
 """Scaling-law tools: fit L(N), L(D), L(N, D) over results tables, bootstrap them, compare families, plot.
 
-Pure numpy/matplotlib (no torch). The one-call entry point is :func:`analyze`::
+Pure numpy/matplotlib (no torch). The one-call entry point is :func:`analyse`::
 
-    from trilm.scaling import analyze
-    report = analyze(["runs/suite/results.csv"], "runs/suite/scaling", form="auto", bootstrap=1000, seed=0)
+    from trilm.scaling import analyse
+    report = analyse(["runs/suite/results.csv"], "runs/suite/scaling", form="auto", bootstrap=1000, seed=0)
 
 and the command line is ``trilm scaling fit RESULTS… --out DIR`` (see :mod:`trilm.scaling.cli`).
 """
 
-from trilm.scaling.analyze import analyze
+from trilm.scaling.analyse import analyse
 from trilm.scaling.bootstrap import BootstrapResult, bootstrap_fit, leave_one_out
 from trilm.scaling.fit import FORMS, HUBER_DELTA, FitError, FitResult, fit_law
 from trilm.scaling.results import AnalysisConfig, Report
@@ -24,6 +24,10 @@ from trilm.scaling.table import (
     write_table,
 )
 
+analyze = analyse
+"""The American spelling of :func:`analyse`, kept for callers written against it (as ``trilm suite analyze``
+stays beside ``trilm suite analyse``)."""
+
 __all__ = [
     "FORMS",
     "HUBER_DELTA",
@@ -35,6 +39,7 @@ __all__ = [
     "Report",
     "ResultRow",
     "TableError",
+    "analyse",
     "analyze",
     "append_rows",
     "bootstrap_fit",

@@ -15,8 +15,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from trilm.cli_options import add_bootstrap, add_size_axis
 from trilm.config import require_directory_path
-from trilm.scaling.analyze import analyze
+from trilm.scaling.analyse import analyse
 from trilm.scaling.fit import HUBER_DELTA
 from trilm.scaling.results import AnalysisConfig
 
@@ -42,14 +43,8 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "scaling") -> N
         "--out", type=Path, default=None, help="output directory (default: <first table dir>/scaling)"
     )
     fit.add_argument("--eval", default="", help="evaluation name (default: val_loss, or the only one)")
-    fit.add_argument(
-        "--x",
-        choices=["params", "nonembedding_params"],
-        default="params",
-        help="parameter axis of L(N) and L(N, D)",
-    )
-    fit.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (0: none)")
-    fit.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    add_size_axis(fit, default="params", help="parameter axis of L(N) and L(N, D)")
+    add_bootstrap(fit)
     fit.add_argument("--level", type=float, default=0.95, help="interval level")
     fit.add_argument("--reference", default="", help="family to compare with (default: floatlm)")
     fit.add_argument("--families", nargs="*", default=[], help="only these families")
@@ -78,8 +73,7 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "scaling") -> N
     chin.add_argument(
         "--out", type=Path, default=None, help="write fit.json, report.md, loss_nd.png/svg here"
     )
-    chin.add_argument("--bootstrap", type=int, default=4000, help="bootstrap resamples (Epoch: 4000)")
-    chin.add_argument("--seed", type=int, default=42, help="bootstrap seed")
+    add_bootstrap(chin, resamples=4000, seed=42, note="Epoch: 4000")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -108,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     )
     out = args.out or args.tables[0].parent / "scaling"
     require_directory_path(out, "--out")
-    report = analyze(args.tables, out, cfg)
+    report = analyse(args.tables, out, cfg)
     laws = [law for fa in report.families.values() for law in (fa.law_x, fa.law_nd) if law is not None]
     laws += list(report.run_fits.values())
     identified = sum(law.identified for law in laws)

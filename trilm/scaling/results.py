@@ -1,6 +1,6 @@
 """What an analysis holds: its configuration, each fitted law with its data and intervals, and the report.
 
-Kept apart from :mod:`trilm.scaling.analyze` (which computes them) so the plot and report writers depend on
+Kept apart from :mod:`trilm.scaling.analyse` (which computes them) so the plot and report writers depend on
 these types only, not on the analysis code.
 """
 
@@ -117,7 +117,7 @@ class FamilyAnalysis:
 
 @dataclasses.dataclass
 class Report:
-    """Everything ``analyze`` computed; ``to_dict()`` is what ``fit.json`` holds."""
+    """Everything ``analyse`` computed; ``to_dict()`` is what ``fit.json`` holds."""
 
     config: AnalysisConfig
     tables: list[str]

@@ -18,6 +18,7 @@ import argparse
 import json
 from pathlib import Path
 
+from trilm.cli_options import add_bootstrap, add_no_progress, add_size_axis
 from trilm.config import ConfigError
 from trilm.suite.config import load_suite
 
@@ -62,7 +63,7 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "suite") -> Non
         metavar="ARG",
         help="extra #SBATCH line, e.g. --partition=gpu",
     )
-    launch.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_no_progress(launch)
     launch.add_argument(
         "--jobs",
         type=int,
@@ -100,7 +101,7 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "suite") -> Non
     )
     sweep.add_argument("--dry-run", action="store_true", help="write the configs; train nothing")
     sweep.add_argument("--jobs", type=int, default=1, help="train this many runs at once (single-threaded)")
-    sweep.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_no_progress(sweep)
 
     cool = sub.add_parser(
         "cooldown",
@@ -126,7 +127,7 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "suite") -> Non
     cool.add_argument(
         "--jobs", type=int, default=1, help="train this many branches at once (single-threaded)"
     )
-    cool.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_no_progress(cool)
 
     for name in ("analyse", "analyze"):
         ana = sub.add_parser(
@@ -137,14 +138,10 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "suite") -> Non
         )
         _common(ana)
         ana.add_argument("--out", type=Path, default=None, help="output directory (default: ROOT/analysis)")
-        ana.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (0: none)")
-        ana.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+        add_bootstrap(ana)
         ana.add_argument("--no-plots", action="store_true", help="skip the plots")
-        ana.add_argument(
-            "--x",
-            choices=["params", "nonembedding_params"],
-            default=None,
-            help="size axis of L(N) (default: the suite's analysis.x, else params)",
+        add_size_axis(
+            ana, default=None, help="size axis of L(N) (default: the suite's analysis.x, else params)"
         )
         ana.add_argument(
             "--forecast-from",

@@ -9,6 +9,7 @@ from pathlib import Path
 from trilm.config import ConfigError
 from trilm.data.shards import TokenShards
 from trilm.parallel import current_parallel, init_parallel, shutdown_parallel
+from trilm.store.open import open_model
 from trilm.train.config import TrainConfig
 from trilm.train.plan import RunPlan
 
@@ -48,9 +49,9 @@ def dry_run(cfg: TrainConfig) -> str:
     """The plan without building the model or touching the run directory (``init_from`` weights are
     read and verified: a damaged one is refused here, not after the run directory is made)."""
     if cfg.init_from:
-        from trilm.store.open import open_model
-
-        open_model(cfg.init_from).weights.float_state()
+        source = open_model(cfg.init_from)
+        cfg.check_init_from(source)
+        source.weights.float_state()
     info = init_parallel(cfg.parallel)
     lines = [
         "# resolved config",

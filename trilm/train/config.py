@@ -10,8 +10,10 @@ import torch
 from trilm.config import Config, ConfigError, require
 from trilm.data.sampler import DataConfig
 from trilm.model.config import ModelConfig, preset
+from trilm.model.spec import canonical_shapes
 from trilm.parallel import ParallelConfig
 from trilm.schedule import ScheduleConfig
+from trilm.store.open import ModelDir, open_model
 
 
 @dataclasses.dataclass
@@ -198,14 +200,13 @@ class TrainConfig(Config):
         from trilm.schedule import Schedule
 
         Schedule.for_optimizer(self.optim, self.schedule, self.steps)  # warm-up and cooldown fit the run
-        if self.init_from:
-            self._check_init_from()
 
-    def _check_init_from(self) -> None:
-        from trilm.model.spec import canonical_shapes
-        from trilm.store.open import open_model
+    def check_init_from(self, opened: ModelDir) -> None:
+        """Refuse an ``init_from`` snapshot (``opened``) that this run cannot start from.
 
-        opened = open_model(self.init_from)
+        Not part of :meth:`validate`: a config is validated on every ``replace``, and the snapshot is opened
+        once per command by whoever uses it (parsing, the dry run, the trainer), which then checks it here.
+        """
         snap = opened.config
         require(
             not opened.stored_packed,
@@ -250,10 +251,11 @@ class TrainConfig(Config):
     def from_dict(cls, data: dict[str, Any], *, prefix: str = "") -> TrainConfig:
         """Like Config.from_dict, but ``model: {preset: trilm-99m, …}`` starts from a named preset."""
         data = dict(data)
-        if data.get("init_from") and not (isinstance(data.get("model"), dict) and "preset" in data["model"]):
-            from trilm.store.open import open_model
-
-            data["model"] = _over_snapshot(open_model(data["init_from"]).config, data.get("model") or {})
+        opened = None
+        if data.get("init_from") and not _complete_model(data.get("model")):
+            opened = open_model(data["init_from"])
+            if not (isinstance(data.get("model"), dict) and "preset" in data["model"]):
+                data["model"] = _over_snapshot(opened.config, data.get("model") or {})
         model = data.get("model")
         if isinstance(model, dict) and "preset" in model:
             model = dict(model)
@@ -263,7 +265,17 @@ class TrainConfig(Config):
                 raise ConfigError(f"{prefix}model.preset: {exc}") from None
             quant = {**base.get("quant", {}), **model.pop("quant", {})}
             data["model"] = {**base, **model, "quant": quant}
-        return super().from_dict(data, prefix=prefix)
+        cfg = super().from_dict(data, prefix=prefix)
+        if opened is not None:
+            cfg.check_init_from(opened)
+        return cfg
+
+
+def _complete_model(section: Any) -> bool:
+    """Whether a model section names every field (as ``to_dict`` writes it: a config being replaced or
+    overridden), so that nothing of it comes from the ``init_from`` snapshot and parsing need not open it."""
+    names = {f.name for f in dataclasses.fields(ModelConfig)}
+    return isinstance(section, dict) and "preset" not in section and names <= section.keys()
 
 
 def _over_snapshot(snap: ModelConfig, section: dict[str, Any]) -> dict[str, Any]:

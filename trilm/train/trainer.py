@@ -20,8 +20,8 @@ import torch.distributed as dist
 from trilm.atomic import copy_file, write_json, write_text
 from trilm.config import ConfigError
 from trilm.data.tokenizer import sidecar_path
-from trilm.model.flops import flops_per_token, parameter_counts
-from trilm.model.snapshot import SnapshotMeta
+from trilm.model.flops import flops_per_token
+from trilm.model.snapshot import model_meta
 from trilm.model.transformer import Decoder
 from trilm.parallel import dp_group, init_parallel, node_id, placement
 from trilm.schedule import Schedule
@@ -90,6 +90,8 @@ class Trainer:
         self.model_cfg = cfg.model.resolved(self.info.tp_size)
         self.source = _open(cfg.init_from, "init_from") if cfg.init_from else None
         """The snapshot of ``init_from``, opened once (weights read when the model is built)."""
+        if self.source is not None:
+            cfg.check_init_from(self.source)
         self.teacher_dir = _open(cfg.distill.teacher, "distill.teacher") if cfg.distill.enabled else None
         self._check_vocab()
         self.schedule = Schedule.for_optimizer(cfg.optim, cfg.schedule, cfg.steps)
@@ -225,20 +227,15 @@ class Trainer:
         return point
 
     def _save_snapshot(self, engine, step: int, train_loss, val_loss) -> None:
-        counts = parameter_counts(self.model_cfg)
         tokens = step * self.cfg.batch_tokens
         tok = self.data.tokenizer
-        meta = SnapshotMeta(
+        meta = model_meta(
+            self.model_cfg,
+            tp=self.info.tp_size,
             step=step,
             tokens=tokens,
             samples=step * self.cfg.global_batch,
             run=self.run.root.name,
-            family=self.model_cfg.family,
-            size=self.model_cfg.size_name,
-            params=counts.total,
-            nonembedding_params=counts.nonembedding,
-            linear_params=counts.linear,
-            scale_partitions=self.model_cfg.scale_partitions(self.info.tp_size),
             flops=flops_per_token(self.model_cfg, self.cfg.sequence_length) * tokens,
             tokenizer_hash=tok.hash if tok is not None else self.data.train.shards.tokenizer_hash,
             train_loss=train_loss,

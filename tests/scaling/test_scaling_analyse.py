@@ -1,4 +1,4 @@
-"""``analyze`` and ``trilm scaling``: one call from a results table to fit.json, report.md and plots."""
+"""``analyse`` and ``trilm scaling``: one call from a results table to fit.json, report.md and plots."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from tests.scaling.synthetic import SPECTRA_SIZES, synthetic_suite
 from trilm.cli import main
-from trilm.scaling import FitError, analyze, read_table, write_table
+from trilm.scaling import FitError, analyse, read_table, write_table
 
 LAWS = {
     "floatlm": {"E": 1.75, "A": 300.0, "alpha": 0.3, "B": 600.0, "beta": 0.3},
@@ -34,7 +34,7 @@ def suite(tmp_path_factory):
     out = tmp_path_factory.mktemp("suite")
     rows = synthetic_suite(LAWS, sizes=SIX, checkpoints=4, noise=0.004, seed=3)
     table = write_table(out / "results.csv", rows)
-    return table, analyze([table], out / "scaling", bootstrap=100, seed=0)
+    return table, analyse([table], out / "scaling", bootstrap=100, seed=0)
 
 
 def test_suite_fits_report_and_plots(suite):
@@ -68,7 +68,7 @@ def test_separate_token_budgets_give_an_nd_fit(tmp_path):
         {"floatlm": LAWS["floatlm"]}, sizes=SIX, tokens=[2e10, 8e10, 3e11], checkpoints=2, noise=0.002
     )
     table = write_table(tmp_path / "r.jsonl", rows)
-    report = analyze(table, tmp_path / "out", form="ND", bootstrap=50, loso=False)
+    report = analyse(table, tmp_path / "out", form="ND", bootstrap=50, loso=False)
     nd = report.families["floatlm"].law_nd
     assert nd is not None and nd.fit.n_points == 18
     assert nd.fit.params["alpha"] == pytest.approx(0.3, rel=0.1)
@@ -90,7 +90,7 @@ def _tiny_table(path):
 
 def test_tiny_suite_in_auto_mode_notes_what_it_skips(tmp_path):
     table = _tiny_table(tmp_path / "results.json")
-    report = analyze(table, tmp_path / "out", bootstrap=50)
+    report = analyse(table, tmp_path / "out", bootstrap=50)
     assert all(fa.law_x is None for fa in report.families.values())
     assert sorted(report.run_fits) == ["floatlm-small", "floatlm-tiny", "trilm-small", "trilm-tiny"]
     assert any("L(N) not fitted: it needs final checkpoints of at least 3 sizes" in n for n in report.notes)
@@ -105,11 +105,11 @@ def test_tiny_suite_in_auto_mode_notes_what_it_skips(tmp_path):
 def test_explicit_form_is_strict_about_a_family_with_too_few_sizes(tmp_path):
     table = _tiny_table(tmp_path / "results.csv")
     with pytest.raises(FitError, match=r"family floatlm: L\(N\) not fitted.*has 2 \(tiny, small\)"):
-        analyze(table, None, form="N", bootstrap=0)
+        analyse(table, None, form="N", bootstrap=0)
     rows = [r for r in read_table(table) if r.size == "tiny"]
     one = write_table(tmp_path / "one.csv", rows)
     with pytest.raises(FitError, match=r"has 1 \(tiny\)"):
-        analyze(one, None, form="N", bootstrap=0)
+        analyse(one, None, form="N", bootstrap=0)
 
 
 def test_eval_choice_and_inconsistent_runs_are_errors(tmp_path):
@@ -117,11 +117,11 @@ def test_eval_choice_and_inconsistent_runs_are_errors(tmp_path):
     other = [dataclasses.replace(r, eval="wikitext") for r in rows]
     table = write_table(tmp_path / "r.csv", [dataclasses.replace(r, eval="c4") for r in rows] + other)
     with pytest.raises(FitError, match="several evaluations \\(c4, wikitext\\); choose one with --eval"):
-        analyze(table, None, bootstrap=0)
-    assert analyze(table, None, eval="wikitext", bootstrap=0, loso=False).eval_name == "wikitext"
+        analyse(table, None, bootstrap=0)
+    assert analyse(table, None, eval="wikitext", bootstrap=0, loso=False).eval_name == "wikitext"
     bad = write_table(tmp_path / "bad.csv", [*rows, dataclasses.replace(rows[0], step=7, family="trilm")])
     with pytest.raises(FitError, match="run 'floatlm-99M' has rows with different family"):
-        analyze(bad, None, bootstrap=0)
+        analyse(bad, None, bootstrap=0)
 
 
 def test_cli_fit_writes_everything(tmp_path, capsys):
@@ -163,7 +163,7 @@ def test_a_fit_that_does_not_decrease_is_not_used_to_match_sizes(tmp_path):
     floats = sorted((r for r in rows if r.family == "floatlm"), key=lambda r: r.params)
     rising = {id(r): 3.0 + 0.05 * i for i, r in enumerate(floats)}
     rows = [dataclasses.replace(r, loss=rising[id(r)]) if id(r) in rising else r for r in rows]
-    report = analyze(write_table(tmp_path / "results.csv", rows), tmp_path / "out", bootstrap=0, plots=False)
+    report = analyse(write_table(tmp_path / "results.csv", rows), tmp_path / "out", bootstrap=0, plots=False)
     assert report.families["floatlm"].law_x.fit.params["alpha"] <= 0
     assert not [c for c in report.comparisons if c["axis"] in ("params", "bits")]
     assert any("the L(x) of floatlm is not identified" in n for n in report.notes)

@@ -1,6 +1,6 @@
 """One call from results tables to fits, comparisons, ``fit.json``, ``report.md`` and plots.
 
-``analyze(paths, out_dir)`` reads the tables, keeps one evaluation, and per family fits
+``analyse(paths, out_dir)`` reads the tables, keeps one evaluation, and per family fits
 
 - L(x) on the final checkpoint of every run, with x the parameter count (or non-embedding count), and the
   same law against the model size in bits;
@@ -154,7 +154,7 @@ def _fit_specs(specs: list[_Spec], cfg: AnalysisConfig, strict: bool, notes: lis
                 )
 
 
-def analyze(
+def analyse(
     tables: str | Path | list[str | Path],
     out_dir: str | Path | None = None,
     config: AnalysisConfig | None = None,
@@ -164,7 +164,7 @@ def analyze(
 ) -> Report:
     """Fit, compare and (with ``out_dir``) write ``fit.json``, ``report.md`` and plots; return the Report.
 
-    ``overrides`` are :class:`AnalysisConfig` fields, e.g. ``analyze(["results.csv"], "out", form="N",
+    ``overrides`` are :class:`AnalysisConfig` fields, e.g. ``analyse(["results.csv"], "out", form="N",
     bootstrap=200, seed=1)``; ``events`` are the runs' schedule events for the training-curve plot.
     """
     cfg = config or AnalysisConfig()
