@@ -5,10 +5,10 @@ import io
 import pytest
 import torch
 from torch import nn
-from trilm.kernels import QuantLinear, reference_matmul, replace_linears
 
-from benchmarks.kernel_tools.samples import KINDS, random_packed
+from benchmarks.kernels.tools.samples import KINDS, random_packed
 from trilm.formats import IntWeight, TernaryWeight, load_packed, save_packed
+from trilm.kernels import QuantLinear, reference_matmul, replace_linears
 
 TOL = 2e-6
 

@@ -1,6 +1,6 @@
 """Which CPU kernel serves packed layers: torch's weight-only low-bit kernels against dense matmuls, one run.
 
-    python -m benchmarks.cpu_kernels --out benchmarks/results            # 190m layer shapes, 1 and 2 threads
+    python -m benchmarks.kernels.cpu --out benchmarks/results            # 190m layer shapes, 1 and 2 threads
 
 For each block-linear shape of a model (default ``trilm-190m``: 768→768, 768→2048, 2048→768) at batch 1 and
 4, times ``y = x @ W^T`` by:
@@ -30,11 +30,11 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from trilm.kernels.cpu import Int4Weight
-from trilm.kernels.cpu_dense import supported as bf16_prepack_supported
 
 from benchmarks.common import today, write_result
 from trilm.formats import TernaryWeight
+from trilm.kernels.cpu import Int4Weight
+from trilm.kernels.cpu_dense import supported as bf16_prepack_supported
 from trilm.model import preset
 
 

@@ -1,6 +1,6 @@
 """Compile the GPU kernels ahead of time for an NVIDIA target, without a GPU (Triton bundles ptxas).
 
-Usage: ``python -m benchmarks.kernel_tools.compile_check [--cc 90] [--kinds ternary int3 ...]
+Usage: ``python -m benchmarks.kernels.tools.compile_check [--cc 90] [--kinds ternary int3 ...]
 [--dtypes fp16 bf16]``
        ``python -m benchmarks.kernels --instructions``   (SASS instructions per weight, before vs after)
 
@@ -24,13 +24,13 @@ import time
 from typing import Any
 
 import torch
+
+from benchmarks.kernels.tools.samples import KINDS, random_packed
+from trilm.dtypes import ALIASES, parse_dtype
 from trilm.kernels.affine.tuning import GEMM_CANDIDATES, GEMV_CANDIDATES
 from trilm.kernels.dispatch import prepare
 from trilm.kernels.general.launch import GPU_GEMM, GPU_GEMV, KERNELS, KernelWeight, _aligned
 from trilm.kernels.triton_runtime import kernel_module
-
-from benchmarks.kernel_tools.samples import KINDS, random_packed
-from trilm.dtypes import ALIASES, parse_dtype
 
 TORCH_TO_TRITON = {
     torch.float16: "fp16",

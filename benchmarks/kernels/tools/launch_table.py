@@ -1,10 +1,10 @@
 """The launch-plan table: occupancy, waves and bytes in flight of every default low-bit plan, without a GPU.
 
-Usage: ``python -m benchmarks.kernel_tools.launch_table [--formats ternary binary int2 int4] [--out DIR]``
+Usage: ``python -m benchmarks.kernels.tools.launch_table [--formats ternary binary int2 int4] [--out DIR]``
 
 Each format's default GEMV config (batch 1) and tensor-core GEMM config (batch 16, which stands for every
 batch of 2–16 rows: one 16-row block, the same config and grid) is compiled for sm_90 as the JIT would
-specialize a Llama-sized layer (:mod:`benchmarks.kernel_tools.compile_check`); ptxas's registers and
+specialize a Llama-sized layer (:mod:`benchmarks.kernels.tools.compile_check`); ptxas's registers and
 the kernel's shared memory go through :mod:`trilm.kernels.launch_model` with the grid the plan would launch
 at every linear shape of the nine Spectra sizes (Q/K/V and gate/up fused, as the decode step runs them) and
 of SmolLM2-135M, Llama-2-7B and Llama-3-8B. Writes ``launch-plans-sm90-triton<version>.json`` and prints
@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from benchmarks.common import CHECKOUT
+from benchmarks.kernels.tools.samples import relabelled
 from trilm.kernels.affine.plan import candidates
 from trilm.kernels.launch_model import H200, Resources, launch_figures
-
-from benchmarks.kernel_tools.samples import relabelled
 from trilm.model.config import SPECTRA_SIZES
 
-CHECKOUT = Path(__file__).resolve().parents[2]
 FORMATS = ("ternary", "binary", "int2", "int4")
 IMPORTED = {  # name: (hidden, ffn, heads, kv_heads, head_dim)
     "smollm2-135m": (576, 1536, 9, 3, 64),
@@ -61,7 +61,7 @@ def _tile_bytes(spec, path: str, plan) -> int:
 
 
 def table(formats=FORMATS) -> list[dict[str, Any]]:
-    from benchmarks.kernel_tools.compile_check import compile_affine, ptxas_usage
+    from benchmarks.kernels.tools.compile_check import compile_affine, ptxas_usage
 
     rows, compiled = [], {}
     for kind in formats:

@@ -131,7 +131,7 @@ def parse_args(argv):
     if args.cpu_smoke:
         args.shapes, args.batches, args.gemlite, args.model = ["256x192"], [1, 16], False, False
     if args.spectra_shapes is not None:
-        from benchmarks.kernel_tools.launch_table import layer_shapes
+        from benchmarks.kernels.tools.launch_table import layer_shapes
 
         sizes = args.spectra_shapes or ["1.1b", "3.9b"]
         known = {label.split()[0].removeprefix("spectra-") for label, _, _ in layer_shapes()}
@@ -149,7 +149,7 @@ def parse_args(argv):
 
 def bits_table(shape: str) -> None:
     """Markdown table of storage bits/weight per sample kind (docs/kernels.md quotes it)."""
-    from benchmarks.kernel_tools.samples import KINDS, random_packed
+    from benchmarks.kernels.tools.samples import KINDS, random_packed
 
     k, n = (int(v) for v in shape.split("x"))
     print(
@@ -171,9 +171,9 @@ def bits_table(shape: str) -> None:
 
 
 def instructions(args) -> int:
-    """Before/after SASS instructions per weight (benchmarks.kernel_tools.instructions), printed and written
+    """Before/after SASS instructions per weight (benchmarks.kernels.tools.instructions), printed and written
     as JSON."""
-    from benchmarks.kernel_tools.instructions import print_table
+    from benchmarks.kernels.tools.instructions import print_table
 
     rows = print_table()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -263,14 +263,14 @@ def main(argv=None) -> int:
     import torch.nn.functional as F
 
     if not torch.cuda.is_available() and not args.cpu_smoke:
-        print("benchmarks/kernels.py needs a CUDA GPU; none found (--cpu-smoke, --instructions run on CPU).",
+        print("benchmarks.kernels needs a CUDA GPU; none found (--cpu-smoke, --instructions run on CPU).",
               file=sys.stderr)  # fmt: skip
         return 2
     import triton
     from tqdm import tqdm
-    from trilm.kernels import QuantLinear
 
-    from benchmarks.kernel_tools.samples import random_packed
+    from benchmarks.kernels.tools.samples import random_packed
+    from trilm.kernels import QuantLinear
 
     dev = torch.device("cpu" if args.cpu_smoke else "cuda")
     name = "cpu-smoke" if args.cpu_smoke else torch.cuda.get_device_name(dev)
@@ -404,6 +404,7 @@ def _gemv_row(gemm_row, layers, x, wdq, timer, nbytes, bits, copy, fp16) -> dict
     """The same product on the CUDA-core GEMV (the default at batch 1), for the row of the tensor-core GEMM
     that serves this batch by default."""
     import torch.nn.functional as F
+
     from trilm.kernels.affine.plan import make_plan
 
     m = x.shape[0]
@@ -423,11 +424,12 @@ def _gemv_row(gemm_row, layers, x, wdq, timer, nbytes, bits, copy, fp16) -> dict
 
 
 def _whole_model(args, dev, timer) -> dict:
-    """The contenders of :mod:`benchmarks.decode`, one-token forward, eager and graph (ms), timed like the
-    kernels above (``python -m benchmarks.decode`` adds the fused and compiled steps and other sizes)."""
+    """The contenders of :mod:`benchmarks.serve.decode`, one-token forward, eager and graph (ms), timed like
+    the kernels above (``python -m benchmarks.serve.decode`` adds the fused and compiled steps and other
+    sizes)."""
     import torch
 
-    from benchmarks.decode import CONTENDERS, build_contender
+    from benchmarks.serve.decode import CONTENDERS, build_contender
 
     out = {"size": args.model_size}
     ids = torch.zeros((1, 1), dtype=torch.long, device=dev)
@@ -450,11 +452,11 @@ def _crossover(args, dev, timer) -> dict:
     """Smallest M (of a doubling sweep) where dequantize + cuBLAS beats the fused GEMM, per format; stored in
     the kernel tuning cache under ``crossover|<device>|<format>|N|K``."""
     import torch
+
+    from benchmarks.kernels.tools.samples import random_packed
     from trilm.kernels.affine.plan import affine_matmul, make_plan
     from trilm.kernels.affine.tuning import shared_cache
     from trilm.kernels.dispatch import prepare
-
-    from benchmarks.kernel_tools.samples import random_packed
 
     cache, out = shared_cache(), {}
     for kind in ("ternary", "int4"):
