@@ -1,6 +1,6 @@
 """Parity errors of the tensor-parallel and Hugging Face paths, measured (fp32, CPU, gloo).
 
-    python -m benchmarks.parity [--json benchmarks/results/parity.json]
+    python -m benchmarks.train.parity [--json benchmarks/results/parity.json]
 
 Prints max |Δlogits| for: TP=2 vs TP=1 from the same full weights per family; a TriLM/BiLM trained at TP=2
 loaded at TP=1; export to transformers' LlamaForCausalLM and import back. The tests assert ≤ 1e-5; this script

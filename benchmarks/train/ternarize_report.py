@@ -1,4 +1,4 @@
-"""The report of the ternarization experiment: ``python -m benchmarks.ternarize_report [--out DIR]``.
+"""The report of the ternarization experiment: ``python -m benchmarks.train.ternarize_report [--out DIR]``.
 
 Seeds pair the arms: a seed fixes the data order and the initialisation of every run of one size, so the
 difference between a conversion and the from-scratch TriLM is taken per seed and its interval is Student's
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import write_result
-from benchmarks.ternarize import FRACTIONS, OUT, PEAK_LR, SIZES, read_rows
+from benchmarks.train.ternarize import FRACTIONS, OUT, PEAK_LR, SIZES, read_rows
 
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 """Student's t 97.5 % quantiles by degrees of freedom (two-sided 95 % intervals)."""
@@ -103,8 +103,8 @@ def markdown(summary: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     lines = [
         "# Ternarizing a float model: from scratch or converted late, at equal tokens",
         "",
-        "Written by `python -m benchmarks.ternarize_report` from `results.csv`, which "
-        "`python -m benchmarks.ternarize` fills as each run ends "
+        "Written by `python -m benchmarks.train.ternarize_report` from `results.csv`, which "
+        "`python -m benchmarks.train.ternarize` fills as each run ends "
         "(commands: [`commands.sh`](commands.sh)). "
         f"Embedded corpus (2,048-token vocabulary), CPU, one thread per run; D = {tokens:,} tokens per arm "
         f"at batch 1,024 and peak rate {PEAK_LR:g}; {len(rows)} runs, {seconds / 3600:.2f} h of run time "
@@ -179,9 +179,9 @@ def plot(summary: dict[str, Any], out: Path) -> None:
 def report(out: Path) -> None:
     rows = read_rows(out / "results.csv")
     if not rows:
-        raise SystemExit(f"{out / 'results.csv'}: no results yet (python -m benchmarks.ternarize)")
+        raise SystemExit(f"{out / 'results.csv'}: no results yet (python -m benchmarks.train.ternarize)")
     summary = summarise(rows)
-    write_result(out / "summary.json", {"sizes": summary}, module="benchmarks.ternarize_report")
+    write_result(out / "summary.json", {"sizes": summary}, module="benchmarks.train.ternarize_report")
     (out / "README.md").write_text(markdown(summary, rows))
     plot(summary, out / "ternarize.png")
     print((out / "README.md").read_text())
@@ -189,7 +189,7 @@ def report(out: Path) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.ternarize_report", description=__doc__.split("\n")[0]
+        prog="python -m benchmarks.train.ternarize_report", description=__doc__.split("\n")[0]
     )
     parser.add_argument(
         "--out", default=str(OUT), help="the folder holding results.csv; the report goes there"

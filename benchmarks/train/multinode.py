@@ -2,8 +2,8 @@
 the losses and final weights against the 1-node 4-process run, and the failure timeline (kill → survivor
 exit → resume step).
 
-    python -m benchmarks.multinode --out benchmarks/results                    # every launcher available
-    python -m benchmarks.multinode --drills torchrun,hang --out /tmp/drills    # a subset
+    python -m benchmarks.train.multinode --out benchmarks/results            # every launcher available
+    python -m benchmarks.train.multinode --drills torchrun,hang --out /tmp/drills  # a subset
 
 Drills (the run is the multi-node tests' own, ``tests/support/cluster/runs.py``: the tiny TriLM at TP 2 × DP 2
 under ZeRO-1, 16 steps, on two loopback nodes × two processes, gloo):

@@ -1,7 +1,7 @@
 """What a CPU budget buys: training tokens per CPU-second per model size and batch size.
 
-    python -m benchmarks.batch_throughput --out benchmarks/results          # the ladder's shapes
-    python -m benchmarks.batch_throughput --shapes 64x2,192x4 --batches 8,32 --threads 2
+    python -m benchmarks.train.batch_throughput --out benchmarks/results          # the ladder's shapes
+    python -m benchmarks.train.batch_throughput --shapes 64x2,192x4 --batches 8,32 --threads 2
 
 A small model on a CPU pays a fixed cost per optimizer step (the optimizer over every tensor, gradient
 clipping, Python and DeepSpeed bookkeeping) on top of the matmuls, so halving the batch does not halve the

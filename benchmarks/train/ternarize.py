@@ -10,11 +10,11 @@ For each size and seed, with D the total budget:
 
 Every run's final validation loss is a row of ``results.csv`` in the output folder, written as each run
 ends (so an interrupted experiment keeps what it measured and ``run`` again trains only what is missing);
-:mod:`benchmarks.ternarize_report` turns the rows into the table, the paired differences against the
+:mod:`benchmarks.train.ternarize_report` turns the rows into the table, the paired differences against the
 from-scratch TriLM with intervals over seeds, and the plot.
 
-    python -m benchmarks.ternarize [--sizes 64x2 128x4] [--seeds 1 2 3] [--jobs 2]
-    python -m benchmarks.ternarize_report
+    python -m benchmarks.train.ternarize [--sizes 64x2 128x4] [--seeds 1 2 3] [--jobs 2]
+    python -m benchmarks.train.ternarize_report
 """
 
 from __future__ import annotations
@@ -213,12 +213,12 @@ def run(args: argparse.Namespace) -> None:
             for future in as_completed(futures):
                 record(future.result())
     settings = {"sizes": args.sizes, "seeds": args.seeds, "tokens": args.tokens, "jobs": args.jobs}
-    write_result(out / "run.json", {**settings, "runs": len(rows)}, module="benchmarks.ternarize")
+    write_result(out / "run.json", {**settings, "runs": len(rows)}, module="benchmarks.train.ternarize")
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.ternarize", description=__doc__.split("\n")[0]
+        prog="python -m benchmarks.train.ternarize", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--sizes", nargs="+", default=["64x2", "128x4"], choices=list(SIZES))
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])

