@@ -1,9 +1,9 @@
 """Evidence for the binary post-hoc methods: plain binarization, PB-LLM (PTQ and QAT), BiLLM, STBLLM.
 
-    python -m benchmarks.posthoc_binary --run-dir runs/posthoc --model quickstart
-    python -m benchmarks.posthoc_binary --run-dir runs/posthoc          # the posthoc-floatlm model
+    python -m benchmarks.posthoc.binary --run-dir runs/posthoc --model quickstart
+    python -m benchmarks.posthoc.binary --run-dir runs/posthoc          # the posthoc-floatlm model
 
-The same FloatLM, data and evaluation as ``benchmarks/posthoc.py`` (``benchmarks/posthoc_model.py``): every
+The same FloatLM, data and evaluation as ``benchmarks/posthoc/quantize.py`` (``posthoc/_model.py``): every
 row goes through ``trilm quantize``'s path (:func:`trilm.posthoc.quantlm.quantize_to_quantlm`: calibration
 windows of the train split, seed 0, a QuantLM written and loaded back through ``kernels.QuantLinear``,
 validation loss on the fixed validation sequences). Per row: perplexity, the paper's value bits, the
@@ -33,8 +33,8 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import CHECKOUT, today, write_result
-from benchmarks.posthoc import evaluate
-from benchmarks.posthoc_model import prepare_posthoc_model
+from benchmarks.posthoc._model import prepare_posthoc_model
+from benchmarks.posthoc.quantize import evaluate
 from trilm.store.hf import write_hf_files
 from trilm.store.snapshot import read_snapshot_config, write_snapshot
 

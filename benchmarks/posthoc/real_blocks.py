@@ -1,11 +1,11 @@
 """Where a quantized SmolLM2's hidden states leave the float model's, block by block: the measurement behind
 the report's answer to why OmniQuant trails GPTQ on this model.
 
-    python -m benchmarks.posthoc_real_blocks --rows gptq-w3,omniquant-w3,omniquant-w3-e20
+    python -m benchmarks.posthoc.real_blocks --rows gptq-w3,omniquant-w3,omniquant-w3-e20
 
 OmniQuant trains each block's clipping to minimise ``MSE(float block output, quantized block output)`` with
 the quantized model's own inputs — the same quantity this script measures for every finished row of
-:mod:`benchmarks.posthoc_real`: the float model and the quantized one run side by side on the calibration
+:mod:`benchmarks.posthoc.real`: the float model and the quantized one run side by side on the calibration
 windows, and after every block it records the mean squared difference of the two residual streams, the share
 of it that sits at each window's first position, the share at the single (window, position) with the largest
 error, and the float stream's largest |h| (massive activations, which make a few positions dominate a mean).
@@ -20,10 +20,10 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import write_result
-from benchmarks.posthoc_real import calibration_windows
+from benchmarks.common import CHECKOUT, write_result
+from benchmarks.posthoc.real import calibration_windows
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = CHECKOUT
 WORK = ROOT / "data_cache" / "posthoc-real"
 OUT = ROOT / "docs" / "results" / "posthoc-real"
 CORPUS = ROOT / "trilm" / "data" / "corpus"
@@ -102,7 +102,7 @@ class FloatFirstPosition(torch.nn.Module):
 
 def pinned_perplexity(model: Path, float_model, eval_tokens: int, seq_len: int) -> dict:
     """Perplexity of ``model`` as it is and with its first position pinned to the float model's
-    (:class:`FloatFirstPosition`) on :mod:`benchmarks.posthoc_real`'s held-out text and windows. Both are
+    (:class:`FloatFirstPosition`) on :mod:`benchmarks.posthoc.real`'s held-out text and windows. Both are
     measured here, on the model as it is on disk now, so the pair compares like with like even where the row
     in the table was measured on another machine."""
     from trilm.eval.model import load_eval_model
@@ -123,7 +123,7 @@ def pinned_perplexity(model: Path, float_model, eval_tokens: int, seq_len: int) 
 def hybrid_perplexity(base: Path, donor: Path, prefixes: list[str], eval_tokens: int, seq_len: int) -> dict:
     """Perplexity of ``base`` with the block linears whose names start with one of ``prefixes`` taken from
     ``donor`` (same format and bits): which weights a method's loss comes from. The held-out text and windows
-    are :mod:`benchmarks.posthoc_real`'s, so the unmixed models reproduce its rows."""
+    are :mod:`benchmarks.posthoc.real`'s, so the unmixed models reproduce its rows."""
     from trilm.eval.model import load_eval_model
     from trilm.eval.ppl import evaluate_perplexity
 
@@ -208,10 +208,10 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="comma-separated rows to evaluate also with position 0 pinned to the float model's",
     )
-    parser.add_argument("--calib-samples", type=int, default=32, help="as benchmarks.posthoc_real")
-    parser.add_argument("--calib-seq-len", type=int, default=512, help="as benchmarks.posthoc_real")
-    parser.add_argument("--eval-tokens", type=int, default=8192, help="as benchmarks.posthoc_real")
-    parser.add_argument("--seq-len", type=int, default=1024, help="as benchmarks.posthoc_real")
+    parser.add_argument("--calib-samples", type=int, default=32, help="as benchmarks.posthoc.real")
+    parser.add_argument("--calib-seq-len", type=int, default=512, help="as benchmarks.posthoc.real")
+    parser.add_argument("--eval-tokens", type=int, default=8192, help="as benchmarks.posthoc.real")
+    parser.add_argument("--seq-len", type=int, default=1024, help="as benchmarks.posthoc.real")
     args = parser.parse_args(argv)
     from trilm.infer.load import load_inference_model
 
@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     work, out = Path(args.work), Path(args.out)
     snapshot = work / "smollm2-135m"
     if not (snapshot / "COMPLETE").is_file():
-        raise SystemExit(f"{snapshot}: no snapshot (run benchmarks.posthoc_real first; it imports the model)")
+        raise SystemExit(f"{snapshot}: no snapshot (run benchmarks.posthoc.real first; it imports the model)")
     calib = calibration_windows(work, snapshot, args.calib_samples, args.calib_seq_len)
     all_windows = torch.load(calib)
     windows = all_windows[: args.windows]

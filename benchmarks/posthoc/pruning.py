@@ -2,9 +2,9 @@
 
 Launch::
 
-    python -m benchmarks.pruning --snapshot runs/posthoc/floatlm/snapshots/step-192 \\
+    python -m benchmarks.posthoc.pruning --snapshot runs/posthoc/floatlm/snapshots/step-192 \\
         --data-dir runs/posthoc/data --work-dir runs/pruning-bench
-    python -m benchmarks.pruning --quick ...          # tiny budgets: a smoke run of every path
+    python -m benchmarks.posthoc.pruning --quick ...          # tiny budgets: a smoke run of every path
 
 For every granularity (KV-head groups, MLP channels, blocks) and keep ratio (0.9, 0.8, 0.7) it prunes the
 model with each method through :func:`trilm.prune.prune` — PG (initialised from Wanda-SP for heads and

@@ -1,9 +1,9 @@
 """A real model's GGUF in llama.cpp: SmolLM2-135M (a trilm QuantLM or the float import) exported by trilm,
 loaded by llama.cpp (llama-cpp-python, the ``bench`` extra), logits and tokens compared with trilm's.
 
-    python -m benchmarks.real_llama_cpp --model data_cache/posthoc-real/models/gptq-w3 --type f16
+    python -m benchmarks.posthoc.real_llama_cpp --model data_cache/posthoc-real/models/gptq-w3 --type f16
 
-What is compared, on the held-out text of :mod:`benchmarks.posthoc_real` (its first ``--tokens`` tokens):
+What is compared, on the held-out text of :mod:`benchmarks.posthoc.real` (its first ``--tokens`` tokens):
 
 - logits: llama.cpp's ``Llama.eval`` scores against trilm's inference model of the same directory (the
   QuantLM through its packed kernels), max |Δ| relative to the largest logit, and the top-1 agreement;
@@ -21,9 +21,9 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.common import write_result
+from benchmarks.common import CHECKOUT, write_result
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = CHECKOUT
 PROBES = (
     "The quick brown fox jumps over the lazy dog.",
     "In the beginning God created the heaven and the earth.",

@@ -3,7 +3,7 @@
     python -m benchmarks.posthoc --run-dir runs/posthoc --model quickstart
     python -m benchmarks.posthoc --run-dir runs/posthoc                    # the posthoc-floatlm model
 
-1. The FloatLM (``benchmarks/posthoc_model.py``: trained if missing) is evaluated on its validation split.
+1. The FloatLM (``benchmarks/posthoc/_model.py``: trained if missing) is evaluated on its validation split.
 2. Every (method, setting) goes through the same path as ``trilm quantize``: the same calibration windows
    (N × L tokens of the train split, seed 0), a QuantLM written under RUN_DIR/quantlms/, loaded back with
    ``trilm.infer.load_inference_model`` (``kernels.QuantLinear`` layers) and evaluated with the
@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import CHECKOUT, today, write_result
-from benchmarks.posthoc_model import prepare_posthoc_model
+from benchmarks.posthoc._model import prepare_posthoc_model
 from trilm.store.hf import write_hf_files
 from trilm.store.snapshot import read_snapshot_config
 

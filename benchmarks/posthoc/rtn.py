@@ -6,7 +6,7 @@ every block over them) only to throw them away. This script times both paths on 
 model's architecture (``configs/train/posthoc-floatlm.yaml``: hidden 256, 6 blocks, context 256) with random
 weights — RTN's cost does not depend on the weight values — and checks that they write the same layers::
 
-    python -m benchmarks.posthoc_rtn --calib runs/quickstart/data/train [--samples 128] [--repeats 3]
+    python -m benchmarks.posthoc.rtn --calib runs/quickstart/data/train [--samples 128] [--repeats 3]
 
 ``--calib`` is any source ``trilm quantize`` reads (a prepared split of a 2,048-token vocabulary here). The
 "with calibration" path is what the pipeline did before: :func:`~trilm.posthoc.calibration.load_calibration`

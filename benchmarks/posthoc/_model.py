@@ -1,11 +1,11 @@
 """The FloatLM that the post-hoc benchmarks compress, prepared once and reused.
 
-``python -m benchmarks.posthoc_model --run-dir runs/posthoc`` tokenizes the embedded
+``python -m benchmarks.posthoc._model --run-dir runs/posthoc`` tokenizes the embedded
 corpus into ``RUN_DIR/data`` and trains ``configs/train/posthoc-floatlm.yaml`` into ``RUN_DIR/floatlm``.
 Rerunning it reuses what is finished (prepared shards are kept, a finished run has nothing left to do, an
 interrupted one resumes). Other benchmarks import :func:`prepare_posthoc_model` and get the paths back::
 
-    from benchmarks.posthoc_model import prepare_posthoc_model
+    from benchmarks.posthoc._model import prepare_posthoc_model
     model = prepare_posthoc_model("runs/posthoc")   # PosthocModel(snapshot=..., train=..., ...)
 """
 

@@ -1,9 +1,9 @@
 """llmcompressor's GPTQ on the same model, calibration windows and settings as trilm's (for posthoc_real).
 
-Run by :mod:`benchmarks.posthoc_real` with the interpreter of a separate environment holding llmcompressor
+Run by :mod:`benchmarks.posthoc.real` with the interpreter of a separate environment holding llmcompressor
 (it pins transformers ≤ 5.17, trilm 5.24), so this module imports nothing of trilm::
 
-    data_cache/lc-venv/bin/python -P benchmarks/posthoc_real_llmcompressor.py --hf HF_DIR --windows W.pt \\
+    data_cache/lc-venv/bin/python -P benchmarks/posthoc/_llmcompressor.py --hf HF_DIR --windows W.pt \\
         --bits 3 --group-size 64 --out OUT_DIR
 
 The settings are trilm's GPTQ defaults spelled in llmcompressor's terms: asymmetric integer grid per group of
