@@ -1,7 +1,7 @@
 """Load test of ``trilm serve``: concurrent OpenAI clients ramped past the server's capacity, on loopback.
 
-    python -m benchmarks.serve_load --out benchmarks/results                       # CPU, quickstart shape
-    python -m benchmarks.serve_load --device cuda --size 190m --max-batch 32 --max-waiting 32 \\
+    python -m benchmarks.serve.load --out benchmarks/results                       # CPU, quickstart shape
+    python -m benchmarks.serve.load --device cuda --size 190m --max-batch 32 --max-waiting 32 \\
         --levels 8,32,64,128,256 --out benchmarks/results                          # the same on a GPU
 
 What it does, all by itself, and then stops: writes a model (``--family``/``--size``, the quickstart's
@@ -46,7 +46,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import machine, today, write_result
-from benchmarks.serve_process import Server
+from benchmarks.serve._process import Server
 
 UNBOUNDED_WAITING = 1_000_000
 

@@ -1,9 +1,10 @@
 """The whole-model decode step on a GPU: bf16 FloatLM vs packed TriLM vs int4 FloatLM, one token.
 
-Usage: ``python -m benchmarks.decode [--sizes 1.1b 3.9b] [--compile-sizes 1.1b] [--out DIR] [--dry-run]``
+Usage: ``python -m benchmarks.serve.decode [--sizes 1.1b 3.9b] [--compile-sizes 1.1b] [--out DIR]
+[--dry-run]``
 
 Each contender is a :class:`~trilm.infer.InferenceModel` of a Spectra size with random weights (packed
-layers from :mod:`benchmarks.kernel_tools.samples`), run as a one-token forward with no KV cache (the
+layers from :mod:`benchmarks.kernels.tools.samples`), run as a one-token forward with no KV cache (the
 weights dominate: every weight is read once per token). Modes, in this order so that the cheap ones land in
 the JSON first: ``eager`` (unfused), ``graph`` (one CUDA graph of the unfused step), ``fused-graph``
 (Q/K/V and gate/up stacked, :func:`trilm.infer.fuse_projections`), then for ``--compile-sizes``
@@ -21,9 +22,8 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.common import today, write_result
+from benchmarks.common import CHECKOUT, today, write_result
 
-CHECKOUT = Path(__file__).resolve().parents[1]
 CONTENDERS = {  # label: (family, packed sample kind or None, activation dtype name)
     "floatlm-bf16": ("floatlm", None, "bfloat16"),
     "trilm-packed-ternary": ("trilm", "ternary", "float16"),
@@ -51,10 +51,10 @@ def parse_args(argv):
 
 def build_contender(size: str, label: str, dev):
     import torch
-    from trilm.kernels import QuantLinear
 
-    from benchmarks.kernel_tools.samples import random_packed
+    from benchmarks.kernels.tools.samples import random_packed
     from trilm.infer import InferenceModel
+    from trilm.kernels import QuantLinear
     from trilm.model import preset
 
     family, kind, dtype = CONTENDERS[label]
@@ -111,7 +111,7 @@ def main(argv=None) -> int:
     import torch
 
     if not torch.cuda.is_available():
-        print("benchmarks/decode.py needs a CUDA GPU (--dry-run checks arguments on CPU)", file=sys.stderr)
+        print("benchmarks.serve.decode needs a CUDA GPU (--dry-run checks arguments on CPU)", file=sys.stderr)
         return 2
     from trilm.infer import fuse_projections
 

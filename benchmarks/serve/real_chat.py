@@ -1,7 +1,7 @@
-"""A real QuantLM behind ``trilm serve``: SmolLM2-135M (quantized by :mod:`benchmarks.posthoc_real`) answers
+"""A real QuantLM behind ``trilm serve``: SmolLM2-135M (quantized by :mod:`benchmarks.posthoc.real`) answers
 chat turns on ``/v1/chat/completions``, its own chat template applied by the server.
 
-    python -m benchmarks.real_serve_chat --model data_cache/posthoc-real/models/gptq-w4
+    python -m benchmarks.serve.real_chat --model data_cache/posthoc-real/models/gptq-w4
 
 It starts ``trilm serve`` on a free loopback port, waits for ``/health``, sends each turn with greedy
 decoding, and stops the server. The requests and replies, with the time each took, go to
@@ -19,10 +19,10 @@ import time
 import urllib.request
 from pathlib import Path
 
-from benchmarks.common import write_result
-from benchmarks.serve_process import Server
+from benchmarks.common import CHECKOUT, write_result
+from benchmarks.serve._process import Server
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = CHECKOUT
 TURNS = (
     [
         {"role": "system", "content": "You are a helpful assistant."},

@@ -1,7 +1,7 @@
 """trilm's engine against llama.cpp on the same CPU and the same weights, side by side in one run.
 
-    python -m benchmarks.cpu_serve --out benchmarks/results          # tiny and 190m, 1 and 2 threads
-    python -m benchmarks.cpu_serve --models tiny --threads 1 --rounds 3      # quick look
+    python -m benchmarks.serve.cpu --out benchmarks/results          # tiny and 190m, 1 and 2 threads
+    python -m benchmarks.serve.cpu --models tiny --threads 1 --rounds 3      # quick look
 
 Weights: per model size a FloatLM and a TriLM snapshot with random weights (fan-in scaled; the TriLM's latent
 weights become ternary through its own quantizer) and a small SentencePiece tokenizer, written once under

@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import CHECKOUT, today, write_result
-from benchmarks.serve_report import markdown, print_table
+from benchmarks.serve._report import markdown, print_table
 from trilm.dtypes import DTYPE_NAMES, parse_dtype
 from trilm.infer import InferenceModel, fuse_projections, prepare_for_inference
 from trilm.model import preset
@@ -54,9 +54,8 @@ EXTRA_CONTEXT = 64
 # -- contenders ---------------------------------------------------------------------------------------
 def build_model(kind: str, cfg, device: torch.device, dtype: torch.dtype, seed: int = 0) -> InferenceModel:
     """The FloatLM with random weights, or the same shape with packed block linears of ``kind``."""
-    from trilm.kernels import QuantLinear
-
     from trilm.formats import IntWeight, TernaryWeight
+    from trilm.kernels import QuantLinear
 
     torch.manual_seed(seed)
     with torch.device(device):
