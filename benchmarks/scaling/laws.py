@@ -3,9 +3,9 @@ the cooldown report's own split, and the law each family would choose by held-ou
 
 Launch (reads only committed tables, trains nothing)::
 
-    python -m benchmarks.scaling_laws            # docs/results/cooldown/laws.json and laws.md
+    python -m benchmarks.scaling.laws            # docs/results/cooldown/laws.json and laws.md
 
-The split is the cooldown report's (``benchmarks/cooldown.py``): per family, the fit uses the final
+The split is the cooldown report's (``benchmarks/scaling/cooldown.py``): per family, the fit uses the final
 checkpoints of the cooldown branches that end at ≤ ½ of the budget; held out are the ¾ branches, the WSD
 runs' own ends and the CPU ladder's separately trained runs of the same budget and peak rate. Each law is
 fitted with the same objective and the same 1,000-resample bootstrap by lineage, and judged by the same
@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import write_result
-from benchmarks.cooldown import FIT_UP_TO, LADDER_TABLE, NAMES, ORDER, OUT, TARGET, _ladder_finals
-from benchmarks.cooldown_diagnosis import finals as _finals
+from benchmarks.scaling._cooldown_diagnosis import finals as _finals
+from benchmarks.scaling.cooldown import FIT_UP_TO, LADDER_TABLE, NAMES, ORDER, OUT, TARGET, _ladder_finals
 
 INSIDE_TARGET = 0.9
 """Issue 44: at least this share of held-out losses inside their bootstrap intervals."""
@@ -182,8 +182,8 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [
         "# Which L(N, D) law predicts the cooldown experiment's held-out runs",
         "",
-        "Written by [`benchmarks/scaling_laws.py`](../../../benchmarks/scaling_laws.py)"
-        " (`python -m benchmarks.scaling_laws`) from the committed tables: [`results.csv`](results.csv),"
+        "Written by [`benchmarks/scaling/laws.py`](../../../benchmarks/scaling/laws.py)"
+        " (`python -m benchmarks.scaling.laws`) from the committed tables: [`results.csv`](results.csv),"
         " [`fresh-results.csv`](fresh-results.csv) and the CPU ladder's"
         " [`results.csv`](../ladder/analysis/results.csv). Nothing was trained for it.",
         "",
@@ -294,7 +294,7 @@ def main(argv: list[str] | None = None) -> None:
     from trilm.scaling.table import read_table
 
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.scaling_laws", description=__doc__.splitlines()[0]
+        prog="python -m benchmarks.scaling.laws", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--bootstrap", type=int, default=1000)
     parser.add_argument("--out", default=str(OUT))
@@ -305,7 +305,7 @@ def main(argv: list[str] | None = None) -> None:
     fresh_table = OUT / "fresh-results.csv"
     fresh_rows = read_table(fresh_table) if fresh_table.is_file() else []
     result = compare(rows, ladder_rows, fresh_rows, args.bootstrap)
-    write_result(out / "laws.json", result, module="benchmarks.scaling_laws", argv=argv)
+    write_result(out / "laws.json", result, module="benchmarks.scaling.laws", argv=argv)
     (out / "laws.md").write_text(markdown(result))
     for name, s in result["totals"].items():
         print(f"{name:>9}: {_cell(s)}")

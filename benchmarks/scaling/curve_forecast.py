@@ -3,7 +3,7 @@ forecasting its final loss, on the committed curves.
 
 Launch (reads only committed tables and the suites' configs, trains nothing)::
 
-    python -m benchmarks.curve_forecast          # docs/results/cooldown/forecasts.json and forecasts.md
+    python -m benchmarks.scaling.curve_forecast  # docs/results/cooldown/forecasts.json and forecasts.md
 
 Runs: the cooldown suite's WSD runs (``docs/results/cooldown/results.csv``; with them, the final checkpoints
 of their cooldown branches that ended before the cut, as a user running ``trilm suite cooldown`` has them)
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import write_result
-from benchmarks.cooldown import LADDER_RATE, LADDER_TABLE, NAMES, OUT
+from benchmarks.scaling.cooldown import LADDER_RATE, LADDER_TABLE, NAMES, OUT
 
 CUTS = {0.25: 0.06, 0.5: 0.03}
 """Fraction of the run seen → the issue's target error of the forecast final loss (nats)."""
@@ -128,8 +128,9 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [
         "# Forecasting a run's final loss from its first checkpoints (Tissue et al. 2024)",
         "",
-        "Written by [`benchmarks/curve_forecast.py`](../../../benchmarks/curve_forecast.py)"
-        " (`python -m benchmarks.curve_forecast`) from the committed tables; nothing was trained for it.",
+        "Written by [`benchmarks/scaling/curve_forecast.py`](../../../benchmarks/scaling/curve_forecast.py)"
+        " (`python -m benchmarks.scaling.curve_forecast`) from the committed tables; nothing was trained"
+        " for it.",
         "L(s) = L0 + A·S1^(−α) − C·S2 with each checkpoint's areas from its run's own schedule (λ ="
         f" {result['config']['momentum']}), checkpoints from step {result['config']['min_step']} on, at least"
         f" {result['config']['min_points']} points or the forecast is refused as too early.",
@@ -167,7 +168,7 @@ def main(argv: list[str] | None = None) -> None:
     from trilm.scaling.table import read_table
 
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.curve_forecast", description=__doc__.splitlines()[0]
+        prog="python -m benchmarks.scaling.curve_forecast", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--out", default=str(OUT))
     args = parser.parse_args(argv)
@@ -184,7 +185,7 @@ def main(argv: list[str] | None = None) -> None:
     result = {"config": {"momentum": cfg.momentum, "min_step": cfg.min_step, "min_points": cfg.min_points}}
     result.update(targets={f"{k:.0%}": v for k, v in CUTS.items()}, summary=summary, forecasts=forecasts)
     out = Path(args.out)
-    write_result(out / "forecasts.json", result, module="benchmarks.curve_forecast", argv=argv)
+    write_result(out / "forecasts.json", result, module="benchmarks.scaling.curve_forecast", argv=argv)
     (out / "forecasts.md").write_text(markdown(result))
     for key, s in summary.items():
         print(key, s)

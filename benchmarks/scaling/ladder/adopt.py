@@ -1,7 +1,7 @@
 """Adopt the best learning rate of each (family, size) from the ladder's sweep as the ladder's run.
 
-    python -m benchmarks.ladder.adopt                  # print the choice and the suite-file snippet
-    python -m benchmarks.ladder.adopt --copy           # also copy each winner to <root>/<family>-<size>
+    python -m benchmarks.scaling.ladder.adopt          # print the choice and the suite-file snippet
+    python -m benchmarks.scaling.ladder.adopt --copy   # also copy each winner to <root>/<family>-<size>
 
 The sweep (``trilm suite sweep ladder --size S --lr …``) trains every (family, size, rate) of the ladder
 on the ladder's full budget under ``<root>/sweep/<family>-<size>-lr<rate>``. A run of the suite at the

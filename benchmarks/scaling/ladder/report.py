@@ -1,6 +1,6 @@
 """The CPU ladder's report: the best rate of each (family, size) → trilm's suite analysis → README.md.
 
-    python -m benchmarks.ladder.report       # from the repository root; --bootstrap 1000 by default
+    python -m benchmarks.scaling.ladder.report       # from the repository root; --bootstrap 1000 by default
 
 Reads the finished runs of the ladder's rate sweep (``runs/ladder/sweep/<family>-<size>-lr<rate>``, the full
 budget), takes for each (family, size) the rate with the lowest final validation loss (``adopt.py``'s choice),
@@ -29,8 +29,8 @@ import sys
 from pathlib import Path
 
 from benchmarks.common import CHECKOUT
-from benchmarks.ladder import sweeps
-from benchmarks.ladder.adopt import candidates
+from benchmarks.scaling.ladder import sweeps
+from benchmarks.scaling.ladder.adopt import candidates
 from trilm.families import display_name
 from trilm.suite import load_suite
 from trilm.suite.analyse import analyse_suite, comparison_lines, final_losses, fit_lines, loss_table
@@ -212,8 +212,8 @@ def render(suite, chosen, missing, result, ladder, mup, walls, span, mup_walls, 
         " trained at several peak rates and its best is the ladder's run. How the recipe was chosen:"
         " [`pilots.md`](pilots.md). Every command: [`commands.sh`](commands.sh).",
         "",
-        "This file is written by [`report.py`](../../../benchmarks/ladder/report.py)"
-        " (`python -m benchmarks.ladder.report`,"
+        "This file is written by [`report.py`](../../../benchmarks/scaling/ladder/report.py)"
+        " (`python -m benchmarks.scaling.ladder.report`,"
         f" bootstrap {bootstrap} resamples over sizes, seed 0) from the runs finished by {today}: "
         f"{len(chosen)} of the {n_runs} (family, size) runs have at least one finished rate.",
         "",

@@ -1,6 +1,6 @@
 """The ladder's pilot tables and plot, from the pilot runs' own directories (``pilots.md`` quotes them).
 
-    python -m benchmarks.ladder.pilots runs/pilots/p1 runs/ladder/sweep --out docs/results/ladder
+    python -m benchmarks.scaling.ladder.pilots runs/pilots/p1 runs/ladder/sweep --out docs/results/ladder
 
 Every run directory found under the given folders (one with ``resolved_config.yaml`` and
 ``logs/metrics.jsonl``) becomes a row: family, width × depth, batch tokens, peak learning rate, warm-up,

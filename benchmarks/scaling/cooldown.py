@@ -2,8 +2,8 @@
 
 Launch::
 
-    python -m benchmarks.cooldown run --jobs 2   # the WSD runs, their branches and the fresh runs (resumable)
-    python -m benchmarks.cooldown report         # docs/results/cooldown/: README.md, predictions.json, plots
+    python -m benchmarks.scaling.cooldown run --jobs 2  # WSD runs, branches, fresh runs (resumable)
+    python -m benchmarks.scaling.cooldown report        # docs/results/cooldown/: README, predictions, plots
 
 ``run`` trains the ``cooldown`` suite (TriLM, FloatLM and BiLM at four sizes, 26x in non-embedding
 parameters, warmup-stable-decay at the ladder's rate), its cooldown branches (``trilm suite cooldown``) and
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import CHECKOUT, write_result
-from benchmarks.cooldown_diagnosis import (
+from benchmarks.scaling._cooldown_diagnosis import (
     alternatives,
     bound,
     markdown,
@@ -43,7 +43,7 @@ from benchmarks.cooldown_diagnosis import (
     rerun_markdown,
     size_gaps,
 )
-from benchmarks.cooldown_diagnosis import finals as _finals
+from benchmarks.scaling._cooldown_diagnosis import finals as _finals
 
 OUT = CHECKOUT / "docs" / "results" / "cooldown"
 LADDER_TABLE = CHECKOUT / "docs" / "results" / "ladder" / "analysis" / "results.csv"
@@ -303,8 +303,8 @@ def _markdown(result: dict[str, Any]) -> str:
     lines = [
         "# Cooldown experiment: L(N, D) from cooldown branches, tested on runs it has not seen",
         "",
-        "Written by [`benchmarks/cooldown.py`](../../../benchmarks/cooldown.py)"
-        " (`python -m benchmarks.cooldown report`) from the runs of"
+        "Written by [`benchmarks/scaling/cooldown.py`](../../../benchmarks/scaling/cooldown.py)"
+        " (`python -m benchmarks.scaling.cooldown report`) from the runs of"
         " [`configs/suites/cooldown.yaml`](../../../configs/suites/cooldown.yaml) and"
         " [`configs/suites/cooldown-fresh.yaml`](../../../configs/suites/cooldown-fresh.yaml);"
         " every command: [`commands.sh`](commands.sh). Embedded corpus, CPU, one thread per run.",
@@ -478,7 +478,7 @@ def report(args: argparse.Namespace) -> None:
         ),
     }
     out.mkdir(parents=True, exist_ok=True)
-    write_result(out / "predictions.json", result, module="benchmarks.cooldown")
+    write_result(out / "predictions.json", result, module="benchmarks.scaling.cooldown")
     plots = _plot(fitted, predictions, out) if fitted else []
     (out / "README.md").write_text(_markdown(result))
     print((out / "README.md").read_text())
@@ -490,7 +490,7 @@ def report(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     first_line = (__doc__ or "").splitlines()[0]
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.cooldown", description=first_line)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.scaling.cooldown", description=first_line)
     sub = parser.add_subparsers(dest="command", required=True)
     p_run = sub.add_parser("run", help="train the WSD runs, their cooldown branches and the fresh runs")
     p_run.add_argument("--jobs", type=int, default=2, help="runs trained at once, one thread each")

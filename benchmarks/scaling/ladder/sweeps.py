@@ -1,6 +1,6 @@
 """The ladder's rate sweeps and the μP check: final loss against peak rate, per family and size.
 
-    python -m benchmarks.ladder.sweeps --out docs/results/ladder
+    python -m benchmarks.scaling.ladder.sweeps --out docs/results/ladder
 
 Reads the finished runs under ``runs/ladder/sweep`` (the ladder: every family × size × rate on the full
 budget) and ``runs/ladder-mup/sweep`` (FloatLM at depth 4, widths 64/128/192, standard parametrization and μP

@@ -1,6 +1,6 @@
 """The ladder's final loss per (family, size) as package data: ``configs/reference/ladder-finals.json``.
 
-    python -m benchmarks.ladder.finals        # from the repository root, after report.py
+    python -m benchmarks.scaling.ladder.finals        # from the repository root, after report.py
 
 ``trilm quickstart`` compares the family ordering at each of its sizes with the ladder's (same corpus and
 tokenizer, four times the tokens, each run at its best rate). A wheel has no ``docs/``, so the numbers travel
@@ -41,7 +41,7 @@ def finals(table: Path) -> dict:
 def main(argv: list[str] | None = None) -> None:
     argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
     data = {
-        "source": "docs/results/ladder/analysis/results.csv (benchmarks/ladder/finals.py)",
+        "source": "docs/results/ladder/analysis/results.csv (benchmarks/scaling/ladder/finals.py)",
         "what": "final validation loss (nats/token) of the CPU ladder's best-rate run per family and size",
         "sizes": finals(HERE / "analysis" / "results.csv"),
     }
