@@ -1,7 +1,7 @@
 """What integrity costs at load time: verified vs unverified loading of a large snapshot, side by side.
 
-    python -m benchmarks.store                       # floatlm-1.1b (4.4 GB fp32), under runs/store-bench
-    python -m benchmarks.store --preset trilm-3.9b   # needs ~2× the snapshot in free memory
+    python -m benchmarks.data.store                       # floatlm-1.1b (4.4 GB fp32), under runs/store-bench
+    python -m benchmarks.data.store --preset trilm-3.9b   # needs ~2× the snapshot in free memory
 
 Writes a snapshot of the preset with random weights through the store's one writer (``COMPLETE`` with the
 size and CRC-32 of every file), then loads its weights repeatedly, alternating:
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import write_result
+from benchmarks.common import RESULTS, write_result
 from trilm.model.config import preset
 from trilm.model.flops import parameter_counts
 from trilm.model.snapshot import SnapshotMeta
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preset", default="floatlm-1.1b")
     parser.add_argument("--dir", type=Path, default=Path("runs/store-bench"))
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--json", type=Path, default=Path(__file__).parent / "results" / "store.json")
+    parser.add_argument("--json", type=Path, default=RESULTS / "store.json")
     args = parser.parse_args(argv)
     load_start = os.getloadavg()[0]
     path = args.dir / args.preset

@@ -2,8 +2,8 @@
 
 Launch::
 
-    python -m benchmarks.export                         # both parts, prints tables, writes JSON
-    python -m benchmarks.export --sizes 99m,1.1b --json out.json --skip-parity
+    python -m benchmarks.data.export                         # both parts, prints tables, writes JSON
+    python -m benchmarks.data.export --sizes 99m,1.1b --json out.json --skip-parity
 
 Part 1, sizes (TriLM at its training TP): bytes of the packed export (one layer of each matrix packed by the
 codec, times the layers, plus fp16 embedding, head and norms) and of GGUF TQ2_0/TQ1_0 (block bytes from
