@@ -36,7 +36,7 @@ def _sources(*folders: str) -> list[Path]:
     return [p for folder in folders for p in sorted((ROOT / folder).rglob("*.py"))]
 
 
-HARNESS_USERS = {"benchmarks/multinode.py": "tests.support.cluster"}
+HARNESS_USERS = {"benchmarks/train/multinode.py": "tests.support.cluster"}
 """Checkout-only tools that drive the tests' harness itself: the multi-node drills time the loopback cluster
 that the multi-node tests launch, so they take it from ``tests/support`` rather than keep a second copy."""
 
@@ -217,7 +217,7 @@ def _documented_benchmarks() -> list[str]:
 def test_every_documented_benchmark_answers_help():
     """Every command the docs quote still parses its arguments, run as a reader runs it."""
     modules = _documented_benchmarks()
-    assert "benchmarks.ladder.report" in modules
+    assert "benchmarks.scaling.ladder.report" in modules
     failed = []
     for start in range(0, len(modules), 4):
         batch = {

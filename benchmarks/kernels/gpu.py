@@ -149,7 +149,7 @@ def parse_args(argv):
 
 def bits_table(shape: str) -> None:
     """Markdown table of storage bits/weight per sample kind (docs/kernels.md quotes it)."""
-    from benchmarks.kernels.tools.samples import KINDS, random_packed
+    from benchmarks.kernels.tools._samples import KINDS, random_packed
 
     k, n = (int(v) for v in shape.split("x"))
     print(
@@ -171,9 +171,9 @@ def bits_table(shape: str) -> None:
 
 
 def instructions(args) -> int:
-    """Before/after SASS instructions per weight (benchmarks.kernels.tools.instructions), printed and written
+    """Before/after SASS instructions per weight (benchmarks.kernels.tools._instructions), printed and written
     as JSON."""
-    from benchmarks.kernels.tools.instructions import print_table
+    from benchmarks.kernels.tools._instructions import print_table
 
     rows = print_table()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -269,7 +269,7 @@ def main(argv=None) -> int:
     import triton
     from tqdm import tqdm
 
-    from benchmarks.kernels.tools.samples import random_packed
+    from benchmarks.kernels.tools._samples import random_packed
     from trilm.kernels import QuantLinear
 
     dev = torch.device("cpu" if args.cpu_smoke else "cuda")
@@ -453,7 +453,7 @@ def _crossover(args, dev, timer) -> dict:
     the kernel tuning cache under ``crossover|<device>|<format>|N|K``."""
     import torch
 
-    from benchmarks.kernels.tools.samples import random_packed
+    from benchmarks.kernels.tools._samples import random_packed
     from trilm.kernels.affine.plan import affine_matmul, make_plan
     from trilm.kernels.affine.tuning import shared_cache
     from trilm.kernels.dispatch import prepare

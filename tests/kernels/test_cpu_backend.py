@@ -10,7 +10,7 @@ run on the weight dequantized once: exact in that dtype.
 import pytest
 import torch
 
-from benchmarks.kernels.tools.samples import KINDS, random_packed
+from benchmarks.kernels.tools._samples import KINDS, random_packed
 from trilm.formats import PartialBinaryWeight, ResidualBinaryWeight, TernaryWeight
 from trilm.kernels import QuantLinear, reference_matmul
 from trilm.kernels.cpu import CpuLinearState, Int4Weight

@@ -5,7 +5,7 @@ with the Triton plans run by the interpreter)."""
 import pytest
 import torch
 
-from benchmarks.kernels.tools.samples import random_packed
+from benchmarks.kernels.tools._samples import random_packed
 from trilm.formats import FormatError
 from trilm.formats.concat import stack_out
 from trilm.infer import InferenceModel, fuse_projections

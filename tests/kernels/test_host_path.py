@@ -13,7 +13,7 @@ import pytest
 import torch
 from triton.runtime.interpreter import InterpretedFunction
 
-from benchmarks.kernels.tools.samples import random_packed
+from benchmarks.kernels.tools._samples import random_packed
 from trilm.kernels import QuantLinear, prepare, reference_matmul
 from trilm.kernels.affine import plan as plans
 from trilm.kernels.affine.tuning import GEMV_CANDIDATES, TuningCache

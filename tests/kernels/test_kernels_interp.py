@@ -8,7 +8,7 @@ difference ``2^bits·ΣA − (2^bits + z)·ΣX`` of two sums of the size of the 
 import pytest
 import torch
 
-from benchmarks.kernels.tools.samples import KINDS, random_packed
+from benchmarks.kernels.tools._samples import KINDS, random_packed
 from trilm.kernels import prepare, reference_matmul, triton_matmul
 from trilm.kernels.affine.plan import affine_matmul
 from trilm.kernels.affine.tuning import GEMM_CANDIDATES, GEMV_CANDIDATES

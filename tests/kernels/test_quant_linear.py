@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from benchmarks.kernels.tools.samples import KINDS, random_packed
+from benchmarks.kernels.tools._samples import KINDS, random_packed
 from trilm.formats import IntWeight, TernaryWeight, load_packed, save_packed
 from trilm.kernels import QuantLinear, reference_matmul, replace_linears
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 import triton.language as tl
 
-from benchmarks.kernels.tools.samples import random_packed, relabelled
+from benchmarks.kernels.tools._samples import random_packed, relabelled
 from trilm.kernels import QuantLinear, prepare, reference_matmul
 from trilm.kernels.affine import plan as plans
 from trilm.kernels.affine.plan import (

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.kernels.tools.samples import KINDS, random_packed
+from benchmarks.kernels.tools._samples import KINDS, random_packed
 from trilm.dtypes import ALIASES, parse_dtype
 from trilm.kernels.affine.tuning import GEMM_CANDIDATES, GEMV_CANDIDATES
 from trilm.kernels.dispatch import prepare

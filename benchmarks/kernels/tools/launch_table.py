@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from benchmarks.common import CHECKOUT
-from benchmarks.kernels.tools.samples import relabelled
+from benchmarks.kernels.tools._samples import relabelled
 from trilm.kernels.affine.plan import candidates
 from trilm.kernels.launch_model import H200, Resources, launch_figures
 from trilm.model.config import SPECTRA_SIZES

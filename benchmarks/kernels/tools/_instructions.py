@@ -5,7 +5,7 @@
 H200 (``benchmarks/results/kernels-nvidia-h200-2026-12-01.json``; the first GPU config where that run had
 none). "After" is the kernel a QuantLinear launches now, at its default config. Both are compiled for sm_90
 as Triton's JIT specializes an 8192 × 8192 layer, disassembled, and counted with
-:mod:`benchmarks.kernels.tools.sass`. These
+:mod:`benchmarks.kernels.tools._sass`. These
 are issue slots per weight per thread, an upper bound (predicated-off instructions count); the H200 profile of
 the old ternary GEMV found it bound by instruction issue, which is what this number measures.
 """
@@ -15,13 +15,13 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-
-from benchmarks.kernels.tools.compile_check import TORCH_TO_TRITON, compile_affine, compile_jit
-from benchmarks.kernels.tools.samples import relabelled
-from benchmarks.kernels.tools.sass import per_weight, sass_listing
 from trilm.kernels.affine.plan import candidates
 from trilm.kernels.general.launch import GPU_GEMV, KERNELS
 from trilm.kernels.triton_runtime import kernel_module
+
+from benchmarks.kernels.tools._samples import relabelled
+from benchmarks.kernels.tools._sass import per_weight, sass_listing
+from benchmarks.kernels.tools.compile_check import TORCH_TO_TRITON, compile_affine, compile_jit
 
 N = K = 8192
 H200_GEMV = {  # format → (BLOCK_N, BLOCK_K, K_ITERS, num_warps) the H200 autotuner picked at 8192², M = 1
