@@ -1,4 +1,4 @@
-"""llmcompressor's GPTQ on the same model, calibration windows and settings as trilm's (for posthoc_real).
+"""llmcompressor's GPTQ on the same model, calibration windows and settings as trilm's (for ``real.py``).
 
 Run by :mod:`benchmarks.posthoc.real` with the interpreter of a separate environment holding llmcompressor
 (it pins transformers ≤ 5.17, trilm 5.24), so this module imports nothing of trilm::
