@@ -149,7 +149,7 @@ def parse_args(argv):
 
 def bits_table(shape: str) -> None:
     """Markdown table of storage bits/weight per sample kind (docs/kernels.md quotes it)."""
-    from benchmarks.kernels.tools._samples import KINDS, random_packed
+    from trilm.formats.samples import KINDS, random_packed
 
     k, n = (int(v) for v in shape.split("x"))
     print(
@@ -268,9 +268,9 @@ def main(argv=None) -> int:
         return 2
     import triton
     from tqdm import tqdm
-
-    from benchmarks.kernels.tools._samples import random_packed
     from trilm.kernels import QuantLinear
+
+    from trilm.formats.samples import random_packed
 
     dev = torch.device("cpu" if args.cpu_smoke else "cuda")
     name = "cpu-smoke" if args.cpu_smoke else torch.cuda.get_device_name(dev)
@@ -404,7 +404,6 @@ def _gemv_row(gemm_row, layers, x, wdq, timer, nbytes, bits, copy, fp16) -> dict
     """The same product on the CUDA-core GEMV (the default at batch 1), for the row of the tensor-core GEMM
     that serves this batch by default."""
     import torch.nn.functional as F
-
     from trilm.kernels.affine.plan import make_plan
 
     m = x.shape[0]
@@ -452,11 +451,11 @@ def _crossover(args, dev, timer) -> dict:
     """Smallest M (of a doubling sweep) where dequantize + cuBLAS beats the fused GEMM, per format; stored in
     the kernel tuning cache under ``crossover|<device>|<format>|N|K``."""
     import torch
-
-    from benchmarks.kernels.tools._samples import random_packed
     from trilm.kernels.affine.plan import affine_matmul, make_plan
     from trilm.kernels.affine.tuning import shared_cache
     from trilm.kernels.dispatch import prepare
+
+    from trilm.formats.samples import random_packed
 
     cache, out = shared_cache(), {}
     for kind in ("ternary", "int4"):

@@ -4,7 +4,7 @@ Usage: ``python -m benchmarks.serve.decode [--sizes 1.1b 3.9b] [--compile-sizes 
 [--dry-run]``
 
 Each contender is a :class:`~trilm.infer.InferenceModel` of a Spectra size with random weights (packed
-layers from :mod:`benchmarks.kernels.tools._samples`), run as a one-token forward with no KV cache (the
+layers from :mod:`trilm.formats.samples`), run as a one-token forward with no KV cache (the
 weights dominate: every weight is read once per token). Modes, in this order so that the cheap ones land in
 the JSON first: ``eager`` (unfused), ``graph`` (one CUDA graph of the unfused step), ``fused-graph``
 (Q/K/V and gate/up stacked, :func:`trilm.infer.fuse_projections`), then for ``--compile-sizes``
@@ -51,10 +51,10 @@ def parse_args(argv):
 
 def build_contender(size: str, label: str, dev):
     import torch
-
-    from benchmarks.kernels.tools._samples import random_packed
-    from trilm.infer import InferenceModel
     from trilm.kernels import QuantLinear
+
+    from trilm.formats.samples import random_packed
+    from trilm.infer import InferenceModel
     from trilm.model import preset
 
     family, kind, dtype = CONTENDERS[label]

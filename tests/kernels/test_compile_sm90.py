@@ -10,8 +10,8 @@ from trilm.kernels.affine.plan import candidates
 from trilm.kernels.affine.tuning import GEMV_CANDIDATES
 from trilm.kernels.general.launch import GPU_GEMM, GPU_GEMV
 
-from benchmarks.kernels.tools._samples import random_packed
 from benchmarks.kernels.tools.compile_check import compile_affine, compile_kernel
+from trilm.formats.samples import random_packed
 
 CASES = [(k, torch.float16) for k in ("ternary", "binary_mean", "nm2:4", "billm", "int3", "pbllm")]
 CASES += [("ternary", torch.bfloat16), ("int4", torch.bfloat16)]

@@ -11,11 +11,11 @@ unaligned path), bf16 1e-2 (output rounding 2^-8).
 
 import pytest
 import torch
-
-from benchmarks.kernels.tools._samples import KINDS, random_packed
 from trilm.kernels import QuantLinear, prepare, reference_matmul, triton_matmul
 from trilm.kernels.affine.plan import candidates
 from trilm.kernels.general.launch import GPU_GEMM, GPU_GEMV, m_bucket
+
+from trilm.formats.samples import KINDS, random_packed
 
 pytestmark = pytest.mark.gpu
 

@@ -11,12 +11,12 @@ import json
 
 import pytest
 import torch
-from triton.runtime.interpreter import InterpretedFunction
-
-from benchmarks.kernels.tools._samples import random_packed
 from trilm.kernels import QuantLinear, prepare, reference_matmul
 from trilm.kernels.affine import plan as plans
 from trilm.kernels.affine.tuning import GEMV_CANDIDATES, TuningCache
+from triton.runtime.interpreter import InterpretedFunction
+
+from trilm.formats.samples import random_packed
 
 EXTRA_KERNEL_OPS = ("aten::zero_", "aten::zeros", "aten::fill_", "aten::copy_", "aten::_to_copy", "aten::add")
 

@@ -5,10 +5,10 @@ import io
 import pytest
 import torch
 from torch import nn
-
-from benchmarks.kernels.tools._samples import KINDS, random_packed
-from trilm.formats import IntWeight, TernaryWeight, load_packed, save_packed
 from trilm.kernels import QuantLinear, reference_matmul, replace_linears
+
+from trilm.formats import IntWeight, TernaryWeight, load_packed, save_packed
+from trilm.formats.samples import KINDS, random_packed
 
 TOL = 2e-6
 

@@ -12,8 +12,6 @@ rounding (2^-11).
 import pytest
 import torch
 import triton.language as tl
-
-from benchmarks.kernels.tools._samples import random_packed, relabelled
 from trilm.kernels import QuantLinear, prepare, reference_matmul
 from trilm.kernels.affine import plan as plans
 from trilm.kernels.affine.plan import (
@@ -26,6 +24,8 @@ from trilm.kernels.affine.plan import (
 )
 from trilm.kernels.affine.tuning import CUBLAS_MIN_M, TC_MIN_M
 from trilm.kernels.launch_model import H200, MIN_PROGRAMS_PER_SM
+
+from trilm.formats.samples import random_packed, relabelled
 
 TOL = 4e-6
 CASES = [  # (kind, N, K, group): per-row scales over odd K, groups of 32/64/128

@@ -19,9 +19,9 @@ from trilm.kernels.affine.plan import candidates
 from trilm.kernels.general.launch import GPU_GEMV, KERNELS
 from trilm.kernels.triton_runtime import kernel_module
 
-from benchmarks.kernels.tools._samples import relabelled
 from benchmarks.kernels.tools._sass import per_weight, sass_listing
 from benchmarks.kernels.tools.compile_check import TORCH_TO_TRITON, compile_affine, compile_jit
+from trilm.formats.samples import relabelled
 
 N = K = 8192
 H200_GEMV = {  # format → (BLOCK_N, BLOCK_K, K_ITERS, num_warps) the H200 autotuner picked at 8192², M = 1

@@ -24,13 +24,13 @@ import time
 from typing import Any
 
 import torch
-
-from benchmarks.kernels.tools._samples import KINDS, random_packed
-from trilm.dtypes import ALIASES, parse_dtype
 from trilm.kernels.affine.tuning import GEMM_CANDIDATES, GEMV_CANDIDATES
 from trilm.kernels.dispatch import prepare
 from trilm.kernels.general.launch import GPU_GEMM, GPU_GEMV, KERNELS, KernelWeight, _aligned
 from trilm.kernels.triton_runtime import kernel_module
+
+from trilm.dtypes import ALIASES, parse_dtype
+from trilm.formats.samples import KINDS, random_packed
 
 TORCH_TO_TRITON = {
     torch.float16: "fp16",

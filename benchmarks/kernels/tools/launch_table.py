@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
-from benchmarks.common import CHECKOUT
-from benchmarks.kernels.tools._samples import relabelled
 from trilm.kernels.affine.plan import candidates
 from trilm.kernels.launch_model import H200, Resources, launch_figures
+
+from benchmarks.common import CHECKOUT
+from trilm.formats.samples import relabelled
 from trilm.model.config import SPECTRA_SIZES
 
 FORMATS = ("ternary", "binary", "int2", "int4")

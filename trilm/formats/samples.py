@@ -1,4 +1,5 @@
-"""Random packed weights of every format, for the kernel tests and the benchmark.
+"""Random packed weights of every format, to exercise the kernels: the kernel tests, the kernel benchmarks, a
+check of a new GPU. In the library because tests and benchmarks both build them and neither imports the other.
 
 Codes and scales are drawn directly (no float weight is quantized), with scales ~ 1/sqrt(K) so that
 x ~ N(0, 1) gives outputs of order one in fp16. Everything is generated with torch ops on ``device``, so
