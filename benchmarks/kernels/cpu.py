@@ -30,11 +30,11 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from trilm.kernels.cpu import Int4Weight
+from trilm.kernels.cpu_dense import supported as bf16_prepack_supported
 
 from benchmarks.common import today, write_result
 from trilm.formats import TernaryWeight
-from trilm.kernels.cpu import Int4Weight
-from trilm.kernels.cpu_dense import supported as bf16_prepack_supported
 from trilm.model import preset
 
 

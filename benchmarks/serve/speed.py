@@ -54,8 +54,9 @@ EXTRA_CONTEXT = 64
 # -- contenders ---------------------------------------------------------------------------------------
 def build_model(kind: str, cfg, device: torch.device, dtype: torch.dtype, seed: int = 0) -> InferenceModel:
     """The FloatLM with random weights, or the same shape with packed block linears of ``kind``."""
-    from trilm.formats import IntWeight, TernaryWeight
     from trilm.kernels import QuantLinear
+
+    from trilm.formats import IntWeight, TernaryWeight
 
     torch.manual_seed(seed)
     with torch.device(device):

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 import triton
+from trilm.kernels.launch_model import H200, Resources, launch_figures
 
 from benchmarks.kernels.tools.launch_table import table
-from trilm.kernels.launch_model import H200, Resources, launch_figures
 
 COMMITTED = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 
