@@ -176,10 +176,10 @@ run_stage kernels "${seed:+tuning cache seeded from $seed}" "$PY" -m benchmarks.
     --formats ternary binary int2 int4 --shapes 8192x8192 --batches 1 16 --compare-gemv 2 8 \
     --spectra-shapes --no-model --out "$OUT" "${DRYARG[@]}"
 
-if [ -f benchmarks/decode.py ]; then
-    run_stage decode "" "$PY" -m benchmarks.decode --sizes 1.1b 3.9b --out "$OUT" "${DRYARG[@]}"
+if [ -f benchmarks/serve/decode.py ]; then
+    run_stage decode "" "$PY" -m benchmarks.serve.decode --sizes 1.1b 3.9b --out "$OUT" "${DRYARG[@]}"
 else
-    skip_stage decode "benchmarks/decode.py does not exist in this checkout"
+    skip_stage decode "benchmarks/serve/decode.py does not exist in this checkout"
 fi
 
 mapfile -t test_files < <(grep -rlE --include='test_*.py' 'pytest\.mark\.gpu' tests | sort)

@@ -9,7 +9,7 @@ codes would leave 0..15 that way, ``q = c`` and ``Z = s·(8 − z)``). N:M binar
 form. A per-row scale (one group spanning K) is repeated over groups of G; N is padded to a
 multiple of 16 (zero rows) and K to a multiple of 32 (zero activations) where the kernel needs it.
 
-Why this kernel, and why only for bf16 activations (``python -m benchmarks.cpu_kernels``, this machine, one
+Why this kernel, and why only for bf16 activations (``python -m benchmarks.kernels.cpu``, this machine, one
 thread): torch's x86 build vectorizes it (AVX-512) for bf16 only — activations, scales and output in bf16,
 products accumulated in fp32. With fp32 (or fp16) activations it takes a scalar loop, many times slower
 than the dense fp32 matmul. ``_weight_int8pack_mm`` has the same shape (fast in bf16 only) at twice the

@@ -4,7 +4,7 @@
 take a slow path) on every call; a decode step of one token per sequence reads every weight once, so that
 cost is paid per token. ``torch.ops.mkldnn._reorder_linear_weight`` does the reordering once at load and
 ``mkldnn._linear_pointwise`` multiplies with the reordered weight. Measured on this project's 2-core AMD
-Zen 4 (``python -m benchmarks.cpu_kernels --head``, one thread, one row, ``prepacked_bf16`` against
+Zen 4 (``python -m benchmarks.kernels.cpu --head``, one thread, one row, ``prepacked_bf16`` against
 ``dense_bf16``): the 50304 × 768 head of a 190M model 1.95× as fast as ``F.linear`` in bf16, the 768/2048
 block shapes 1.7–2.3×. In fp32 the reordering gains little or nothing on the block shapes (``prepacked_fp32``;
 MKL's packed GEMM helps only the head, and needs the original weight kept beside it), so only bf16 layers

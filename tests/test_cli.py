@@ -23,7 +23,8 @@ def test_every_listed_command_imports_and_answers_help(name, capsys):
 
 
 def test_python_dash_m_trilm_is_the_trilm_command():
-    """Scripts (benchmarks.cooldown) run ``python -m trilm`` to stay in the interpreter that started them."""
+    """Scripts (the cooldown benchmark) run ``python -m trilm`` to stay in the interpreter that started
+    them."""
     import subprocess
     import sys
 

@@ -15,9 +15,25 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-BENCHMARKS = sorted(
-    p for p in (ROOT / "benchmarks").glob("*.py") if p.name not in ("__init__.py", "common.py")
+BENCH = ROOT / "benchmarks"
+AREAS = sorted(p.parent for p in BENCH.glob("*/__init__.py"))
+"""The packages of benchmarks/, one per area (kernels, train, posthoc, serve, scaling, data)."""
+MODULES = sorted(
+    p for area in AREAS for p in area.rglob("*.py") if p.name not in ("__init__.py", "__main__.py")
 )
+"""Every module of the areas: a benchmark (a command) or, named ``_name.py``, a helper of benchmarks."""
+
+
+def _is_command(path: Path) -> bool:
+    return re.search(r"^if __name__ == .__main__.:", path.read_text(), re.MULTILINE) is not None
+
+
+def _is_helper(path: Path) -> bool:
+    return path.name.startswith("_")
+
+
+BENCHMARKS = [p for p in MODULES if not _is_helper(p)]
+HELPERS = [p for p in MODULES if _is_helper(p)]
 NOT_TESTS = ("trilm", "kernels", "benchmarks", "train", "checkpoints_tools")
 
 
@@ -36,7 +52,7 @@ def _sources(*folders: str) -> list[Path]:
     return [p for folder in folders for p in sorted((ROOT / folder).rglob("*.py"))]
 
 
-HARNESS_USERS = {"benchmarks/multinode.py": "tests.support.cluster"}
+HARNESS_USERS = {"benchmarks/train/multinode.py": "tests.support.cluster"}
 """Checkout-only tools that drive the tests' harness itself: the multi-node drills time the loopback cluster
 that the multi-node tests launch, so they take it from ``tests/support`` rather than keep a second copy."""
 
@@ -64,21 +80,13 @@ BENCHMARK_SUBJECTS = {"tests/test_layout.py": "the layout of benchmarks/ and its
 or ``tests/support``, so that the tests run without the benchmarks."""
 NOT_YET_MOVED = {
     "tests/kernels/test_compile_sm90.py",
-    "tests/kernels/test_cpu_backend.py",
-    "tests/kernels/test_fused_decode.py",
-    "tests/kernels/test_gpu.py",
-    "tests/kernels/test_host_path.py",
-    "tests/kernels/test_kernels_interp.py",
     "tests/kernels/test_launch_plans.py",
-    "tests/kernels/test_quant_linear.py",
-    "tests/kernels/test_tensor_core_gemm.py",
     "tests/posthoc/test_posthoc_real_blocks.py",
     "tests/posthoc/test_posthoc_real_report.py",
     "tests/scaling/test_cooldown_report.py",
 }
-"""Tests that still import a benchmark's helpers (kernel_tools' samples, the post-hoc and cooldown reports):
-their helpers still have to move into ``tests/support`` or the library, in areas being edited elsewhere. The
-list may only shrink."""
+"""Tests that still import a benchmark's parts (the kernel tools' compiler and launch table, the post-hoc and
+cooldown reports): they move once the areas being edited elsewhere settle. The list may only shrink."""
 
 
 def test_no_test_imports_the_benchmarks():
@@ -135,36 +143,91 @@ def test_layers_that_must_not_depend_on_the_trainer(package, forbidden):
     assert not offenders, "\n".join(offenders)
 
 
-HELPERS = {
-    "posthoc_model": "prepares the FloatLM the post-hoc benchmarks share",
-    "posthoc_real_report": "renders posthoc_real's results as Markdown",
-    "posthoc_real_llmcompressor": "posthoc_real's worker in llmcompressor's own environment (a timing file)",
-    "serve_process": "trilm serve as a child process for serve_load and real_serve_chat",
-    "cooldown_diagnosis": "the cooldown report's section on why the additive law misses",
-    "gpu_pytest": "the GPU suite's pytest plugin: each test's outcome as a JSON line, no hang at exit",
-    "serve_report": "renders the serving benchmark's results as a console table and as Markdown",
-}
-"""Modules of benchmarks/ that are parts of a benchmark, not benchmarks: they write no result file."""
+TOOL_FOLDERS = ("benchmarks/kernels/tools", "benchmarks/scaling/ladder")
+"""Folders of tools that write tables, reports and package data from what the CPU or committed runs give
+(launch plans, the ladder's report), not measurements of this machine: no machine description to record."""
 
 
-@pytest.mark.parametrize("path", BENCHMARKS, ids=lambda p: p.stem)
+def test_the_top_of_benchmarks_holds_no_benchmark():
+    """Only what every area shares sits at the top: the result writer (``common.py``), the GPU suite's pytest
+    plugin (``gpu_pytest.py``) and the suite's two scripts, whose paths are commands the docs quote."""
+    assert [p.name for p in BENCH.glob("*.py") if _is_command(p)] == []
+    assert sorted(p.name for p in BENCH.glob("*.sh")) == ["gpu_suite.sh", "gpu_wheels.sh"]
+
+
+def test_helpers_are_named_as_helpers():
+    """A module with no command of its own is a part of a benchmark and says so in its name (``_name.py``);
+    a helper writes no result file of its own (it may have a command that prepares shared inputs)."""
+    unnamed = [str(p.relative_to(ROOT)) for p in BENCHMARKS if not _is_command(p)]
+    assert not unnamed, f"modules without a command, not named _name.py: {unnamed}"
+    writers = [str(p.relative_to(ROOT)) for p in HELPERS if "write_result(" in p.read_text()]
+    assert not writers, f"helpers that write a result: {writers}"
+
+
+@pytest.mark.parametrize("path", BENCHMARKS, ids=lambda p: str(p.relative_to(BENCH).with_suffix("")))
 def test_every_benchmark_describes_its_machine_through_the_common_module(path):
     """One machine description and one result writer (benchmarks/common.py): a script that writes results
     writes them through it and builds no machine description of its own."""
     text = path.read_text()
     assert "platform.platform(" not in text and '"machine": {' not in text, path.name
-    if path.stem in HELPERS:
+    if str(path.parent.relative_to(ROOT)).startswith(TOOL_FOLDERS):
         return
     assert "json.dump(" not in text and ".write_text(json.dumps" not in text, path.name
     assert "write_result(" in text, f"{path.name} writes no result through benchmarks.common"
 
 
 def test_every_benchmark_imports_as_a_module_of_the_package():
-    """``python -m benchmarks.NAME`` works only if the module imports with the repository root on the path
-    (what ``-m`` gives) and nothing else."""
+    """``python -m benchmarks.AREA.NAME`` works only if the module imports with the repository root on the
+    path (what ``-m`` gives) and nothing else."""
+    for path in MODULES:
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        module = importlib.import_module(name)
+        assert module.__spec__.name == name
+
+
+def test_every_area_has_a_readme_naming_its_benchmarks():
+    """Each area says what it measures, its targets and where its results are; every benchmark of it is
+    named in the nearest README above it (by file name or by its command)."""
+    assert {p.name for p in AREAS} >= {"kernels", "train", "posthoc", "serve", "scaling", "data"}
+    missing = [str(a.relative_to(ROOT)) for a in AREAS if not (a / "README.md").is_file()]
+    assert not missing, f"areas without a README.md: {missing}"
+    unnamed = []
     for path in BENCHMARKS:
-        module = importlib.import_module(f"benchmarks.{path.stem}")
-        assert module.__spec__.name == f"benchmarks.{path.stem}"
+        folder = next(f for f in path.parents if (f / "README.md").is_file())
+        text = (folder / "README.md").read_text()
+        dotted = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        if str(path.relative_to(folder)) not in text and f"python -m {dotted}" not in text:
+            unnamed.append(f"{path.relative_to(ROOT)} (in {(folder / 'README.md').relative_to(ROOT)})")
+    assert not unnamed, f"benchmarks their README does not name: {unnamed}"
+
+
+TABLE = ROOT / "docs" / "benchmarks.md"
+
+
+def _module_of(command: str) -> Path | None:
+    """The file ``python -m COMMAND`` runs: a module, or the main benchmark an area's ``__main__`` imports."""
+    path = ROOT / Path(*command.split("."))
+    if path.with_suffix(".py").is_file():
+        return path.with_suffix(".py")
+    main = path / "__main__.py"
+    if main.is_file():
+        (target,) = re.findall(r"^from (benchmarks[\w.]*) import main$", main.read_text(), re.MULTILINE)
+        return ROOT / Path(*target.split(".")).with_suffix(".py")
+    return None
+
+
+def test_the_benchmark_table_lists_every_benchmark():
+    """docs/benchmarks.md: one row per benchmark, its command running the module the row names."""
+    row = re.compile(r"^\| `python -m (benchmarks[\w.]*)` \| `([\w/]+\.py)` \|", re.MULTILINE)
+    rows = row.findall(TABLE.read_text())
+    listed = {BENCH / module: command for command, module in rows}
+    assert len(listed) == len(rows), "a module listed twice"
+    assert sorted(listed) == BENCHMARKS, (
+        f"not in the table: {sorted(str(p.relative_to(BENCH)) for p in set(BENCHMARKS) - set(listed))}; "
+        f"not a benchmark: {sorted(str(p.relative_to(BENCH)) for p in set(listed) - set(BENCHMARKS))}"
+    )
+    wrong = [f"{c} runs {_module_of(c)}, not {m}" for m, c in listed.items() if _module_of(c) != m]
+    assert not wrong, wrong
 
 
 def test_the_result_writer_records_device_date_and_command(tmp_path):
@@ -209,16 +272,34 @@ def test_the_evidence_index_names_every_folder():
     assert not missing, f"docs/results/README.md does not index {missing}"
 
 
+def _quoted_commands() -> set[str]:
+    """Every ``python -m benchmarks…`` the reader is told to run: the pages, the READMEs, the evidence's
+    command files and the benchmarks' own docstrings (result files keep the command of their day)."""
+    pages = [
+        ROOT / "README.md",
+        *(ROOT / "docs").rglob("*.md"),
+        *(ROOT / "docs" / "results").rglob("*.sh"),
+        *BENCH.rglob("README.md"),
+        *MODULES,
+        *(ROOT / "configs").rglob("*.yaml"),
+    ]
+    command = re.compile(r"python -m (benchmarks(?:\.[a-z_]\w*)+)")
+    return {m for page in pages for m in command.findall(page.read_text())}
+
+
+def test_every_quoted_benchmark_command_exists():
+    missing = sorted(m for m in _quoted_commands() if _module_of(m) is None)
+    assert not missing, f"quoted commands with no module: {missing}"
+
+
 def _documented_benchmarks() -> list[str]:
-    pages = [ROOT / "README.md", *(ROOT / "docs").rglob("*.md"), *(ROOT / "benchmarks").rglob("README.md")]
-    found = {m for page in pages for m in re.findall(r"python -m (benchmarks(?:\.\w+)+)", page.read_text())}
-    return sorted(m for m in found if (ROOT / Path(*m.split("."))).with_suffix(".py").is_file())
+    return sorted(m for m in _quoted_commands() if _module_of(m) is not None)
 
 
 def test_every_documented_benchmark_answers_help():
     """Every command the docs quote still parses its arguments, run as a reader runs it."""
     modules = _documented_benchmarks()
-    assert "benchmarks.ladder.report" in modules
+    assert "benchmarks.scaling.ladder.report" in modules and "benchmarks.kernels" in modules
     failed = []
     for start in range(0, len(modules), 4):
         batch = {

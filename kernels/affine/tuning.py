@@ -75,7 +75,7 @@ list is the default where nothing was tuned: a pipelined tile (≥ 2 stages, so 
 while this one decodes) small enough for 4+ programs per SM. A thread holds BLOCK_R rows × BLOCK_N /
 threads columns of words and BM times as many fp32 accumulators, so larger batches take fewer rows.
 Registers, shared memory, occupancy and bytes in flight of each default at every Spectra and Llama layer
-shape: ``python -m benchmarks.kernel_tools.launch_table`` (the table in docs/kernels.md)."""
+shape: ``python -m benchmarks.kernels.tools.launch_table`` (the table in docs/kernels.md)."""
 
 GEMM_CANDIDATES: dict[int, list[dict[str, Any]]] = {
     16: [

@@ -1,4 +1,5 @@
-"""`python -m benchmarks.kernels` end to end (CPU smoke mode: interpreter kernels, tiny shape) writes JSON."""
+"""`python -m benchmarks.kernels` end to end (CPU smoke: interpreter kernels, tiny shape) writes JSON; it runs
+:mod:`benchmarks.kernels.gpu`, the name its result records."""
 
 import json
 import os
@@ -25,5 +26,5 @@ def test_benchmark_script_cpu_smoke(tmp_path):
                      ((1, "gemv"), (2, "gemm"), (2, "gemv"), (16, "gemm"))}  # fmt: skip
     assert all(r["max_rel_err"] < 1e-5 and r["bits_per_weight"] < 16 for r in rows)
     assert "targets" in report and "wrote" in out.stdout
-    assert report["command"].startswith("python -m benchmarks.kernels --cpu-smoke")
+    assert report["command"].startswith("python -m benchmarks.kernels.gpu --cpu-smoke")
     assert report["device"]["cpus"] >= 1 and report["date"]

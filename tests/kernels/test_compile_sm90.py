@@ -1,5 +1,5 @@
 """The GPU code paths compile for an H100/H200 (sm_90) on a CPU-only machine: Triton lowers them to PTX and
-its bundled ptxas assembles a cubin. ``python -m benchmarks.kernel_tools.compile_check`` sweeps every config
+its bundled ptxas assembles a cubin. ``python -m benchmarks.kernels.tools.compile_check`` sweeps every config
 and format; this test covers one GEMV and one GEMM config per format family in fp16, and bf16 for ternary
 and int4."""
 
@@ -10,8 +10,8 @@ from trilm.kernels.affine.plan import candidates
 from trilm.kernels.affine.tuning import GEMV_CANDIDATES
 from trilm.kernels.general.launch import GPU_GEMM, GPU_GEMV
 
-from benchmarks.kernel_tools.compile_check import compile_affine, compile_kernel
-from benchmarks.kernel_tools.samples import random_packed
+from benchmarks.kernels.tools.compile_check import compile_affine, compile_kernel
+from trilm.formats.samples import random_packed
 
 CASES = [(k, torch.float16) for k in ("ternary", "binary_mean", "nm2:4", "billm", "int3", "pbllm")]
 CASES += [("ternary", torch.bfloat16), ("int4", torch.bfloat16)]

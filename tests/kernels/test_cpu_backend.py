@@ -12,8 +12,8 @@ import torch
 from trilm.kernels import QuantLinear, reference_matmul
 from trilm.kernels.cpu import CpuLinearState, Int4Weight
 
-from benchmarks.kernel_tools.samples import KINDS, random_packed
 from trilm.formats import PartialBinaryWeight, ResidualBinaryWeight, TernaryWeight
+from trilm.formats.samples import KINDS, random_packed
 
 AFFINE = {"ternary", "binary", "binary_mean", "nm2:4", "nm4:8", "int2", "int3", "int4", "int4_act"}
 SHAPES = [(37, 96, None), (16, 100, None), (64, 256, 64), (130, 512, 128), (48, 160, 32)]

@@ -6,9 +6,9 @@ import pytest
 import torch
 from trilm.kernels import QuantLinear
 
-from benchmarks.kernel_tools.samples import random_packed
 from trilm.formats import FormatError
 from trilm.formats.concat import stack_out
+from trilm.formats.samples import random_packed
 from trilm.infer import InferenceModel, fuse_projections
 from trilm.infer.launches import compiled_launches, eager_launches, per_layer
 from trilm.model import preset

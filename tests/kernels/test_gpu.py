@@ -15,7 +15,7 @@ from trilm.kernels import QuantLinear, prepare, reference_matmul, triton_matmul
 from trilm.kernels.affine.plan import candidates
 from trilm.kernels.general.launch import GPU_GEMM, GPU_GEMV, m_bucket
 
-from benchmarks.kernel_tools.samples import KINDS, random_packed
+from trilm.formats.samples import KINDS, random_packed
 
 pytestmark = pytest.mark.gpu
 

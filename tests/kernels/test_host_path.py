@@ -16,7 +16,7 @@ from trilm.kernels.affine import plan as plans
 from trilm.kernels.affine.tuning import GEMV_CANDIDATES, TuningCache
 from triton.runtime.interpreter import InterpretedFunction
 
-from benchmarks.kernel_tools.samples import random_packed
+from trilm.formats.samples import random_packed
 
 EXTRA_KERNEL_OPS = ("aten::zero_", "aten::zeros", "aten::fill_", "aten::copy_", "aten::_to_copy", "aten::add")
 

@@ -12,7 +12,7 @@ from trilm.kernels.affine.plan import affine_matmul
 from trilm.kernels.affine.tuning import GEMM_CANDIDATES, GEMV_CANDIDATES
 from trilm.kernels.general.launch import GENERAL_INTERP_GEMV, GPU_GEMM, GPU_GEMV
 
-from benchmarks.kernel_tools.samples import KINDS, random_packed
+from trilm.formats.samples import KINDS, random_packed
 
 FP32_TOL = dict.fromkeys(KINDS, 4e-6)
 AFFINE_KINDS = ("ternary", "binary", "binary_mean", "int2", "int3", "int4", "int4_act")

@@ -11,7 +11,7 @@ import pytest
 import triton
 from trilm.kernels.launch_model import H200, Resources, launch_figures
 
-from benchmarks.kernel_tools.launch_table import table
+from benchmarks.kernels.tools.launch_table import table
 
 COMMITTED = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 

@@ -7,8 +7,8 @@ import torch
 from torch import nn
 from trilm.kernels import QuantLinear, reference_matmul, replace_linears
 
-from benchmarks.kernel_tools.samples import KINDS, random_packed
 from trilm.formats import IntWeight, TernaryWeight, load_packed, save_packed
+from trilm.formats.samples import KINDS, random_packed
 
 TOL = 2e-6
 

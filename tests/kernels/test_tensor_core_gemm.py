@@ -25,7 +25,7 @@ from trilm.kernels.affine.plan import (
 from trilm.kernels.affine.tuning import CUBLAS_MIN_M, TC_MIN_M
 from trilm.kernels.launch_model import H200, MIN_PROGRAMS_PER_SM
 
-from benchmarks.kernel_tools.samples import random_packed, relabelled
+from trilm.formats.samples import random_packed, relabelled
 
 TOL = 4e-6
 CASES = [  # (kind, N, K, group): per-row scales over odd K, groups of 32/64/128

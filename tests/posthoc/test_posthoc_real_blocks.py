@@ -1,4 +1,4 @@
-"""benchmarks/posthoc_real_blocks.py: the per-block divergence of a quantized model from its float model,
+"""benchmarks/posthoc/real_blocks.py: the per-block divergence of a quantized model from its float model,
 which the real-model report uses to say where OmniQuant's loss comes from."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import copy
 import pytest
 import torch
 
-from benchmarks.posthoc_real_blocks import divergence
+from benchmarks.posthoc.real_blocks import divergence
 from tests.posthoc.conftest import tiny_model
 
 
@@ -41,7 +41,7 @@ def test_divergence_starts_at_the_changed_block_and_splits_position_zero():
 
 
 def test_pinning_the_first_position_makes_it_the_float_models():
-    from benchmarks.posthoc_real_blocks import FloatFirstPosition
+    from benchmarks.posthoc.real_blocks import FloatFirstPosition
 
     float_model, changed, ids = _with_one_block_changed(layers=2, block=0, batch=2)
     with torch.no_grad():
@@ -54,7 +54,7 @@ def test_pinning_the_first_position_makes_it_the_float_models():
 def test_calibration_nll_is_the_mean_next_token_loss():
     import math
 
-    from benchmarks.posthoc_real_blocks import calibration_nll
+    from benchmarks.posthoc.real_blocks import calibration_nll
 
     model, _, ids = _with_one_block_changed(layers=1, block=0, batch=3)
     with torch.no_grad():

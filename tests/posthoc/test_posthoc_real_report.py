@@ -1,9 +1,9 @@
-"""The real-model evidence report (benchmarks/posthoc_real_report.py): its verdicts come from the rows, so a
+"""The real-model evidence report (benchmarks/posthoc/_real_report.py): its verdicts come from the rows, so a
 claim that a row contradicts reads *fails*, and one without its rows reads *not measured*."""
 
 from __future__ import annotations
 
-from benchmarks.posthoc_real_report import render, verdicts
+from benchmarks.posthoc._real_report import render, verdicts
 
 
 def _row(ppl: float, paper: float | None = None, **extra) -> dict:
@@ -70,7 +70,7 @@ def test_report_shows_the_export_in_llama_cpp_and_the_served_chat():
         "rows": {"float": _row(13.2, 32.0), "gptq-w4": _row(16.3, 4.3)},
         "missing": ["rtn-w4"],
         "llama_cpp": {
-            "command": "python -m benchmarks.real_llama_cpp --model M",
+            "command": "python -m benchmarks.posthoc.real_llama_cpp --model M",
             "model": "gptq-w4",
             "gguf": {"type": "f16"},
             "llama_cpp_python": "0.3.36",

@@ -1,6 +1,6 @@
-"""The cooldown experiment's report (benchmarks/cooldown.py) on rows drawn from a known L(N, D): fitted on the
-branches at <= 1/2 of the budget, it must predict the runs' own ends, and the fresh-run and decay-stage tables
-must pair and difference the right rows."""
+"""The cooldown experiment's report (benchmarks/scaling/cooldown.py) on rows drawn from a known L(N, D):
+fitted on the branches at <= 1/2 of the budget, it must predict the runs' own ends, and the fresh-run and
+decay-stage tables must pair and difference the right rows."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import itertools
 import numpy as np
 import pytest
 
-from benchmarks.cooldown import _fit_and_predict, _fresh_comparison, _rate_drop
+from benchmarks.scaling.cooldown import _fit_and_predict, _fresh_comparison, _rate_drop
 from trilm.scaling.table import ResultRow
 
 E, A, ALPHA, B, BETA = 3.2, 400.0, 0.5, 900.0, 0.45
@@ -78,7 +78,7 @@ def test_a_branch_is_compared_with_the_fresh_run_of_its_length_and_the_ladder_ru
 
 
 def test_the_ladders_separately_trained_runs_of_the_same_budget_are_predicted_too():
-    from benchmarks.cooldown import _predict_separate
+    from benchmarks.scaling.cooldown import _predict_separate
 
     _, _, fitted = _fit_and_predict(suite_rows(), bootstrap=0)
     name = "floatlm-128x4-lr0.004"
@@ -98,7 +98,7 @@ def test_the_ladders_separately_trained_runs_of_the_same_budget_are_predicted_to
 
 def kaplan_rows() -> list[ResultRow]:
     """Rows from Kaplan's interacting form, whose gap between sizes grows with D (what the CPU runs show)."""
-    from benchmarks.cooldown_diagnosis import kaplan_loss
+    from benchmarks.scaling._cooldown_diagnosis import kaplan_loss
 
     theta = np.array([np.log(3.0), np.log(3e4), np.log(3e5), 0.5, 0.5])
     rows = []
@@ -113,7 +113,7 @@ def kaplan_rows() -> list[ResultRow]:
 
 
 def test_the_diagnosis_measures_the_gap_between_sizes_at_each_d():
-    from benchmarks.cooldown_diagnosis import size_gaps
+    from benchmarks.scaling._cooldown_diagnosis import size_gaps
 
     additive = size_gaps(suite_rows(), BUDGET, ("floatlm",))
     assert [g["fraction"] for g in additive] == [0.125, 0.25, 0.375, 0.5, 0.75, 1.0]
@@ -124,8 +124,8 @@ def test_the_diagnosis_measures_the_gap_between_sizes_at_each_d():
 
 
 def test_kaplans_form_predicts_what_the_additive_law_cannot():
-    from benchmarks.cooldown import NAMES, TARGET
-    from benchmarks.cooldown_diagnosis import alternatives, markdown, size_gaps
+    from benchmarks.scaling._cooldown_diagnosis import alternatives, markdown, size_gaps
+    from benchmarks.scaling.cooldown import NAMES, TARGET
 
     rows = kaplan_rows()
     _, additive, _ = _fit_and_predict(rows, bootstrap=0)
@@ -149,7 +149,7 @@ def test_kaplans_form_predicts_what_the_additive_law_cannot():
 
 
 def test_an_earlier_sessions_measurements_of_the_same_runs_are_paired_by_name():
-    from benchmarks.cooldown_diagnosis import rerun_differences, rerun_markdown
+    from benchmarks.scaling._cooldown_diagnosis import rerun_differences, rerun_markdown
 
     now = [{"run": "trilm-128x4", "family": "trilm", "measured": 3.5549}, {"run": "new", "measured": 1.0}]
     earlier = {"date": "2026-12-03T17:14:06", "predictions": [{"run": "trilm-128x4", "measured": 3.5888}]}

@@ -8,7 +8,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_serve_benchmark_smoke(tmp_path, capsys):
-    bench = importlib.import_module("benchmarks.serve")
+    bench = importlib.import_module("benchmarks.serve.speed")
     args = ["--size", "nano", "--ttft", "8", "16", "--depths", "8", "--batches", "1", "2"]
     args += ["--steps", "2", "--rounds", "1", "--no-peak", "--out", str(tmp_path), "--label", "smoke"]
     assert bench.main(args) == 0
@@ -21,17 +21,17 @@ def test_serve_benchmark_smoke(tmp_path, capsys):
     assert "not measured" in report["targets"]["trilm_over_floatlm_decode"]
     assert "engine/hf-generate decode tokens/s" in report["ratios"]
     assert "wrote" in capsys.readouterr().out
-    assert report["command"] == "python -m benchmarks.serve " + " ".join(args)
+    assert report["command"] == "python -m benchmarks.serve.speed " + " ".join(args)
     assert set(report["device"]) >= {"cpu", "cpu_capability", "cpus", "torch_threads", "load_average"}
 
 
 def test_cpu_serve_benchmark_smoke(tmp_path):
-    """benchmarks/cpu_serve.py end to end with its eager trilm contenders (no compile, no llama.cpp): one
+    """benchmarks/serve/cpu.py end to end with its eager trilm contenders (no compile, no llama.cpp): one
     process per thread count, rows and targets in the JSON."""
     import subprocess
     import sys
 
-    cmd = [sys.executable, "-m", "benchmarks.cpu_serve", "--models", "tiny", "--threads", "1"]
+    cmd = [sys.executable, "-m", "benchmarks.serve.cpu", "--models", "tiny", "--threads", "1"]
     cmd += ["--rounds", "1", "--steps", "2", "--prompt", "8", "--only", "eager", "--no-llama"]
     cmd += ["--workdir", str(tmp_path / "work"), "--out", str(tmp_path), "--conditions", "smoke test"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO)
@@ -52,7 +52,7 @@ def test_cpu_serve_benchmark_smoke(tmp_path):
 
 
 def test_cpu_kernels_benchmark_smoke(tmp_path, capsys):
-    bench = importlib.import_module("benchmarks.cpu_kernels")
+    bench = importlib.import_module("benchmarks.kernels.cpu")
     args = ["--model", "trilm-nano", "--threads", "1", "--batches", "1", "--rounds", "1", "--reps", "1"]
     assert bench.main([*args, "--out", str(tmp_path)]) == 0
     (path,) = tmp_path.glob("cpu-kernels-trilm-nano-*.json")

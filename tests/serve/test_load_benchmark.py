@@ -1,4 +1,4 @@
-"""benchmarks/serve_load.py end to end at a toy scale, run as the docs run it (timings are not checked):
+"""benchmarks/serve/load.py end to end at a toy scale, run as the docs run it (timings are not checked):
 it starts ``trilm serve``, ramps clients past a capacity of two, stops by itself and writes its JSON."""
 
 import json
@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.mark.slow
 def test_serve_load_benchmark_smoke(tmp_path):
-    cmd = [sys.executable, "-m", "benchmarks.serve_load", "--size", "nano", "--max-batch", "1"]
+    cmd = [sys.executable, "-m", "benchmarks.serve.load", "--size", "nano", "--max-batch", "1"]
     cmd += ["--max-waiting", "1", "--levels", "1,3", "--level-seconds", "1.5", "--prompts", "3"]
     cmd += ["--max-tokens", "6", "--rounds", "1", "--no-unbounded", "--max-seconds", "300"]
     cmd += ["--out", str(tmp_path)]
@@ -36,4 +36,4 @@ def test_serve_load_benchmark_smoke(tmp_path):
     assert verdicts["capacity_requests"] == 2 and verdicts["levels_past_capacity"] == [3]
     assert verdicts["wrong_accepted_requests"] == 0 and verdicts["clean_exits"]
     assert report["device"]["kind"] == "cpu" and report["settings"]["max_waiting"] == 1
-    assert report["command"].startswith("python -m benchmarks.serve_load --size nano")
+    assert report["command"].startswith("python -m benchmarks.serve.load --size nano")

@@ -191,7 +191,7 @@ def test_kl_divergence_is_zero_for_equal_distributions_and_positive_otherwise():
 
 
 def test_the_experiment_report_pairs_seeds_and_gives_t_intervals(tmp_path):
-    """The report of ``benchmarks.ternarize`` (run as its command): per-seed differences, 95 % t intervals."""
+    """The ternarization report (run as its command): per-seed differences, 95 % t intervals."""
     import csv
     import subprocess
     import sys
@@ -208,7 +208,7 @@ def test_the_experiment_report_pairs_seeds_and_gives_t_intervals(tmp_path):
             for seed, loss in enumerate(values, 1):
                 writer.writerow([f"{arm}-{seed}", "64x2", seed, arm, fraction, 0, 524288, loss, 10.0])
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.ternarize_report", "--out", str(tmp_path)],
+        [sys.executable, "-m", "benchmarks.train.ternarize_report", "--out", str(tmp_path)],
         cwd=root,
         capture_output=True,
         text=True,

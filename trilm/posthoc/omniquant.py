@@ -372,7 +372,7 @@ def _unwritable(cfg: OmniQuantConfig) -> str | None:
             f"{cfg.mode} quantizes activations per token, but the QuantLM runtime (trilm.infer with "
             "trilm.kernels.QuantLinear) has no activation quantizer: a written QuantLM would run with float "
             "activations and not be the W4A4 model. Evaluate weight-activation modes in process "
-            "(trilm.posthoc.blockfn.forward_with_activation_quant; benchmarks/posthoc.py --w4a4)"
+            "(trilm.posthoc.blockfn.forward_with_activation_quant; benchmarks/posthoc/quantize.py --w4a4)"
         )
     return None
 

@@ -6,7 +6,7 @@ in bytes and CRC-32 of every other file in the directory. Its presence says the 
 recognise a file truncated or altered *after* it was written — a partial copy, a full disk, a flipped bit —
 before using it, instead of computing a silently wrong result from it.
 
-Checking costs one read of each file (CRC-32 runs at memory speed; ``benchmarks/store.py`` measures the
+Checking costs one read of each file (CRC-32 runs at memory speed; ``benchmarks/data/store.py`` measures the
 load-time cost). Markers written before manifests existed (``{"step": N}``) say only that the directory
 was finished; their files are checked for what can be checked (readable, finite).
 """

@@ -16,7 +16,7 @@ has a manifest, every file it lists is checked against it — sizes and small fi
 opened, the CRC-32 of the weight files before a weight is used — and a mismatch is an
 :class:`~trilm.store.errors.IntegrityError` naming the file. Tensors that cannot be read or hold NaN/±inf
 are refused by file and tensor. ``verify=False`` skips the CRC (sizes and readability are still checked);
-the default is on, and ``benchmarks/store.py`` measures what it costs.
+the default is on, and ``benchmarks/data/store.py`` measures what it costs.
 """
 
 from __future__ import annotations

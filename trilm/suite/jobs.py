@@ -2,9 +2,9 @@
 
 Tiny models do not use two cores well from one process: their matrices are too small to split, and on a
 busy machine a second OpenMP thread mostly spins while it waits for the first. Measured with
-``benchmarks/batch_throughput.py`` on the 2-core machine under load, one step of the 64-wide model took 84 ms
-of wall time on one thread and 458 ms on two. So a CPU suite trains faster as N single-threaded runs side by
-side than as one run after another on all cores; ``trilm suite launch --local --jobs N`` (and the
+``benchmarks/train/batch_throughput.py`` on the 2-core machine under load, one step of the 64-wide model took
+84 ms of wall time on one thread and 458 ms on two. So a CPU suite trains faster as N single-threaded runs
+side by side than as one run after another on all cores; ``trilm suite launch --local --jobs N`` (and the
 quickstart, which uses every core this way) does that.
 
 Each worker is one ``python -m trilm.suite.jobs`` process that trains its runs one after another in

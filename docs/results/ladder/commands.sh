@@ -11,11 +11,11 @@ trilm data embedded --out runs/ladder/data --vocab-size 2048
 mkdir -p runs/ladder-mup && ln -sfn ../ladder/data runs/ladder-mup/data
 
 # 1. What a budget buys: CPU time per step by size and batch, one thread; and one thread against two.
-python -m benchmarks.batch_throughput --shapes 64x2,96x3,128x4,192x4,256x6 --batches 4,8,16,32,64 \
+python -m benchmarks.train.batch_throughput --shapes 64x2,96x3,128x4,192x4,256x6 --batches 4,8,16,32,64 \
     --rounds 3 --steps 2 --out runs/pilots
-python -m benchmarks.batch_throughput --shapes 64x2,128x4 --batches 8 --rounds 3 --steps 3 --threads 1 \
+python -m benchmarks.train.batch_throughput --shapes 64x2,128x4 --batches 8 --rounds 3 --steps 3 --threads 1 \
     --out runs/pilots/threads1
-OMP_NUM_THREADS=2 python -m benchmarks.batch_throughput --shapes 64x2,128x4 --batches 8 --rounds 3 --steps 3 \
+OMP_NUM_THREADS=2 python -m benchmarks.train.batch_throughput --shapes 64x2,128x4 --batches 8 --rounds 3 --steps 3 \
     --threads 2 --out runs/pilots/threads2
 
 # 2. Pilot 1: batch size x peak rate, FloatLM, 1,048,576 tokens, 5% warm-up (the old recipe's), width 128 and 64.
@@ -43,7 +43,7 @@ $P --lr 2e-3,4e-3 --set batch_tokens=512 --set schedule.warmup=0.05
 $P --lr 4e-3 --set schedule.warmup=0.01,0.15,0.3
 $P --lr 2e-3 --set schedule.warmup=0.15
 $P --lr 4e-3,8e-3 --set batch_tokens=4096 --set schedule.warmup=0.15
-python -m benchmarks.ladder.pilots runs/pilots/p1 runs/ladder/sweep --out docs/results/ladder
+python -m benchmarks.scaling.ladder.pilots runs/pilots/p1 runs/ladder/sweep --out docs/results/ladder
 
 # 4. The ladder: every family at every size and rate, on the full budget (2,097,152 tokens), then the best rate
 #    of each (family, size) is the ladder's run (adopt.py prints them; `adopt.py --copy` puts them where
@@ -54,10 +54,10 @@ $S --size 192x4,128x4,96x3,64x2 --lr 1e-3,2e-3,4e-3
 $S --size 32x2 --lr 1e-3,2e-3,4e-3,8e-3
 $S --size 96x3,64x2 --lr 8e-3                 # the rate grid widened where 4e-3 was best or nearly
 trilm suite sweep ladder --families trilm --size 96x3 --lr 1.6e-2 --no-progress
-python -m benchmarks.ladder.adopt          # prints the best rate of each (family, size)
+python -m benchmarks.scaling.ladder.adopt          # prints the best rate of each (family, size)
 # The report: the best rate of each (family, size) through `trilm suite analyse`'s analysis (bootstrap 1000,
 # seed 0) → README.md, analysis/, sweeps.png, mup.png. Rerun whenever more runs have finished.
-python -m benchmarks.ladder.report
+python -m benchmarks.scaling.ladder.report
 
 # 5. Does a rate carry over across widths? FloatLM at depth 4, widths 64/128/192: the standard parametrization
 #    (128x4 and 192x4 are the ladder's own FloatLM runs above) and μP with base width 64.

@@ -1,5 +1,5 @@
-"""Multi-node drills, shared by the tests and ``benchmarks/multinode.py``: a run to the end, a node killed
-mid-run and the relaunch that resumes it, and the comparison of two run directories.
+"""Multi-node drills, shared by the tests and ``benchmarks/train/multinode.py``: a run to the end, a node
+killed mid-run and the relaunch that resumes it, and the comparison of two run directories.
 
 What a drill measures is what an operator sees: how long the surviving node takes to exit after its
 peer died, with which status, what the run directory holds at that moment (complete states, and any

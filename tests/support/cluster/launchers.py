@@ -5,7 +5,7 @@ training processes it starts. Two of them on one machine, on 127.0.0.1 and 127.0
 with a shared run directory, behave like two nodes on a shared filesystem: the rendezvous, the
 collectives and the checkpoint protocol are the same; only the wire is shorter. Each launcher knows its
 commands and how to kill everything one node runs at once (:meth:`Launcher.kill_node`), the failure the
-multi-node tests and ``benchmarks/multinode.py`` inject. A :class:`Launch` watches one launch's nodes
+multi-node tests and ``benchmarks/train/multinode.py`` inject. A :class:`Launch` watches one launch's nodes
 together, so that a node lost at the start fails the launch at once instead of leaving its peers in the
 rendezvous.
 

@@ -1,4 +1,4 @@
-"""The small runs that the multi-node tests and ``benchmarks/multinode.py`` launch, defined once.
+"""The small runs that the multi-node tests and ``benchmarks/train/multinode.py`` launch, defined once.
 
 A tiny TriLM on the embedded corpus (:func:`tiny_config`), the same at tensor parallel 2 under ZeRO-1 for
 the multi-node drills (:func:`multinode_config`), and the 2-run CPU suite submitted to SLURM as an array
@@ -69,8 +69,9 @@ def multinode_config(prepared: dict[str, Path], run_dir: Path, **overrides) -> P
 
 
 def slurm_suite(directory: Path, prepared: dict[str, Path]) -> Path:
-    """The 2-run CPU suite (trilm-nano, floatlm-nano) that the SLURM tests and ``benchmarks/multinode.py``
-    submit as an array with ``trilm suite launch --slurm``; returns the suite file."""
+    """The 2-run CPU suite (trilm-nano, floatlm-nano) that the SLURM tests and
+    ``benchmarks/train/multinode.py`` submit as an array with ``trilm suite launch --slurm``; returns the
+    suite file."""
     directory.mkdir(parents=True, exist_ok=True)
     return write_suite(directory, prepared, name="slurmtoy", steps=SUITE_STEPS, sizes=[{"name": "nano"}])
 

@@ -1,0 +1,1 @@
+"""Data-path benchmarks: tokenization, snapshot integrity at load, export (README.md)."""

@@ -1,0 +1,275 @@
+"""Where a quantized SmolLM2's hidden states leave the float model's, block by block: the measurement behind
+the report's answer to why OmniQuant trails GPTQ on this model.
+
+    python -m benchmarks.posthoc.real_blocks --rows gptq-w3,omniquant-w3,omniquant-w3-e20
+
+OmniQuant trains each block's clipping to minimise ``MSE(float block output, quantized block output)`` with
+the quantized model's own inputs — the same quantity this script measures for every finished row of
+:mod:`benchmarks.posthoc.real`: the float model and the quantized one run side by side on the calibration
+windows, and after every block it records the mean squared difference of the two residual streams, the share
+of it that sits at each window's first position, the share at the single (window, position) with the largest
+error, and the float stream's largest |h| (massive activations, which make a few positions dominate a mean).
+Written to ``docs/results/posthoc-real/blocks.json`` and ``blocks.png``; the report renders a summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+from benchmarks.common import CHECKOUT, write_result
+from benchmarks.posthoc.real import calibration_windows
+
+ROOT = CHECKOUT
+WORK = ROOT / "data_cache" / "posthoc-real"
+OUT = ROOT / "docs" / "results" / "posthoc-real"
+CORPUS = ROOT / "trilm" / "data" / "corpus"
+
+
+@torch.no_grad()
+def divergence(float_model, quant_model, windows: torch.Tensor, batch: int) -> list[dict]:
+    """Per block: mse, share of the squared error at position 0 and at the worst position, float max |h|."""
+    n_layers = len(float_model.layers)
+    sums = torch.zeros(n_layers, dtype=torch.float64)
+    first = torch.zeros(n_layers, dtype=torch.float64)
+    worst = torch.zeros(n_layers, dtype=torch.float64)
+    peak = torch.zeros(n_layers, dtype=torch.float64)
+    count = 0
+    for start in range(0, windows.shape[0], batch):
+        ids = windows[start : start + batch]
+        xf, xq = float_model.embed(ids), quant_model.embed(ids)
+        cos, sin = float_model.rope(ids.shape[1], xf.dtype)
+        for i, (bf, bq) in enumerate(zip(float_model.layers, quant_model.layers, strict=True)):
+            xf, xq = bf(xf, cos, sin), bq(xq, cos, sin)
+            err = (xq - xf).double().pow(2).sum(-1)
+            sums[i] += err.sum()
+            first[i] += err[:, 0].sum()
+            worst[i] = max(worst[i], err.max())
+            peak[i] = max(peak[i], xf.abs().max().double())
+        count += ids.numel() * xf.shape[-1]
+    total = sums.clamp_min(1e-30)
+    return [
+        {
+            "block": i,
+            "mse": float(sums[i] / count),
+            "share_first_position": float(first[i] / total[i]),
+            "largest_position_share_bound": float(worst[i] / total[i]),
+            "float_max_abs": float(peak[i]),
+        }
+        for i in range(n_layers)
+    ]
+
+
+@torch.no_grad()
+def calibration_nll(model, windows: torch.Tensor, batch: int) -> float:
+    """Mean next-token NLL (nats) on the calibration windows themselves. A method that is worse than another
+    on the very data it was fitted to under-fits its objective; one that is better there but worse on held-out
+    text over-fits."""
+    total, count = 0.0, 0
+    for start in range(0, windows.shape[0], batch):
+        ids = windows[start : start + batch]
+        logits = model(ids)[:, :-1].float()
+        nll = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="sum"
+        )
+        total, count = total + float(nll), count + ids[:, 1:].numel()
+    return total / count
+
+
+class FloatFirstPosition(torch.nn.Module):
+    """A quantized model whose first position is the float model's after every block (``pin=False``: the
+    quantized model as it is). Its perplexity is what the model would score if its massive-activation position
+    were exact; the prediction made at position 0 (one token per window) becomes the float model's too."""
+
+    def __init__(self, quant_model, float_model, pin: bool = True):
+        super().__init__()
+        self.quant_model, self.float_model, self.pin = quant_model, float_model, pin
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        xq = self.quant_model.embed(input_ids)
+        xf = self.float_model.embed(input_ids) if self.pin else None
+        cos, sin = self.quant_model.rope(input_ids.shape[1], xq.dtype)
+        for i, layer in enumerate(self.quant_model.layers):
+            xq = layer(xq, cos, sin)
+            if xf is not None:
+                xf = self.float_model.layers[i](xf, cos, sin)
+                xq[:, 0] = xf[:, 0]
+        return self.quant_model.head(self.quant_model.norm(xq))
+
+
+def pinned_perplexity(model: Path, float_model, eval_tokens: int, seq_len: int) -> dict:
+    """Perplexity of ``model`` as it is and with its first position pinned to the float model's
+    (:class:`FloatFirstPosition`) on :mod:`benchmarks.posthoc.real`'s held-out text and windows. Both are
+    measured here, on the model as it is on disk now, so the pair compares like with like even where the row
+    in the table was measured on another machine."""
+    from trilm.eval.model import load_eval_model
+    from trilm.eval.ppl import evaluate_perplexity
+
+    em = load_eval_model(model)
+    quant_model = em.model
+    out = {}
+    for key, pin in (("ppl", False), ("ppl_pinned", True)):
+        em.model = FloatFirstPosition(quant_model, float_model, pin=pin)
+        result = evaluate_perplexity(
+            em, CORPUS, split="validation", max_tokens=eval_tokens, seq_len=seq_len, batch_size=4
+        )
+        out[key] = result.ppl
+    return out
+
+
+def hybrid_perplexity(base: Path, donor: Path, prefixes: list[str], eval_tokens: int, seq_len: int) -> dict:
+    """Perplexity of ``base`` with the block linears whose names start with one of ``prefixes`` taken from
+    ``donor`` (same format and bits): which weights a method's loss comes from. The held-out text and windows
+    are :mod:`benchmarks.posthoc.real`'s, so the unmixed models reproduce its rows."""
+    from trilm.eval.model import load_eval_model
+    from trilm.eval.ppl import evaluate_perplexity
+
+    em = load_eval_model(base)
+    swapped = []
+    if prefixes:
+        donor_linears = load_eval_model(donor).model.linear_modules()
+        for name in em.model.linear_modules():
+            if any(name.startswith(prefix) for prefix in prefixes):
+                em.model.set_linear(name, donor_linears[name])
+                swapped.append(name)
+        if not swapped:
+            raise SystemExit(f"no block linear of {base} starts with {prefixes}")
+    result = evaluate_perplexity(
+        em, CORPUS, split="validation", max_tokens=eval_tokens, seq_len=seq_len, batch_size=4
+    )
+    return {
+        "base": base.name,
+        "donor": donor.name if prefixes else None,
+        "swapped": swapped,
+        "ppl": result.ppl,
+    }
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True)
+    for name, blocks in results["rows"].items():
+        x = [b["block"] for b in blocks]
+        top.plot(x, [b["mse"] for b in blocks], marker="o", ms=3, label=name)
+        bottom.plot(x, [b["share_first_position"] for b in blocks], marker="o", ms=3, label=name)
+    float_peak = next(iter(results["rows"].values()))
+    twin = top.twinx()
+    twin.plot(
+        [b["block"] for b in float_peak],
+        [b["float_max_abs"] for b in float_peak],
+        "k:",
+        label="float max |h|",
+    )
+    twin.set_ylabel("float model's largest |h| (dotted)")
+    twin.set_yscale("log")
+    top.set_yscale("log")
+    top.set_ylabel("MSE of the residual stream vs float")
+    top.set_title("SmolLM2-135M: how far each quantized model drifts from float, block by block")
+    top.legend(loc="upper left", fontsize=8)
+    bottom.set_ylabel("share of that error at position 0")
+    bottom.set_ylim(0, 1.02)
+    bottom.set_xlabel("block")
+    bottom.grid(alpha=0.3)
+    top.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--rows", default="gptq-w3,omniquant-w3,omniquant-w3-e20", help="models under WORK/models"
+    )
+    parser.add_argument("--work", default=str(WORK))
+    parser.add_argument(
+        "--windows", type=int, default=8, help="calibration windows to run (of the saved set)"
+    )
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", default=str(OUT))
+    parser.add_argument(
+        "--hybrid",
+        action="append",
+        default=[],
+        metavar="BASE:DONOR:PREFIX[,PREFIX]",
+        help="also evaluate BASE with the linears under PREFIX taken from DONOR (repeatable; empty PREFIX: "
+        "BASE as it is)",
+    )
+    parser.add_argument(
+        "--pin-first",
+        default="",
+        help="comma-separated rows to evaluate also with position 0 pinned to the float model's",
+    )
+    parser.add_argument("--calib-samples", type=int, default=32, help="as benchmarks.posthoc.real")
+    parser.add_argument("--calib-seq-len", type=int, default=512, help="as benchmarks.posthoc.real")
+    parser.add_argument("--eval-tokens", type=int, default=8192, help="as benchmarks.posthoc.real")
+    parser.add_argument("--seq-len", type=int, default=1024, help="as benchmarks.posthoc.real")
+    args = parser.parse_args(argv)
+    from trilm.infer.load import load_inference_model
+
+    torch.set_num_threads(args.threads)
+    work, out = Path(args.work), Path(args.out)
+    snapshot = work / "smollm2-135m"
+    if not (snapshot / "COMPLETE").is_file():
+        raise SystemExit(f"{snapshot}: no snapshot (run benchmarks.posthoc.real first; it imports the model)")
+    calib = calibration_windows(work, snapshot, args.calib_samples, args.calib_seq_len)
+    all_windows = torch.load(calib)
+    windows = all_windows[: args.windows]
+    float_model = load_inference_model(snapshot)
+    rows: dict[str, list[dict]] = {}
+    fit = {"float": calibration_nll(float_model, all_windows, args.batch)}
+    for name in [r for r in args.rows.split(",") if r]:
+        path = work / "models" / name.replace(":", "-")
+        if not path.is_dir():
+            print(f"{name}: {path} is missing; skipped", file=sys.stderr)
+            continue
+        model = load_inference_model(path)
+        rows[name] = divergence(float_model, model, windows, args.batch)
+        fit[name] = calibration_nll(model, all_windows, args.batch)
+        last = rows[name][-1]
+        print(
+            f"{name}: final block mse {last['mse']:.4g}, {last['share_first_position']:.1%} at position 0; "
+            f"calibration NLL {fit[name]:.4f} (float {fit['float']:.4f})"
+        )
+    hybrids = []
+    for spec in args.hybrid:
+        base, donor, prefixes = spec.split(":")
+        hybrid = hybrid_perplexity(
+            work / "models" / base,
+            work / "models" / donor,
+            [p for p in prefixes.split(",") if p],
+            args.eval_tokens,
+            args.seq_len,
+        )
+        hybrids.append({**hybrid, "spec": spec})
+        print(f"{spec}: ppl {hybrid['ppl']:.3f} ({len(hybrid['swapped'])} linears from {donor})")
+    pinned = []
+    for name in [r for r in args.pin_first.split(",") if r]:
+        ppl = pinned_perplexity(work / "models" / name, float_model, args.eval_tokens, args.seq_len)
+        pinned.append({"row": name, **ppl})
+        print(f"{name}: ppl {ppl['ppl']:.3f}, {ppl['ppl_pinned']:.3f} with position 0 from the float model")
+    results = {
+        "windows": f"{calib.name}[:{args.windows}]",
+        "rows": rows,
+        "hybrids": hybrids,
+        "pinned_first_position": pinned,
+        "calibration_nll": {"windows": f"{calib.name} (all {all_windows.shape[0]})", **fit},
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    write_result(out / "blocks.json", results, module=__spec__.name, argv=argv, indent=2)
+    if rows:
+        plot(results, out / "blocks.png")
+    print(f"wrote {out / 'blocks.json'} and blocks.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Scaling-law benchmarks and experiments: the fitter, the ladder, the cooldown laws (README.md)."""

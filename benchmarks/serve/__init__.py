@@ -1,0 +1,1 @@
+"""Serving benchmarks: latency and throughput of the engine, under load, on CPU and GPU (README.md)."""

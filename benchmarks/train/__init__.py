@@ -1,0 +1,1 @@
+"""Training benchmarks and experiments: step speed, multi-node drills, parity, ternarization (README.md)."""
