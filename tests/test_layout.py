@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
 import re
 import subprocess
 import sys
@@ -297,22 +298,30 @@ def _documented_benchmarks() -> list[str]:
 
 
 def test_every_documented_benchmark_answers_help():
-    """Every command the docs quote still parses its arguments, run as a reader runs it."""
+    """Every command the docs quote still parses its arguments, run as ``python -m`` runs it (one interpreter
+    for all, so the sweep pays for importing torch once)."""
     modules = _documented_benchmarks()
     assert "benchmarks.scaling.ladder.report" in modules and "benchmarks.kernels" in modules
-    failed = []
-    for start in range(0, len(modules), 4):
-        batch = {
-            m: subprocess.Popen(
-                [sys.executable, "-m", m, "--help"],
-                cwd=ROOT,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-            )
-            for m in modules[start : start + 4]
-        }
-        for m, proc in batch.items():
-            out, _ = proc.communicate(timeout=120)
-            if proc.returncode != 0 or b"usage:" not in out:
-                failed.append(f"{m}: exit {proc.returncode}: {out.decode(errors='replace')[-300:]}")
+    driver = (
+        "import contextlib, io, json, runpy, sys\n"
+        "failed = []\n"
+        "for m in sys.argv[1:]:\n"
+        "    out, code = io.StringIO(), None\n"
+        "    sys.argv = [m, '--help']\n"
+        "    try:\n"
+        "        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):\n"
+        "            runpy.run_module(m, run_name='__main__', alter_sys=True)\n"
+        "    except SystemExit as stop:\n"
+        "        code = stop.code\n"
+        "    except BaseException as error:\n"
+        "        code = repr(error)\n"
+        "    if code not in (0, None) or 'usage:' not in out.getvalue():\n"
+        "        failed.append(f'{m}: exit {code}: {out.getvalue()[-300:]}')\n"
+        "print(json.dumps(failed))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", driver, *modules], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    failed = json.loads(proc.stdout.strip().splitlines()[-1])
     assert not failed, "\n".join(failed)
