@@ -5,6 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 RUN_DIR ?= runs/quickstart
 PYTEST_ARGS ?=
+TEST_WORKERS ?= 2
 
 .PHONY: install quickstart test test-portability test-gpu typecheck lint format clean
 
@@ -26,8 +27,11 @@ quickstart: install
 	$(BIN)/trilm quickstart --run-dir $(RUN_DIR)
 
 # The 30 slowest tests close the report: CI's budget (about 20 minutes on 2 cores) is kept by trimming them.
+# TEST_WORKERS processes (pytest-xdist) share the cores, one torch thread per core between them; a test file
+# runs in one worker (its module fixtures are built once), and the cluster tests share one worker
+# (tests/conftest.py). TEST_WORKERS=0 runs everything in this process.
 test: install
-	$(BIN)/python -m pytest -q --durations=30 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q --durations=30 -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The suite under other CPU code paths: torch's own kernels at each instruction set (ATEN_CPU_CAPABILITY),
 # with MKL (BLAS, LAPACK) and oneDNN capped to the same set, at 1 and 2 torch threads; avx512 only where

@@ -3,6 +3,8 @@
 ``TRILM_TEST_THREADS=N`` runs the suite with N torch threads (``make test-portability`` uses 1 and 2, with
 ``ATEN_CPU_CAPABILITY`` and the MKL/oneDNN instruction-set caps, to check that no verdict depends on one
 CPU's summation order); the header of the run says which capability and thread count were in force.
+Under pytest-xdist (``make test``) each worker takes its share of the cores unless ``TRILM_TEST_THREADS``
+says otherwise.
 """
 
 from __future__ import annotations
@@ -19,6 +21,19 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 if os.environ.get("TRILM_TEST_THREADS"):
     torch.set_num_threads(int(os.environ["TRILM_TEST_THREADS"]))
+elif os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    _threads = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    torch.set_num_threads(_threads)
+    os.environ.setdefault("OMP_NUM_THREADS", str(_threads))
+
+CLUSTER_TESTS = (
+    "tests/cluster/",
+    "tests/train/test_slurm.py",
+    "tests/train/test_launchers.py",
+    "tests/train/test_multinode.py",
+)
+"""Test files that start daemons and multi-process launches on loopback ports: under pytest-xdist they share
+one worker, so that two clusters never compete for the same cores and start-up deadlines."""
 
 
 def pytest_report_header(config):
@@ -31,6 +46,10 @@ def pytest_report_header(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        group = "cluster" if path.startswith(CLUSTER_TESTS) else path
+        item.add_marker(pytest.mark.xdist_group(group))
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
