@@ -18,13 +18,14 @@ import random
 import re
 from pathlib import Path
 
+from trilm.data import embedded_corpus_dir
+from trilm.data.slimpajama import read_documents, split_files
+
 TASKS_DIR = Path(__file__).resolve().parents[1] / "trilm" / "eval" / "tasks"
 _WORD = re.compile(r"^[A-Za-z]{3,}$")
 
 
 def _documents() -> list[str]:
-    from trilm.data import embedded_corpus_dir
-    from trilm.data.slimpajama import read_documents, split_files
 
     files = split_files(embedded_corpus_dir(), "test")
     return [d.text for f in files for d in read_documents(f)]

@@ -23,6 +23,7 @@ ALIASES: dict[str, str] = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float
 def parse_dtype(name: str, what: str = "dtype", choices: Iterable[str] = DTYPE_NAMES) -> torch.dtype:
     """The torch dtype ``name`` (or its alias) stands for, if it is one of ``choices``; else a ConfigError
     naming ``what`` (the option or key) and the choices."""
+    # deferred for start-up time: loads torch only when called
     import torch
 
     allowed = tuple(choices)

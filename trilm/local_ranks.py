@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from trilm.parallel import shutdown_parallel
+
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -54,8 +56,6 @@ def _worker(fn, rank, world_size, port, args, env, results) -> None:
     except BaseException:
         results.put((rank, False, traceback.format_exc()))
     finally:
-        from trilm.parallel import shutdown_parallel
-
         with contextlib.suppress(Exception):
             shutdown_parallel()
 

@@ -20,6 +20,7 @@ import sys
 from collections.abc import Iterable, Iterator
 
 import torch
+from torch.profiler import ProfilerActivity, profile
 
 
 @dataclasses.dataclass
@@ -48,7 +49,6 @@ def measure_peak(device: torch.device | str = "cpu") -> Iterator[PeakMemory]:
         result.end_bytes = torch.cuda.memory_allocated(device) - start
         result.method = "torch.cuda.max_memory_allocated"
         return
-    from torch.profiler import ProfilerActivity, profile
 
     with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         yield result

@@ -79,6 +79,7 @@ class ParallelInfo:
 
 
 def _mpu():
+    # deferred for start-up time: loads megatron only when called
     from megatron.core import parallel_state
 
     return parallel_state

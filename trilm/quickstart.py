@@ -27,6 +27,9 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from trilm.configs import packaged
+from trilm.families import display_name
+
 PROMPTS = ("In the beginning", "The Python interpreter")
 LADDER = "docs/results/ladder/README.md (the CPU ladder in the trilm repository)"
 LADDER_FINALS = "configs/reference/ladder-finals.json"
@@ -51,7 +54,10 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "quickstart") -
 
 
 def _samples(suite, tokenizer_path: Path) -> str:
+    # deferred for start-up time: sentencepiece and yaml (keeps `trilm quickstart --help` fast)
     from trilm.data.tokenizer import Tokenizer
+
+    # deferred for start-up time: torch and numpy (keeps `trilm quickstart --help` fast)
     from trilm.serve import Engine, SamplingParams
     from trilm.store.integrity import latest_complete
 
@@ -87,10 +93,8 @@ def ladder_agreement(
     ``finals`` is :func:`trilm.suite.analyse.final_losses`' table; ``reference`` the ladder's (default: the
     packaged ``configs/reference/ladder-finals.json``)."""
     if reference is None:
-        from trilm.configs import packaged
-
         reference = json.loads(packaged(LADDER_FINALS).read_text())["sizes"]
-    from trilm.families import display_name
+    # deferred for start-up time: torch and numpy (keeps `trilm quickstart --help` fast)
     from trilm.suite.analyse import ORDER
     from trilm.suite.text import si
 
@@ -119,6 +123,7 @@ def ladder_agreement(
 def analysis_text(result) -> str:
     """What the quickstart prints of a :class:`trilm.suite.analyse.SuiteAnalysis`: the summary with the family
     order checked against the CPU ladder, then each finished run's predicted against measured final loss."""
+    # deferred for start-up time: torch and numpy (keeps `trilm quickstart --help` fast)
     from trilm.suite.analyse import final_losses, summary_text
     from trilm.suite.predicted import text_lines
 
@@ -139,6 +144,7 @@ def analysis_text(result) -> str:
 
 
 def run(args) -> int:
+    # deferred for start-up time: torch and numpy (keeps `trilm quickstart --help` fast)
     from trilm.suite import load_suite
     from trilm.suite.analyse import analyse_suite
     from trilm.suite.launch import cheapest_first, launch_local, prepare_data

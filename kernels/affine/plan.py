@@ -17,9 +17,11 @@ from typing import Any, ClassVar
 import torch
 import triton
 import triton.language as tl
+import triton.testing
 from trilm.kernels.affine import tuning
 from trilm.kernels.launch_model import H200, MIN_PROGRAMS_PER_SM
 from trilm.kernels.triton_runtime import current_stream, interpreting, kernel_module, sm_count
+from triton import knobs
 
 from trilm.formats import DecodeArgs, KernelId
 
@@ -277,8 +279,6 @@ class LaunchPlan:
             return y
         ck = self.kernel[self.grid](**args, **self.const, **self.options)
         if x.device.type == "cuda" and ck is not None and hasattr(ck, "packed_metadata"):
-            from triton import knobs
-
             aligned = x.data_ptr() % 16 == 0
             if knobs.runtime.launch_enter_hook is None and aligned:  # a profiling hook wants Triton's path
                 self._compiled = (bias is not None, ck)
@@ -377,7 +377,6 @@ def make_plan(spec: AffineSpec, path: str, m: int, dtype: torch.dtype, config: d
 
 
 def _time_candidates(kernel, spec, path, m, dtype, options):
-    import triton.testing
 
     x = torch.randn(m, spec.k, device=spec.lo.device).to(dtype)
     best, best_us = None, float("inf")

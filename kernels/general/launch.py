@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import triton
+import triton.testing
 from trilm.kernels.triton_runtime import interpreting, kernel_module, on_reload, sm_count
 
 from trilm.formats import DecodeArgs, KernelId
@@ -139,7 +140,6 @@ def _split(cfg: dict[str, Any]) -> tuple[dict[str, Any], int]:
 
 
 def _fast_bench(fn, quantiles):
-    import triton.testing
 
     return triton.testing.do_bench(fn, warmup=5, rep=20, quantiles=quantiles)
 

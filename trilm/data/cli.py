@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from trilm.cli_options import add_no_progress
 from trilm.config import ConfigError
+from trilm.data import embedded_corpus_dir
 
 
 def _weights(items: list[str]) -> dict[str, float]:
@@ -95,7 +97,6 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "data") -> None
 def _corpus(path: str) -> str:
     if path:
         return path
-    from trilm.data import embedded_corpus_dir
 
     return str(embedded_corpus_dir())
 
@@ -111,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_tokenizer(args) -> int:
+    # deferred for start-up time: numpy and sentencepiece (keeps `trilm data --help` fast)
     from trilm.data.pipeline import TokenizerConfig
 
     cfg = TokenizerConfig(
@@ -130,6 +132,7 @@ def _run_tokenizer(args) -> int:
 
 
 def _run_prepare(args) -> int:
+    # deferred for start-up time: numpy and sentencepiece (keeps `trilm data --help` fast)
     from trilm.data.prepare import PrepareConfig, prepare
 
     cfg = PrepareConfig(
@@ -167,10 +170,10 @@ def _print_table(tokens: dict[str, int], docs: dict[str, int], extra: dict[str, 
 
 
 def _run_stats(args) -> int:
-    from pathlib import Path
 
     path = Path(_corpus(args.path))
     if (path / "index.json").is_file():
+        # deferred for start-up time: numpy (keeps `trilm data --help` fast)
         from trilm.data.shards import TokenShards
 
         shards = TokenShards.open(path)
@@ -183,10 +186,12 @@ def _run_stats(args) -> int:
         print(f"dtype {index['dtype']}, tokenizer {index['tokenizer_hash'][:16]}, fingerprint "
               f"{index['fingerprint'][:16]}, skipped {index['read']['skipped'] or 'none'}")  # fmt: skip
         return 0
+    # deferred for start-up time: zstandard (keeps `trilm data --help` fast)
     from trilm.data.slimpajama import source_statistics, split_files
 
     tok = None
     if args.tokenizer:
+        # deferred for start-up time: sentencepiece (keeps `trilm data --help` fast)
         from trilm.data.tokenizer import Tokenizer
 
         tok = Tokenizer.load(args.tokenizer)
@@ -202,13 +207,17 @@ def _run_stats(args) -> int:
 
 
 def _run_inspect(args) -> int:
+    # deferred for start-up time: torch and numpy (keeps `trilm data --help` fast)
     from trilm.data.sampler import SequenceSampler
+
+    # deferred for start-up time: numpy (keeps `trilm data --help` fast)
     from trilm.data.shards import TokenShards
 
     shards = TokenShards.open(args.path)
     sampler = SequenceSampler(shards, args.seq_len, args.seed)
     tok = None
     if args.tokenizer:
+        # deferred for start-up time: sentencepiece (keeps `trilm data --help` fast)
         from trilm.data.tokenizer import Tokenizer
 
         tok = Tokenizer.load(args.tokenizer, expected_hash=shards.tokenizer_hash)
@@ -229,6 +238,7 @@ def _run_inspect(args) -> int:
 
 
 def _run_embedded(args) -> int:
+    # deferred for start-up time: numpy and sentencepiece (keeps `trilm data --help` fast)
     from trilm.data.pipeline import prepare_embedded
 
     paths = prepare_embedded(args.out, vocab_size=args.vocab_size, workers=args.workers)

@@ -12,6 +12,7 @@ import itertools
 from pathlib import Path
 
 from trilm.config import Config, require, require_directory_path
+from trilm.data import embedded_corpus_dir
 from trilm.data.errors import DataError
 from trilm.data.prepare import PrepareConfig, prepare
 from trilm.data.slimpajama import (
@@ -20,6 +21,7 @@ from trilm.data.slimpajama import (
     check_source_names,
     hub_split_files,
     read_documents,
+    read_documents_datasets,
     split_files,
 )
 from trilm.data.tokenizer import Tokenizer, train_tokenizer
@@ -54,8 +56,7 @@ class TokenizerConfig(Config):
 
 def train_tokenizer_from_corpus(cfg: TokenizerConfig) -> Tokenizer:
     if cfg.input.startswith("hf:"):
-        from trilm.data.slimpajama import read_documents_datasets as read
-
+        read = read_documents_datasets
         files = hub_split_files(cfg.split, cfg.input.removeprefix("hf:"))
     else:
         read = read_documents
@@ -94,7 +95,6 @@ def prepare_embedded(
     Returns ``{"tokenizer": .../tokenizer.model, "train": .../train, "validation": .../validation}``.
     An existing tokenizer of the requested vocabulary size is reused, so a rerun only checks the shards.
     """
-    from trilm.data import embedded_corpus_dir
 
     require_directory_path(out, "out")
     out = Path(out)

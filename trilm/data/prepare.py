@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from trilm.config import Config, require, require_directory_path
 from trilm.data import shards as shards_mod
@@ -312,7 +313,6 @@ def _index(cfg: PrepareConfig, tok: Tokenizer, dtype: np.dtype, shards: list[dic
 def _progress(total: int, enabled: bool, desc: str):
     if not enabled:
         return None
-    from tqdm import tqdm
 
     return tqdm(
         total=total, desc=desc, unit="file", disable=not enabled or os.environ.get("TRILM_NO_PROGRESS")

@@ -12,6 +12,7 @@ with ``skip_bad=True``, is counted in :class:`ReadStats` (per reason, with the f
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import json
 import re
@@ -40,7 +41,6 @@ _FILE_ORDER = re.compile(r"chunk(\d+)/[^/]*?(\d+)\.jsonl\.zst$")
 
 def check_source_names(names, option: str) -> None:
     """Raise :class:`DataError` for a name that is not one of the seven SlimPajama sources."""
-    import difflib
 
     for name in names:
         if name not in SLIMPAJAMA_SOURCES:
@@ -168,6 +168,7 @@ def split_files(root: str | Path, split: str) -> list[SourceFile]:
 
 def hub_split_files(split: str, repo: str = HUB_REPO) -> list[SourceFile]:
     """The split's files in the hub dataset repo, as ``hf://`` URLs (needs network; never used by tests)."""
+    # deferred for start-up time: loads huggingface_hub only when called
     from huggingface_hub import HfFileSystem
 
     fs = HfFileSystem()
@@ -300,6 +301,7 @@ def read_documents_datasets(
     This is the path for the hub; it is also how a local file reads when ``reader="datasets"``. Line
     numbers are row numbers (the loader drops blank lines); bad rows are checked like the local reader's.
     """
+    # deferred for start-up time: loads datasets only when called
     import datasets
 
     if not isinstance(file, SourceFile):

@@ -19,6 +19,7 @@ import torch
 
 from trilm.data.errors import DataError
 from trilm.data.shards import INDEX_NAME, TokenShards
+from trilm.data.slimpajama import SourceFile, read_documents, split_files
 from trilm.data.tokenizer import Tokenizer
 
 
@@ -61,7 +62,6 @@ def token_stream(
 
 
 def _documents(path: Path, split: str):
-    from trilm.data.slimpajama import SourceFile, read_documents, split_files
 
     name = path.name.lower()
     if path.is_dir():

@@ -218,6 +218,7 @@ def _load_transformers(path: Path) -> Any:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        # deferred for start-up time: loads transformers only when called
         from transformers import AutoTokenizer, PreTrainedTokenizerFast
         from transformers.utils import logging as hf_logging
 

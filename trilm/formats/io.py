@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from trilm.atomic import atomic_file
@@ -53,7 +54,6 @@ def load_packed(
 ) -> tuple[dict[str, PackedWeight], dict[str, str]]:
     """Read a file written by :func:`save_packed`: (layers by name, the other header metadata)."""
     path = Path(path)
-    from safetensors import SafetensorError, safe_open
 
     try:
         with safe_open(str(path), framework="pt") as fh:

@@ -8,6 +8,8 @@ LLaMA-sized layers are quick to build on a GPU.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from trilm.formats import (
@@ -149,8 +151,8 @@ PER_TENSOR_KINDS = ("ternary", "binary", "binary_mean", "nm2:4", "pbllm")
 def relabelled(kind: str, n: int, k: int):
     """A small sample of ``kind`` as kernel arguments re-labelled as an ``n × k`` layer: what the compiler
     sees of a layer is only its dtypes and sizes, so sm_90 compiles need no full-size weight."""
-    import dataclasses
 
+    # deferred for start-up time: loads triton only when called
     from trilm.kernels.dispatch import prepare
 
     group = None if kind in PER_TENSOR_KINDS else 128

@@ -29,7 +29,7 @@ import torch.distributed as dist
 
 from trilm.model.config import ModelConfig
 from trilm.model.spec import linear_of
-from trilm.parallel import gather_sequence, reduce_scatter_sequence
+from trilm.parallel import gather_sequence, reduce_scatter_sequence, tp_group
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +65,6 @@ class ScaleLayout:
 
 
 def _all_reduce(t: torch.Tensor, op=dist.ReduceOp.SUM) -> torch.Tensor:
-    from trilm.parallel import tp_group
 
     dist.all_reduce(t, op=op, group=tp_group())
     return t

@@ -19,6 +19,7 @@ from typing import Any
 from trilm.store.errors import StoreError
 from trilm.store.integrity import complete_steps
 from trilm.store.layout import CONFIG_FILE, SNAPSHOTS_DIR, SUITE_INDEX
+from trilm.store.open import open_model
 
 
 @dataclasses.dataclass
@@ -64,7 +65,6 @@ class Checkpoint:
 
 
 def load_checkpoint(path: Path, step: int | None = None) -> Checkpoint:
-    from trilm.store.open import open_model
 
     model = open_model(path)
     return Checkpoint(model, int(step if step is not None else model.meta.step or 0))

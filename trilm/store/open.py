@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from trilm.formats import FormatError, decode_packed
 from trilm.model.config import ModelConfig
 from trilm.model.snapshot import SnapshotMeta
 from trilm.store.errors import IntegrityError, StoreError
@@ -97,8 +98,6 @@ class Weights:
             if self._model.kind == "hf" or not path.is_file():
                 self._packed = {}
             else:
-                from trilm.formats import FormatError, decode_packed
-
                 self.verify()
                 _, header = read_header(path)
                 try:

@@ -17,6 +17,7 @@ import torch
 
 from trilm.atomic import atomic_directory, copy_file, write_text
 from trilm.config import ConfigError
+from trilm.formats import save_packed
 from trilm.model.config import ModelConfig
 from trilm.model.snapshot import SnapshotMeta
 from trilm.model.spec import canonical_shapes
@@ -31,6 +32,7 @@ from trilm.store.layout import (
     WEIGHTS_FILE,
 )
 from trilm.store.tensors import write_tensors
+from trilm.store.tokenizer import tokenizer_files
 
 
 def snapshot_config_text(cfg: ModelConfig, meta: SnapshotMeta | None = None) -> str:
@@ -118,8 +120,6 @@ def write_snapshot_files(
 
     ``tokenizer`` is a loaded :class:`~trilm.data.tokenizer.Tokenizer` or its path; its files are copied
     under their own names (``tokenizer.model``; ``tokenizer.json`` and its companions)."""
-    from trilm.formats import save_packed
-    from trilm.store.tokenizer import tokenizer_files
 
     directory = Path(directory)
     packed = dict(packed or {})

@@ -12,6 +12,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
 
 from trilm.atomic import atomic_file
 from trilm.store.errors import IntegrityError
@@ -23,7 +25,6 @@ def _unreadable(path: Path, exc: BaseException) -> IntegrityError:
 
 def read_header(path: str | Path) -> tuple[list[str], dict[str, str]]:
     """(tensor names, string metadata) of a safetensors file, without reading the tensors."""
-    from safetensors import SafetensorError, safe_open
 
     path = Path(path)
     try:
@@ -54,7 +55,6 @@ def read_tensors(
     path: str | Path, names: Iterable[str] | None = None, *, finite: bool = True
 ) -> dict[str, torch.Tensor]:
     """Tensors of a safetensors file (all, or ``names``), each checked to be finite unless told not to."""
-    from safetensors import SafetensorError, safe_open
 
     path = Path(path)
     out: dict[str, torch.Tensor] = {}
@@ -79,7 +79,6 @@ def write_tensors(
     path: str | Path, tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None = None
 ) -> Path:
     """Write contiguous CPU copies of ``tensors`` to ``path`` atomically."""
-    from safetensors.torch import save_file
 
     path = Path(path)
     with atomic_file(path) as tmp:
