@@ -84,6 +84,7 @@ def _run(args) -> int:
         if current_parallel().rank == 0:
             print(text)
         return 0
+    # deferred for start-up time: megatron (keeps `trilm train --help` fast)
     from trilm.train.trainer import Trainer
 
     summary = Trainer(cfg).fit()

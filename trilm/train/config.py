@@ -12,7 +12,7 @@ from trilm.data.sampler import DataConfig
 from trilm.model.config import ModelConfig, preset
 from trilm.model.spec import canonical_shapes
 from trilm.parallel import ParallelConfig
-from trilm.schedule import ScheduleConfig
+from trilm.schedule import Schedule, ScheduleConfig
 from trilm.store.open import ModelDir, open_model
 
 
@@ -197,7 +197,6 @@ class TrainConfig(Config):
             not (self.init_from and self.branch_from),
             "init_from and branch_from: a run starts from a snapshot's weights or from a state, not both",
         )
-        from trilm.schedule import Schedule
 
         Schedule.for_optimizer(self.optim, self.schedule, self.steps)  # warm-up and cooldown fit the run
 

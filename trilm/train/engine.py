@@ -14,6 +14,7 @@ import os
 
 import torch
 
+from trilm.model.quant import set_fused_quantizer
 from trilm.parallel import DeepSpeedMPU, ParallelInfo
 from trilm.train.config import TrainConfig
 
@@ -50,7 +51,6 @@ def prepare_model(model, cfg: TrainConfig, device: torch.device | str | None = N
 
     ``compile: auto`` is resolved for ``device`` (default: where the model's parameters are), so a model
     prepared on the host before it moves to the GPU passes the GPU."""
-    from trilm.model.quant import set_fused_quantizer
 
     compiled = cfg.compile_on(device if device is not None else next(model.parameters()).device)
     model.set_recompute(cfg.recompute)
@@ -96,6 +96,7 @@ def skip_shared_memory_comm_build() -> None:
     that makes every later run wait on it forever. DeepSpeed caches the compatibility table in
     one dict, so marking the op incompatible there is honoured by ``deepspeed.initialize``.
     """
+    # deferred for start-up time: loads deepspeed only when called
     import deepspeed.ops
 
     deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
@@ -109,6 +110,7 @@ def build_engine(
     load_universal: bool = False,
 ):
     """``load_universal``: the state to load is a universal checkpoint (a resume at another DP size)."""
+    # deferred for start-up time: loads deepspeed only when called
     import deepspeed
     from deepspeed.runtime.utils import clip_grad_norm_
 

@@ -92,6 +92,7 @@ class MetricsLogger:
         self.metrics = open(log_dir / "metrics.jsonl", "a")  # noqa: SIM115 - closed by close()
         self.events = open(log_dir / "events.jsonl", "a")  # noqa: SIM115 - closed by close()
         if tensorboard:
+            # deferred for start-up time: loads tensorboard only when it is asked for
             from torch.utils.tensorboard import SummaryWriter
 
             self.tb = SummaryWriter(str(log_dir / "tensorboard"))

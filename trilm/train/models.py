@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from trilm.model.snapshot import SnapshotMeta
+from trilm.parallel import current_parallel
 from trilm.store.errors import StoreError
 from trilm.store.open import open_model
 from trilm.store.snapshot import write_snapshot
@@ -25,7 +26,6 @@ def save_model(
 ) -> Path:
     """Write a complete snapshot of a training model (all TP ranks call it: weights are gathered, rank 0
     writes). ``directory`` must be new or empty unless ``replace``."""
-    from trilm.parallel import current_parallel
 
     directory = Path(directory)
     state = model.full_state_dict()
@@ -45,6 +45,7 @@ def load_model(
 ):
     """A training model (megatron Decoder) from a snapshot or HF directory, on the current (or a new
     single-process) tensor-parallel layout; weights verified as :func:`open_model` does."""
+    # deferred for start-up time: loads megatron only when called
     from trilm.model.io import build_model
 
     opened = open_model(directory)

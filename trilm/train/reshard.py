@@ -51,6 +51,7 @@ def universal_dir(state: Path) -> Path:
 def to_universal(state: Path, out: Path) -> Path:
     """Convert the DeepSpeed files of ``state`` (a complete ``state/step-N``) into a universal checkpoint
     at ``out`` (replaced if present). Single process: call it on one rank while the others wait."""
+    # deferred for start-up time: loads deepspeed only when called
     from deepspeed.checkpoint.ds_to_universal import main as ds_to_universal
 
     shutil.rmtree(out, ignore_errors=True)

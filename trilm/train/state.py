@@ -26,8 +26,11 @@ import torch.distributed as dist
 
 from trilm.config import ConfigError
 from trilm.parallel import ParallelInfo
+from trilm.schedule import Schedule
 from trilm.store.integrity import complete_steps, verify_directory
+from trilm.store.layout import RUN_CONFIG
 from trilm.train.checkpoint import RunDir, atomic_directory, prune_states, shared_map
+from trilm.train.config import TrainConfig, changed_keys
 from trilm.train.reshard import to_universal, universal_dir
 
 TRAINER_STATE = "trainer_state.json"
@@ -111,9 +114,6 @@ def branch_point(path: str | Path, run_cfg, info: ParallelInfo) -> ResumePoint:
     """The state ``PARENT/state/step-N`` that starts a branch (``TrainConfig.branch_from``), checked: it is
     complete and sound, the parent's config equals this run's up to :data:`BRANCH_MAY_DIFFER`, and both
     schedules set the same rate and weight decay on every step before N. Only reads the parent."""
-    from trilm.schedule import Schedule
-    from trilm.store.layout import RUN_CONFIG
-    from trilm.train.config import TrainConfig, changed_keys
 
     path = Path(path)
     where = f"branch_from: {path}"

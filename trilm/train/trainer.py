@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from tqdm.auto import tqdm
 
 from trilm.atomic import copy_file, write_json, write_text
 from trilm.config import ConfigError
@@ -483,7 +484,6 @@ class Trainer:
     def _progress(self, start: int):
         if not (self.is_main and self.cfg.log.progress):
             return None
-        from tqdm.auto import tqdm
 
         return tqdm(
             total=self.cfg.steps, initial=start, desc=self.model_cfg.name, unit="step", dynamic_ncols=True
