@@ -24,6 +24,7 @@ from pathlib import Path
 from trilm.atomic import write_text
 from trilm.cli_options import add_device, add_no_progress, add_tokenizer
 from trilm.dtypes import DTYPE_NAMES
+from trilm.eval.harness import run_lm_eval
 
 
 def build_parser(parser: argparse.ArgumentParser, command: str = "eval") -> None:
@@ -79,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _ppl(args) -> int:
+    # deferred for start-up time: torch (keeps `trilm eval --help` fast)
     from trilm.eval.model import load_eval_model
     from trilm.eval.ppl import evaluate_perplexity
 
@@ -105,6 +107,7 @@ def _ppl(args) -> int:
 
 
 def _suite(args) -> int:
+    # deferred for start-up time: torch (keeps `trilm eval --help` fast)
     from trilm.eval.suite import SuiteEvalConfig, evaluate_suite
 
     evals = SuiteEvalConfig(
@@ -130,9 +133,8 @@ def _suite(args) -> int:
 
 
 def _lm_eval(args) -> int:
+    # deferred for start-up time: lm_eval (keeps `trilm eval --help` fast)
     from lm_eval.utils import make_table
-
-    from trilm.eval.harness import run_lm_eval
 
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     results = run_lm_eval(

@@ -11,10 +11,13 @@ short form of the same thing.
 
 from __future__ import annotations
 
+import difflib
 import os
 import sys
 from pathlib import Path
 from typing import Any
+
+from trilm.config import ConfigError
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 LOCAL_TASKS = ("trilm_cloze", "trilm_lastword", "trilm_rolling", "trilm_continue")
@@ -41,9 +44,8 @@ def run_lm_eval(
     """lm-eval results (``simple_evaluate``'s dict) of ``model`` on ``tasks`` with trilm's model class."""
     _offline()
     if limit is not None and not limit >= 0:
-        from trilm.config import ConfigError
-
         raise ConfigError(f"--limit: must be >= 0 (0: all examples; below 1: a fraction), got {limit}")
+    # deferred for start-up time: loads lm_eval and torch only when called
     from lm_eval import simple_evaluate
 
     from trilm.eval.lm_eval_model import TrilmLM
@@ -68,6 +70,7 @@ def task_manager(tasks: list[str], include_path: list[str] | tuple[str, ...] = (
     """lm-eval's task index with the shipped tasks, after checking that every name in ``tasks`` is known
     (unknown names are refused with the closest known ones, before any model is loaded)."""
     _offline()
+    # deferred for start-up time: loads lm_eval and torch only when called
     from lm_eval.tasks import TaskManager
 
     shipped = {*LOCAL_TASKS, "trilm_local"}
@@ -79,9 +82,6 @@ def task_manager(tasks: list[str], include_path: list[str] | tuple[str, ...] = (
 
 def check_tasks(tasks: list[str], manager) -> None:
     """Raise naming the task names ``manager`` does not know, with close matches."""
-    import difflib
-
-    from trilm.config import ConfigError
 
     known = list(manager.all_tasks)
     unknown = [t for t in tasks if t not in known and not manager.match_tasks([t])]
@@ -111,6 +111,7 @@ def metrics(results: dict[str, Any]) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> None:
     """lm-eval's own command line with ``--model trilm`` registered and the shipped tasks included."""
     _offline()
+    # deferred for start-up time: loads lm_eval and torch only when called
     from lm_eval.__main__ import cli_evaluate
 
     import trilm.eval.lm_eval_model  # noqa: F401 - registers "trilm"

@@ -24,8 +24,10 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from tqdm import tqdm
 
 from trilm.config import ConfigError
+from trilm.data.text_source import token_stream
 from trilm.eval.model import EvalModel, load_eval_model
 
 
@@ -115,8 +117,6 @@ def stream_nll(
     total, scored, previous = 0.0, 0, 0
     bar = None
     if progress:
-        from tqdm import tqdm
-
         bar = tqdm(total=n, unit="tok", desc="perplexity")
     for first in range(0, len(plan), batch_size):
         batch = plan[first : first + batch_size]
@@ -168,7 +168,6 @@ def evaluate_perplexity(
     progress: bool = False,
 ) -> PerplexityResult:
     """Perplexity of ``model`` (path or opened model) on ``data`` (see the module docstring)."""
-    from trilm.data.text_source import token_stream
 
     em = model if isinstance(model, EvalModel) else load_eval_model(model, device=device)
     tokens = token_stream(data, em.tokenizer, split=split, max_tokens=max_tokens)

@@ -25,10 +25,19 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
+from tqdm import tqdm
 
 from trilm.bits import bits_per_param, stored_linear_bits
 from trilm.config import Config, ConfigError, require
+from trilm.data.sampler import ValidationSet
+from trilm.data.shards import TokenShards
+from trilm.eval.harness import metrics, run_lm_eval, task_manager
+from trilm.eval.model import load_eval_model
+from trilm.eval.ppl import evaluate_perplexity
 from trilm.families import snapshot_linear_bits
+from trilm.infer import load_inference_model
+from trilm.model.flops import parameter_counts
 from trilm.scaling.table import ResultRow, TableError, append_rows, read_table
 from trilm.store.discovery import Checkpoint, discover
 
@@ -68,7 +77,6 @@ class SuiteEvalConfig(Config):
 
 
 def _row(ck: Checkpoint, eval_name: str, loss: float, extra: dict[str, Any]) -> ResultRow:
-    from trilm.model.flops import parameter_counts
 
     counts = parameter_counts(ck.cfg)
     meta = ck.meta
@@ -114,9 +122,6 @@ def evaluate_checkpoint(ck: Checkpoint, evals: SuiteEvalConfig) -> list[ResultRo
     if evals.recorded and val is not None:
         rows.append(_row(ck, "val_loss", val, {}))
     if evals.data or evals.tasks:
-        from trilm.eval.model import load_eval_model
-        from trilm.eval.ppl import evaluate_perplexity
-
         em = load_eval_model(ck.model, device=evals.device)
         for source in evals.data:
             result = evaluate_perplexity(
@@ -136,8 +141,6 @@ def evaluate_checkpoint(ck: Checkpoint, evals: SuiteEvalConfig) -> list[ResultRo
             }
             rows.append(_row(ck, f"ppl/{_data_name(source)}", result.loss, extra))
         if evals.tasks:
-            from trilm.eval.harness import metrics, run_lm_eval
-
             results = run_lm_eval(em, evals.tasks, limit=evals.limit or None, batch_size=evals.batch_size)
             columns: dict[str, float | str] = {f"lm_eval/{k}": v for k, v in metrics(results).items()}
             columns[TASKS_COLUMN] = ",".join(evals.tasks)
@@ -204,8 +207,6 @@ def evaluate_suite(
     """
     evals = evals or SuiteEvalConfig()
     if evals.tasks:
-        from trilm.eval.harness import task_manager
-
         task_manager(evals.tasks)  # unknown task names fail before any checkpoint is evaluated
     checkpoints = discover(paths)
     if not checkpoints:
@@ -225,8 +226,6 @@ def evaluate_suite(
     rows: list[ResultRow] = []
     bar = None
     if evals.progress and compute and len(todo) > 1:
-        from tqdm import tqdm
-
         bar = tqdm(total=len(todo), unit="checkpoint", desc="eval suite")
     for ck in todo:
         ck_rows = evaluate_checkpoint(ck, evals)
@@ -261,11 +260,6 @@ def evaluate_snapshot(
 ) -> float:
     """Mean next-token loss (nats) over a prepared split's fixed validation sequences, as the trainer
     measures it (the same sequences, the same mean), with the lean inference model."""
-    import torch.nn.functional as F
-
-    from trilm.data.sampler import ValidationSet
-    from trilm.data.shards import TokenShards
-    from trilm.infer import load_inference_model
 
     model = load_inference_model(snapshot)
     valid = ValidationSet(TokenShards.open(split_dir), seq_len, max_sequences)

@@ -126,6 +126,7 @@ def build_parser(parser: argparse.ArgumentParser, command: str) -> None:
 
 
 def open_tied(path) -> bool:
+    # deferred for start-up time: torch (keeps `trilm export --help` fast)
     from trilm.store import open_model
 
     return bool(open_model(path, verify=False).meta.extra.get("tied_embeddings"))
@@ -133,11 +134,13 @@ def open_tied(path) -> bool:
 
 def run(args) -> int:
     if args.command == "import" and args.target == "gguf":
+        # deferred for start-up time: torch (keeps `trilm export --help` fast)
         from trilm.export.gguf_import import import_gguf
 
         print(import_gguf(args.gguf_file, args.out).summary())
         return 0
     if args.command == "import":
+        # deferred for start-up time: torch (keeps `trilm export --help` fast)
         from trilm.export.hf import import_snapshot_hf
 
         out = import_snapshot_hf(args.hf_dir, args.out, family=args.family)
@@ -145,12 +148,14 @@ def run(args) -> int:
         print(f"wrote snapshot {out}{tied if open_tied(out) else ''}")
         return 0
     if args.target == "hf":
+        # deferred for start-up time: torch (keeps `trilm export --help` fast)
         from trilm.export.hf import export_snapshot_hf
 
         out = export_snapshot_hf(args.snapshot, args.out, dtype=args.dtype, tokenizer=args.tokenizer)
         print(f"wrote {out} (LlamaForCausalLM, {args.dtype}, tokenizer files, model card)")
         return 0
     if args.target == "compressed-tensors":
+        # deferred for start-up time: torch (keeps `trilm export --help` fast)
         from trilm.export.ctensors import export_snapshot_ctensors
 
         report = export_snapshot_ctensors(
@@ -159,12 +164,14 @@ def run(args) -> int:
         print(report.summary())
         return 0
     if args.target == "packed":
+        # deferred for start-up time: torch (keeps `trilm export --help` fast)
         from trilm.export.packed import export_snapshot_packed
 
         packed = export_snapshot_packed(args.snapshot, args.out, dtype=args.dtype, tokenizer=args.tokenizer)
         print(packed.summary())
         return 0
     if args.target == "suite":
+        # deferred for start-up time: torch (keeps `trilm export --help` fast)
         from trilm.export.suite import SuiteExportConfig, export_suite
 
         cfg = SuiteExportConfig(
@@ -183,6 +190,7 @@ def run(args) -> int:
             print(f"  {e['run']:<24} step {e['step']:>7}  {sizes}")
         return 0
     if args.target == "gguf":
+        # deferred for start-up time: torch (keeps `trilm export --help` fast)
         from trilm.export.gguf import export_snapshot_gguf
 
         gguf_report = export_snapshot_gguf(

@@ -112,6 +112,7 @@ def layer_refusal(weight: PackedWeight, method: str) -> str | None:
 
 def layer_tensors(weight: IntWeight, dtype: torch.dtype, name: str) -> tuple[dict[str, torch.Tensor], Scheme]:
     """The pack-quantized tensors of one layer (suffix → tensor) and its scheme."""
+    # optional dependency: compressed_tensors (the dev extra)
     from compressed_tensors.compressors.pack_quantized.helpers import pack_to_int32
 
     n, k = weight.shape
@@ -138,6 +139,7 @@ def layer_tensors(weight: IntWeight, dtype: torch.dtype, name: str) -> tuple[dic
 def quantization_config(schemes: dict[Scheme, list[str]], act_order: bool) -> Any:
     """The library's QuantizationConfig: one group per scheme (all ``Linear`` when one scheme covers every
     block linear, as llmcompressor writes it; module names otherwise), the head ignored."""
+    # optional dependency: compressed_tensors (the dev extra)
     from compressed_tensors.quantization import (
         QuantizationArgs,
         QuantizationConfig,
@@ -184,6 +186,7 @@ def export_snapshot_ctensors(
         raise ConfigError(
             f"{src.given}: {KIND} cannot hold this model: {why} (--dequantized writes a dense checkpoint)"
         )
+    # optional dependency: compressed_tensors (the dev extra)
     from compressed_tensors.compressors import ModelCompressor
 
     weight_dtype = parse_dtype(dtype, "--dtype")

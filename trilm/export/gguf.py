@@ -46,6 +46,7 @@ wrote the file.
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,11 @@ import torch
 from trilm.config import ConfigError
 from trilm.export.common import export_file, open_source
 from trilm.export.gguf_read import check_declared_shapes
+from trilm.export.hf import float_state, tie_state
+from trilm.export.tokenizer import sentencepiece_proto
+from trilm.formats import GGML_TYPES, ggml_blocks, ggml_type_of
 from trilm.model.config import ModelConfig
+from trilm.model.ops import rope_inv_freq
 from trilm.model.spec import ATTENTION, MLP, gguf_name, linears_of, parse_key, weight_key
 from trilm.store.open import ModelDir
 
@@ -197,6 +202,7 @@ def ternary_tensors(
 
 
 def _pad_vocab(tokens: list[bytes], scores: list[float], types: list[int], rows: int) -> None:
+    # deferred for start-up time: loads gguf only when called
     from gguf import TokenType
 
     for i in range(len(tokens), rows):
@@ -213,8 +219,8 @@ def bpe_vocab(src: ModelDir, rows: int, pre: str | None) -> dict:
     That name is not in ``tokenizer.json``: it is the one recorded when the model was imported from a GGUF
     file (for the same tokenizer hash), or the one given (``--tokenizer-pre``); without either the export
     is refused by name rather than guessed (a wrong one makes llama.cpp split text differently)."""
-    import json
 
+    # deferred for start-up time: loads gguf only when called
     from gguf import TokenType
     from gguf.vocab import BpeVocab, SpecialVocab
 
@@ -256,9 +262,8 @@ def bpe_vocab(src: ModelDir, rows: int, pre: str | None) -> dict:
 
 def _vocab(src: ModelDir, rows: int) -> tuple[list[bytes], list[float], list[int]]:
     """SentencePiece pieces, scores and types, padded with unused ``[PADi]`` tokens to ``rows``."""
+    # deferred for start-up time: loads gguf only when called
     from gguf import TokenType
-
-    from trilm.export.tokenizer import sentencepiece_proto
 
     proto = sentencepiece_proto(src.tokenizer.require(src.given))
     tokens = [p.piece.encode("utf-8") for p in proto.pieces]
@@ -274,9 +279,11 @@ def _vocab(src: ModelDir, rows: int) -> tuple[list[bytes], list[float], list[int
 def _intended(tensor: np.ndarray, qtype) -> np.ndarray:
     """What a tensor should read back as: F16-rounded values; TQ codes times fp16 block scales; a float
     weight in Q4_0/Q4_1: llama.cpp's reference rounding of it (``gguf.quants``)."""
+    # deferred for start-up time: loads gguf only when called
     from gguf import GGMLQuantizationType as T
 
     if qtype in (T.Q4_0, T.Q4_1):
+        # deferred for start-up time: loads gguf only when called
         from gguf import quants
 
         return quants.dequantize(quants.quantize(tensor, qtype), qtype)
@@ -302,11 +309,10 @@ def export_snapshot_gguf(
 ) -> GGUFReport:
     """Write (and verify) the GGUF of a model; see the module docstring for what is refused and for
     ``fallback``, the type of the ternary tensors TQ blocks cannot hold."""
+    # deferred for start-up time: loads gguf only when called
     import gguf
     from gguf import GGMLQuantizationType as T
     from gguf import LlamaFileType as F
-
-    from trilm.export.hf import float_state, tie_state
 
     src = src or open_source(snapshot, tokenizer=tokenizer, require_tokenizer=True)
     cfg = src.config
@@ -343,8 +349,6 @@ def export_snapshot_gguf(
     blocks = file_blocks(cfg, src.path)
     rope_factors = None
     if cfg.rope_scaling is not None and cfg.rope_scaling.rope_type == "llama3":
-        from trilm.model.ops import rope_inv_freq
-
         plain = rope_inv_freq(cfg.head_dim, cfg.rope_theta)
         rope_factors = (plain / rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling)).numpy()
     number = {index: position for position, index in enumerate(blocks)}
@@ -457,6 +461,7 @@ def verify_gguf(
 ) -> dict[str, float]:
     """Read the file back and compare every dequantized tensor with what was meant to be stored; the
     ``exact`` ones (a QuantLM's own blocks) must read back bit for bit as its dequantized weights."""
+    # deferred for start-up time: loads gguf only when called
     from gguf import GGMLQuantizationType as T
     from gguf import GGUFReader, quants
 
@@ -489,7 +494,6 @@ def verify_gguf(
 
 def on_grid_type(src: ModelDir) -> str | None:
     """The llama.cpp type every block linear of a QuantLM is on (None: a float model, or no one type)."""
-    from trilm.formats import ggml_type_of
 
     packed = src.weights.packed_layers()
     found = {ggml_type_of(w)[0] for w in packed.values()}
@@ -502,7 +506,6 @@ def exact_blocks(src: ModelDir, qtype: str) -> dict[str, torch.Tensor]:
     A float model gets {} (its weights are quantized by llama.cpp's rounding); for Q4_0/Q4_1 a QuantLM
     with a layer off the grid is refused by layer name and reason; for Q8_0 it is re-quantized (as
     before this existed) unless every layer is on Q8_0's grid."""
-    from trilm.formats import GGML_TYPES, ggml_blocks, ggml_type_of
 
     packed = src.weights.packed_layers()
     if qtype not in GGML_TYPES or not packed:
@@ -523,6 +526,7 @@ def exact_blocks(src: ModelDir, qtype: str) -> dict[str, torch.Tensor]:
 
 def check_fp16_range(where, name: str, array: np.ndarray, kind) -> None:
     """Refuse a tensor whose stored fp16 values or fp16 block scales would overflow to ±inf."""
+    # deferred for start-up time: loads gguf only when called
     from gguf import GGMLQuantizationType as T
 
     if kind == T.F32 or not array.size:

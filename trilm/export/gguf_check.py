@@ -131,6 +131,7 @@ class _Walk:
 
 def _tensor_info(walk: _Walk, p: int, index: int) -> tuple[str, tuple[int, ...], int, int, int, int]:
     """(name, dims, ggml type, declared offset, bytes, next position) of tensor info ``index``."""
+    # deferred for start-up time: loads gguf only when called
     from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
     section = "tensor infos"
@@ -265,6 +266,7 @@ def check_gguf(path: str | Path) -> GGUFLayout:
 
 def open_gguf(path: str | Path) -> Any:
     """A ``gguf.GGUFReader`` of ``path``, once :func:`check_gguf` has found its layout whole."""
+    # deferred for start-up time: loads gguf only when called
     from gguf import GGUFReader
 
     path = Path(path)

@@ -21,6 +21,7 @@ tie them again.
 from __future__ import annotations
 
 import dataclasses
+import json
 import tempfile
 import time
 from collections import Counter
@@ -30,6 +31,7 @@ from typing import Any
 import torch
 
 from trilm.config import ConfigError
+from trilm.data.tokenizer import Tokenizer
 from trilm.export.gguf_check import open_gguf
 from trilm.model.hf import hf_tensor_plan, model_config_from_hf
 from trilm.model.snapshot import model_meta
@@ -158,6 +160,7 @@ def check_metadata(reader, path: Path) -> None:
 
 
 def _tensor_types(reader, path: Path) -> dict[str, int]:
+    # deferred for start-up time: loads gguf only when called
     from gguf import GGMLQuantizationType as T
     from gguf.quants import _type_traits
 
@@ -175,10 +178,9 @@ def rebuild_tokenizer(path: Path, reader, into: Path):
     """The file's tokenizer rebuilt by transformers, saved into ``into`` and loaded back by trilm; checked
     against the metadata (tokens, merges, special ids, chat template) and on :data:`PROBE_TEXTS` against
     transformers' own reading of the file."""
+    # deferred for start-up time: loads transformers only when called
     from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
-
-    from trilm.data.tokenizer import Tokenizer
 
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
@@ -206,8 +208,6 @@ def rebuild_tokenizer(path: Path, reader, into: Path):
         )
     merges = _field(reader, "tokenizer.ggml.merges")
     if merges:
-        import json
-
         model = json.loads((into / "tokenizer.json").read_text())["model"]
         rebuilt = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
         if rebuilt != list(merges):
@@ -236,6 +236,7 @@ def rebuild_tokenizer(path: Path, reader, into: Path):
 
 def _meta_model(config: dict[str, Any]):
     """A weightless ``LlamaForCausalLM`` of the file's config: transformers maps tensor names through it."""
+    # deferred for start-up time: loads transformers only when called
     from transformers import LlamaConfig, LlamaForCausalLM
 
     keys = {
@@ -247,6 +248,7 @@ def _meta_model(config: dict[str, Any]):
 
 def import_gguf(path: str | Path, out: str | Path, *, family: str = "floatlm") -> GGUFImport:
     """Import a llama GGUF file into a new snapshot directory (see the module docstring)."""
+    # deferred for start-up time: loads transformers only when called
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
     start = time.perf_counter()

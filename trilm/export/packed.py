@@ -25,7 +25,9 @@ from trilm.config import ConfigError
 from trilm.dtypes import parse_dtype
 from trilm.export.card import write_model_card
 from trilm.export.common import export_directory, open_source, portable
+from trilm.infer import load_inference_model, pack_latent
 from trilm.model.flops import parameter_counts
+from trilm.model.quant import canonical_layout
 from trilm.model.snapshot import SnapshotMeta
 from trilm.store.layout import PACKED_FILE, WEIGHTS_FILE
 from trilm.store.open import ModelDir
@@ -50,8 +52,6 @@ class PackedReport:
 
 def packed_layers_of(src: ModelDir) -> tuple[dict[str, torch.Tensor], dict]:
     """(float tensors, packed layers) of a model: native packing of TriLM/BiLM latents, or its own."""
-    from trilm.infer import pack_latent
-    from trilm.model.quant import canonical_layout
 
     state = src.weights.float_state()
     existing = src.weights.packed_layers()
@@ -74,7 +74,6 @@ def packed_layers_of(src: ModelDir) -> tuple[dict[str, torch.Tensor], dict]:
 @torch.no_grad()
 def _max_logit_error(source: ModelDir, packed: Path, cfg, float_dtype: torch.dtype) -> tuple[float, float]:
     """(max |packed − source| logit, max |source| logit) on fixed random ids, floats cast alike."""
-    from trilm.infer import load_inference_model
 
     ids = torch.randint(
         0, cfg.vocab_size, (2, min(cfg.context, 32)), generator=torch.Generator().manual_seed(0)

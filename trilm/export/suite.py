@@ -28,10 +28,17 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from trilm.atomic import atomic_directory, write_json, write_text
 from trilm.config import Config, ConfigError, require, require_directory_path
+from trilm.export import packed as packed_export
+from trilm.export.card import write_model_card
 from trilm.export.common import portable
+from trilm.export.gguf import export_snapshot_gguf
+from trilm.export.hf import export_snapshot_hf
 from trilm.model.snapshot import SnapshotMeta
+from trilm.scaling.table import read_table
 from trilm.store.discovery import discover
 from trilm.store.integrity import complete_marker
 from trilm.store.layout import (
@@ -74,7 +81,6 @@ def _bytes(path: Path) -> int:
 def _evals(table: str, run: str, step: int) -> dict[str, float]:
     if not table:
         return {}
-    from trilm.scaling.table import read_table
 
     out: dict[str, float] = {}
     for row in read_table(table):
@@ -91,7 +97,6 @@ def _evals(table: str, run: str, step: int) -> dict[str, float]:
 
 def _gguf(src, folder: Path) -> tuple[dict[str, str], dict[str, str]]:
     """Write the GGUF types the model allows exactly; returns (type → file name, type → why not)."""
-    from trilm.export.gguf import export_snapshot_gguf
 
     folder.mkdir()
     wanted = ["f16"] if src.config.family == "floatlm" else ["tq2_0", "tq1_0"]
@@ -121,9 +126,6 @@ def _latent_copy(src, folder: Path) -> None:
 
 def export_checkpoint(ck, target: Path, cfg: SuiteExportConfig) -> dict[str, Any]:
     """Write one checkpoint's directory (atomically) and return its index entry."""
-    from trilm.export.card import write_model_card
-    from trilm.export.hf import export_snapshot_hf
-    from trilm.export.packed import export_snapshot_packed
 
     src = ck.model
     src.tokenizer.require(src.given)
@@ -139,7 +141,7 @@ def export_checkpoint(ck, target: Path, cfg: SuiteExportConfig) -> dict[str, Any
             if src.config.family == "floatlm" and not src.stored_packed:
                 notes["packed"] = "a FloatLM has no ternary/binary codes to pack"
             else:
-                export_snapshot_packed(src.path, tmp / "packed", src=src)
+                packed_export.export_snapshot_packed(src.path, tmp / "packed", src=src)
                 paths["packed"] = "packed"
         if cfg.gguf:
             written, refused = _gguf(src, tmp / "gguf")
@@ -230,8 +232,6 @@ def export_suite(run_dirs: list[str | Path], cfg: SuiteExportConfig) -> tuple[li
     todo = [ck for ck in checkpoints if not (out / ck.run / step_dir_name(ck.step) / COMPLETE).is_file()]
     bar = None
     if cfg.progress and len(todo) > 1:
-        from tqdm import tqdm
-
         bar = tqdm(total=len(todo), unit="checkpoint", desc="export suite")
     try:
         for ck in todo:

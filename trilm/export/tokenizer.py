@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sentencepiece import sentencepiece_model_pb2
+
 from trilm.atomic import copy_file, write_json
 from trilm.config import ConfigError
 from trilm.data.tokenizer import Tokenizer
@@ -45,7 +47,6 @@ PROBE_TEXTS = (
 
 def sentencepiece_proto(tok: Tokenizer):
     """The parsed ``ModelProto`` of a SentencePiece model file (pieces, scores, types, normalizer)."""
-    from sentencepiece import sentencepiece_model_pb2
 
     proto = sentencepiece_model_pb2.ModelProto()
     proto.ParseFromString(tok.path.read_bytes())
@@ -54,6 +55,7 @@ def sentencepiece_proto(tok: Tokenizer):
 
 def hf_tokenizer(tok: Tokenizer, add_bos: bool):
     """A ``tokenizers.Tokenizer`` equal to ``tok`` (verified on :data:`PROBE_TEXTS`), BOS as trained."""
+    # deferred for start-up time: loads tokenizers and transformers only when called
     from tokenizers import AddedToken, processors
     from transformers.convert_slow_tokenizer import SpmConverter
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from trilm.formats.concat import can_stack, stack_out
 from trilm.infer.model import InferenceModel
 
 FUSED = {"attn": ("wqkv", ("wq", "wk", "wv")), "mlp": ("w_gate_up", ("w_gate", "w_up"))}
@@ -25,7 +26,7 @@ FUSED = {"attn": ("wqkv", ("wq", "wk", "wv")), "mlp": ("w_gate_up", ("w_gate", "
 
 
 def _stacked(parts: list[nn.Module]) -> nn.Module | None:
-    from trilm.formats.concat import can_stack, stack_out
+    # deferred for start-up time: loads triton only when called
     from trilm.kernels import QuantLinear
 
     if all(type(p) is nn.Linear and p.bias is None for p in parts):

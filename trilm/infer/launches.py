@@ -48,6 +48,7 @@ class _LaunchCounter(TorchDispatchMode):
 
 def eager_launches(model: InferenceModel, ids: torch.Tensor) -> list[str]:
     """The operators (and QuantLinear Triton plans, as ``quant_linear``) one forward of ``ids`` runs."""
+    # deferred for start-up time: loads triton only when called
     from trilm.kernels import QuantLinear
 
     counter = _LaunchCounter()
@@ -78,7 +79,7 @@ def eager_launches(model: InferenceModel, ids: torch.Tensor) -> list[str]:
 
 def compiled_launches(model: InferenceModel, ids: torch.Tensor) -> list[str]:
     """The calls of inductor's step function for ``model(ids)`` compiled whole (``fullgraph=True``)."""
-    from torch._inductor.utils import run_and_get_code
+    from torch._inductor.utils import run_and_get_code  # deferred for start-up time: inductor takes seconds
 
     torch._dynamo.reset()
     step = torch.compile(model, fullgraph=True, dynamic=False)
@@ -101,6 +102,7 @@ def per_layer(
 
 
 def _interpreting() -> bool:
+    # deferred for start-up time: loads triton only when called
     from trilm.kernels import interpreting
 
     return interpreting()

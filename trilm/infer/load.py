@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from trilm.config import ConfigError
+from trilm.formats import BinaryWeight, TernaryWeight
 from trilm.infer.model import InferenceModel
 from trilm.model.config import ModelConfig
 from trilm.model.quant import canonical_layout, dequantize_latent, packing_scales
@@ -25,7 +26,6 @@ from trilm.store.open import ModelDir, open_model
 
 def pack_latent(cfg: ModelConfig, name: str, tensor: torch.Tensor):
     """A TriLM/BiLM block matrix as its native packed weight (ternary or binary codes + trained scales)."""
-    from trilm.formats import BinaryWeight, TernaryWeight
 
     layout = canonical_layout(cfg, name)
     if layout is None:
@@ -74,6 +74,7 @@ def from_state_dict(
             )
         float_state[name] = dequantize_latent(cfg, name, tensor.float())
     if packed_layers:
+        # deferred for start-up time: loads triton only when called
         from trilm.kernels import QuantLinear
 
         for name, weight in packed_layers.items():

@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import socket
 import sys
 from pathlib import Path
 
 from trilm.config import ConfigError
 from trilm.dtypes import DTYPE_NAMES, parse_dtype
+from trilm.serve import Engine, RequestError, SamplingError, SamplingParams
+from trilm.serve.admission import Limits
+from trilm.serve.loading import configure_threads, resolve_device
 
 DTYPES = ("auto", *DTYPE_NAMES)
 BACKENDS = ("auto", "triton", "cpu", "torch")
@@ -73,6 +77,7 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "generate") -> 
         help="CPU: torch.compile the prefill and decode steps (compiles each batch bucket once at start)",
     )
     if command == "serve":
+        # deferred for start-up time: fastapi and pydantic (keeps `trilm serve --help` fast)
         from trilm.serve.auth import ENV_VAR
 
         parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
@@ -132,9 +137,6 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "generate") -> 
 
 def _engine(args, max_batch: int, need_tokenizer: bool, limits=None):
 
-    from trilm.serve import Engine
-    from trilm.serve.loading import configure_threads, resolve_device
-
     threads = configure_threads(args.threads)
     device = resolve_device(args.device)  # --compile off the CPU is refused by the engine, by name
     dtype = None if args.dtype == "auto" else parse_dtype(args.dtype, "--dtype")
@@ -169,7 +171,6 @@ def run(args) -> int:
 
 
 def _generate(args) -> int:
-    from trilm.serve import RequestError, SamplingError, SamplingParams
 
     try:
         params = SamplingParams(
@@ -200,6 +201,7 @@ def _generate(args) -> int:
 
 
 def _serve(args) -> int:
+    # deferred for start-up time: fastapi and prometheus_client (keeps `trilm serve --help` fast)
     from trilm.serve.auth import resolve_keys
     from trilm.serve.server import serve
 
@@ -235,6 +237,7 @@ def _serve(args) -> int:
 def _check_exposure(args, keys: list[str]) -> None:
     """Beyond loopback, a server without a key serves anyone who reaches the port: refused unless asked
     for by name; with keys, a reminder that plain HTTP carries them in clear."""
+    # deferred for start-up time: fastapi and pydantic (keeps `trilm serve --help` fast)
     from trilm.serve.auth import ENV_VAR
 
     if ipaddress.ip_address(_resolve(args.host)).is_loopback:
@@ -261,7 +264,6 @@ def _check_exposure(args, keys: list[str]) -> None:
 
 
 def _limits(args):
-    from trilm.serve.admission import Limits
 
     if args.max_batch < 1:
         raise ConfigError(f"--max-batch: must be >= 1, got {args.max_batch}")
@@ -280,7 +282,6 @@ def _limits(args):
 
 
 def _resolve(host: str) -> str:
-    import socket
 
     try:
         return socket.gethostbyname(host)

@@ -41,10 +41,13 @@ import torch
 from trilm.config import ConfigError
 from trilm.data.tokenizer import Tokenizer
 from trilm.infer.model import InferenceModel
+from trilm.serve import loading
 from trilm.serve.admission import Limits, Occupancy, Rejected
 from trilm.serve.cache import KVCache
+from trilm.serve.graphs import DecodeGraphs
 from trilm.serve.sampling import SamplingError, SamplingParams, make_generator, sample
 from trilm.serve.text import TextStream
+from trilm.store.open import open_model
 
 if TYPE_CHECKING:
     from trilm.serve.metrics import ServeMetrics
@@ -217,10 +220,9 @@ class Engine:
                 f"compile: the compiled step is for CPU engines; on {self.device} use CUDA graphs"
             )
         if cuda_graphs:
-            from trilm.serve.graphs import DecodeGraphs
-
             self.graphs = DecodeGraphs(model, self.cache)
         elif compile:
+            # deferred for start-up time: loads torch._dynamo (and triton) only when compiling
             from trilm.serve.compiled import CompiledSteps
 
             self.compiled = CompiledSteps(model, self.cache)
@@ -259,8 +261,6 @@ class Engine:
         is opened once, by the store (:func:`trilm.store.open_model`): weights verified, the tokenizer the
         model's own unless one is given (a path is checked against the model's recorded hash too).
         """
-        from trilm.serve import loading
-        from trilm.store.open import open_model
 
         resolved = loading.resolve_device(device)
         dtype = loading.resolve_dtype(resolved, dtype, packed, backend)

@@ -31,6 +31,7 @@ import torch
 
 from trilm.config import ConfigError
 from trilm.data.tokenizer import Tokenizer
+from trilm.infer import fuse_projections, load_inference_model
 from trilm.infer.model import InferenceModel
 from trilm.store.open import ModelDir
 
@@ -84,6 +85,7 @@ def resolve_dtype(
 
 
 def _interpreting() -> bool:
+    # deferred for start-up time: loads triton only when called
     from trilm.kernels import interpreting
 
     return interpreting()
@@ -107,7 +109,7 @@ def load_model(
 ) -> tuple[InferenceModel, list[str]]:
     """The inference model on ``device`` in ``dtype`` and notes for the user (what ``packed``, ``fuse``
     and ``prepack`` did)."""
-    from trilm.infer import fuse_projections, load_inference_model
+    # deferred for start-up time: loads triton only when called
     from trilm.kernels import QuantLinear
 
     model = load_inference_model(path, device=device, dtype=dtype, packed=packed, backend=backend)
@@ -134,6 +136,7 @@ def load_model(
         kernel = "torch's int4 CPU kernel" if dtype == torch.bfloat16 else "dequantized once (float layers)"
         notes.append(f"{len(layers)} packed layers on CPU in {str(dtype).removeprefix('torch.')}: {kernel}")
     if prepack and device.type == "cpu" and dtype == torch.bfloat16:
+        # deferred for start-up time: loads triton only when called
         from trilm.kernels.cpu_dense import prepack_float_linears
 
         names = [n for n, m in model.named_modules() if type(m) is torch.nn.Linear]  # stacked ones too

@@ -120,6 +120,7 @@ def serve(
     api_keys: Sequence[str] = (),
 ) -> None:
     """Serve until interrupted (Ctrl-C / SIGTERM shut down cleanly)."""
+    # deferred for start-up time: loads uvicorn only when called
     import uvicorn
 
     app = create_app(engine, model_id, api_keys=api_keys)
@@ -142,6 +143,7 @@ class BackgroundServer:
         *,
         api_keys: Sequence[str] = (),
     ):
+        # deferred for start-up time: loads uvicorn only when called
         import uvicorn
 
         app = create_app(engine, model_id, api_keys=api_keys)

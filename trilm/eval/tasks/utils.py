@@ -11,6 +11,7 @@ HERE = Path(__file__).resolve().parent
 
 def load_jsonl(file: str, **_metadata):
     """The shipped ``file`` (next to this module) as a ``test`` split; no network, no datasets cache."""
+    # deferred for start-up time: loads datasets only when called
     from datasets import Dataset, DatasetDict
 
     path = HERE / file
