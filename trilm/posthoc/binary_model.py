@@ -23,6 +23,7 @@ from typing import Any, cast
 import torch
 
 from trilm.config import ConfigError
+from trilm.data.text_source import token_stream
 from trilm.formats import PartialBinaryWeight
 from trilm.infer.model import block_linears
 from trilm.model.spec import BY_NAME
@@ -31,6 +32,7 @@ from trilm.posthoc.binarize import adaptive_keep, outlier_ratio, standardized_im
 from trilm.posthoc.engine import EngineConfig, LayerRecord, collect_inputs, run_block, site_modules
 from trilm.posthoc.layerwise import LayerwiseMethod
 from trilm.posthoc.pbllm import PBLLMConfig
+from trilm.posthoc.qat import QATSettings, train_binary_part
 from trilm.posthoc.registry import MethodOptions, QuantResult, set_driver
 
 
@@ -116,8 +118,6 @@ class PBLLMModelMethod(LayerwiseMethod):
         c = self.cfg
         if not c.qat_steps:
             return layers
-        from trilm.data.text_source import token_stream
-        from trilm.posthoc.qat import QATSettings, train_binary_part
 
         calib = self.options.calibration
         source = c.qat_data or (calib.source if calib is not None else "")

@@ -15,7 +15,8 @@ from typing import Any
 
 import torch
 
-from trilm.config import Config, require
+from trilm.config import Config, ConfigError, require
+from trilm.data.text_source import sample_windows, token_stream
 
 STREAM_FACTOR = 16
 """Tokens read from the source per requested calibration token (0 = the whole source)."""
@@ -51,7 +52,6 @@ class Calibration:
 
 def load_calibration(cfg: CalibrationConfig, tokenizer=None) -> Calibration:
     """Read the source and draw the windows; errors name the source (too short, unreadable, ...)."""
-    from trilm.data.text_source import sample_windows, token_stream
 
     wanted = cfg.samples * cfg.seq_len
     cap = wanted * cfg.stream_factor if cfg.stream_factor else None
@@ -71,7 +71,6 @@ def load_calibration(cfg: CalibrationConfig, tokenizer=None) -> Calibration:
 
 def check_vocabulary(windows: torch.Tensor, vocab_size: int, source: str) -> None:
     """Refuse token ids the model has no embedding for (a tokenizer/model mismatch)."""
-    from trilm.config import ConfigError
 
     top = int(windows.max()) if windows.numel() else -1
     if top >= vocab_size:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import sys
 import types
 import typing
@@ -21,6 +22,12 @@ from typing import Any, get_args, get_origin
 from trilm.cli_options import add_device, add_no_progress, add_tokenizer
 from trilm.config import ConfigError
 from trilm.dtypes import parse_dtype
+from trilm.posthoc import METHODS as methods
+from trilm.posthoc.calibration import CalibrationConfig
+from trilm.posthoc.engine import EngineConfig
+from trilm.posthoc.omniquant import mode_config
+from trilm.posthoc.quantlm import QuantizeJob, open_source, quantize_to_quantlm
+from trilm.posthoc.registry import MethodOptions, get_method
 
 ENGINE_DESTS = ("device", "forward_batch")
 SCALE_DTYPES = ("float16", "float32")
@@ -58,7 +65,6 @@ def _method_options(parser: argparse.ArgumentParser, methods: dict) -> dict[str,
 
 
 def build_parser(parser: argparse.ArgumentParser, command: str = "quantize") -> None:
-    from trilm.posthoc import METHODS as methods
 
     parser.add_argument("model", type=Path, help="FloatLM snapshot or Hugging Face Llama directory")
     parser.add_argument(
@@ -108,11 +114,6 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "quantize") -> 
 def job_from_args(args) -> Any:
     """The QuantizeJob an argument namespace asks for (all validation errors name the option)."""
 
-    from trilm.posthoc.calibration import CalibrationConfig
-    from trilm.posthoc.engine import EngineConfig
-    from trilm.posthoc.quantlm import QuantizeJob, open_source
-    from trilm.posthoc.registry import MethodOptions, get_method
-
     method = get_method(args.method)
     own = {f.name for f in dataclasses.fields(method.config_cls)}
     given = {k: v for k, v in vars(args).items() if k in args._owners}
@@ -124,7 +125,6 @@ def job_from_args(args) -> Any:
     if args.mode:
         if args.method != "omniquant":
             raise ConfigError("--mode: only --method omniquant takes a mode (use --bits/--group-size)")
-        from trilm.posthoc.omniquant import mode_config
 
         values = mode_config(args.mode).to_dict()
     values.update(given)
@@ -167,9 +167,6 @@ def job_from_args(args) -> Any:
 
 
 def run(args) -> int:
-    import math
-
-    from trilm.posthoc.quantlm import quantize_to_quantlm
 
     job = job_from_args(args)
     if args.calib is not None and job.calib is None:

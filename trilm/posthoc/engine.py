@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from tqdm.auto import tqdm
 
 from trilm.config import Config, ConfigError, require
 from trilm.formats import PackedWeight
@@ -279,7 +280,6 @@ def quantize_blockwise(
     layers: dict[str, LayerRecord] = {}
     block_seconds: list[float] = []
     worst = {"block": 0, "activations": 0, "statistics": 0, "total": 0}
-    from tqdm.auto import tqdm
 
     bar = tqdm(total=len(model.layers), desc=method.name, unit="block", disable=not cfg.progress)
     try:

@@ -15,6 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from trilm.data.sampler import ValidationSet
+from trilm.data.shards import TokenShards
+
 
 @torch.no_grad()
 def validation_loss(
@@ -32,8 +35,6 @@ def validation_loss(
     ``forward(model, ids) -> logits`` replaces ``model(ids)`` (e.g. activation-quantized evaluation).
     The loss is over the padded vocabulary's logits, as the trainer computes it.
     """
-    from trilm.data.sampler import ValidationSet
-    from trilm.data.shards import TokenShards
 
     valid = ValidationSet(TokenShards.open(split_dir), seq_len, max_sequences)
     return next_token_loss(model, valid.batches(batch_size), device=device, forward=forward)

@@ -24,8 +24,11 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from tqdm.auto import tqdm
 
+from trilm.data.text_source import sample_windows
 from trilm.formats import PartialBinaryWeight
+from trilm.schedule import Schedule, ScheduleConfig
 
 
 class _SignSTE(torch.autograd.Function):
@@ -100,10 +103,6 @@ def train_binary_part(
     ``layers``/``latents`` by canonical name without ``.weight``) for ``settings.steps`` steps on windows of
     ``tokens``. Returns the retrained packed layers and the loss per step; the model's linears hold the
     retrained (dequantized) weights afterwards."""
-    from tqdm.auto import tqdm
-
-    from trilm.data.text_source import sample_windows
-    from trilm.schedule import Schedule, ScheduleConfig
 
     device = torch.device(device)
     originals = {name: model.linear_modules()[f"{name}.weight"] for name in layers}

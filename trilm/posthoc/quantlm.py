@@ -22,11 +22,13 @@ from trilm.atomic import atomic_directory
 from trilm.config import Config, ConfigError
 from trilm.dtypes import dtype_name
 from trilm.formats import layer_bits, model_bits_summary
+from trilm.infer import load_inference_model, load_with_meta
 from trilm.model.config import ModelConfig
 from trilm.model.snapshot import SnapshotMeta
 from trilm.model.spec import canonical_shapes
 from trilm.posthoc.calibration import CalibrationConfig, check_vocabulary, load_calibration
 from trilm.posthoc.engine import EngineConfig, EngineReport, quantize_blockwise
+from trilm.posthoc.evaluate import validation_loss
 from trilm.posthoc.layerwise import block_method
 from trilm.posthoc.registry import MethodOptions, get_method
 from trilm.store.integrity import complete_marker
@@ -154,7 +156,6 @@ def check_output(out: Path, identity: dict[str, Any]) -> None:
 
 def quantize_to_quantlm(job: QuantizeJob) -> QuantizeSummary:
     """Run a whole quantization job; see the module docstring for what is written and when."""
-    from trilm.infer import load_with_meta
 
     start = time.perf_counter()
     method = get_method(job.method)
@@ -233,9 +234,6 @@ def _write(job, cfg, float_state, packed, meta: SnapshotMeta, tokenizer: Path | 
     with atomic_directory(job.out, replace=True, markers=complete_marker({"kind": "quantlm"})) as tmp:
         write_snapshot_files(tmp, cfg, meta, float_state, packed, tokenizer=tokenizer)
         if job.eval_split is not None:
-            from trilm.infer import load_inference_model
-            from trilm.posthoc.evaluate import validation_loss
-
             written = load_inference_model(tmp, device=job.engine.device)
             seq = min(cfg.context, job.eval_seq_len or (job.calib.seq_len if job.calib else 2048))
             val_loss = validation_loss(

@@ -6,7 +6,7 @@ import argparse
 
 from trilm.cli_options import add_device, add_no_progress
 from trilm.prune.metrics import METRICS
-from trilm.prune.run import METHODS, PRUNE_DTYPES, PruneConfig
+from trilm.prune.run import METHODS, PRUNE_DTYPES, PruneConfig, prune
 from trilm.prune.search import LR_DEFAULTS, PGConfig
 
 
@@ -89,7 +89,6 @@ def config_from_args(args) -> PruneConfig:
 
 
 def run(args) -> int:
-    from trilm.prune.run import prune
 
     report = prune(config_from_args(args), progress=not args.no_progress)
     print(f"wrote {report.out}")

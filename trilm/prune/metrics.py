@@ -22,6 +22,7 @@ import dataclasses
 
 import torch
 import torch.nn.functional as F
+from tqdm.auto import tqdm
 
 from trilm.config import ConfigError
 from trilm.infer.model import InferenceModel
@@ -84,8 +85,6 @@ def collect_stats(
     device = model.embed.weight.device
     batches = windows.split(batch_size)
     if progress:
-        from tqdm.auto import tqdm
-
         batches = tqdm(batches, desc="calibration statistics", unit="batch", dynamic_ncols=True)
     try:
         for batch in batches:

@@ -17,8 +17,11 @@ from typing import Any
 import torch
 
 from trilm.config import Config, ConfigError, require
+from trilm.data.text_source import sample_windows, token_stream
+from trilm.data.tokenizer import Tokenizer
 from trilm.dtypes import parse_dtype
-from trilm.memory import model_bytes
+from trilm.infer import from_state_dict, prepare_for_inference
+from trilm.memory import measure_peak, model_bytes
 from trilm.model.flops import parameter_counts
 from trilm.model.snapshot import SnapshotMeta, model_meta
 from trilm.prune.metrics import CalibrationStats, check_metric, collect_stats, unit_scores
@@ -99,8 +102,6 @@ def _check_out(out: Path) -> None:
 
 
 def _calibration_tokens(cfg: PruneConfig, source: Source, model_cfg) -> torch.Tensor:
-    from trilm.data.text_source import token_stream
-    from trilm.data.tokenizer import Tokenizer
 
     tok = Tokenizer.load(source.tokenizer) if source.tokenizer is not None else None  # checked by the store
     wanted = cfg.calib_samples * calib_seq_len(cfg, model_cfg) if cfg.needs_stats() else 0
@@ -131,8 +132,6 @@ def _resolve_device(name: str) -> torch.device:
 
 def prune(cfg: PruneConfig, *, progress: bool = True, log=print) -> PruneReport:
     """Prune ``cfg.model`` and write the smaller snapshot to ``cfg.out``."""
-    from trilm.data.text_source import sample_windows
-    from trilm.infer import from_state_dict, prepare_for_inference
 
     started = time.perf_counter()
     out = Path(cfg.out)
@@ -242,7 +241,6 @@ def prune(cfg: PruneConfig, *, progress: bool = True, log=print) -> PruneReport:
 
 def _inference_peak(model, sampler: WindowSampler, device: torch.device) -> int:
     """Peak tensor bytes of a plain forward + loss on a search-sized batch (what a PG step is compared to)."""
-    from trilm.memory import measure_peak
 
     batch = sampler.windows[: sampler.batch_size].to(device)
     with torch.inference_mode(), measure_peak(device) as peak:

@@ -21,6 +21,7 @@ from typing import Literal
 
 import torch
 import torch.nn.functional as F
+from tqdm.auto import tqdm
 
 from trilm.config import Config, ConfigError, require
 from trilm.infer.model import InferenceModel
@@ -222,8 +223,6 @@ def pg_search(
     peak: PeakMemory | None = None
     bar = None
     if progress:
-        from tqdm.auto import tqdm
-
         bar = tqdm(total=cfg.steps, desc="pg search", unit="step", dynamic_ncols=True)
     cosine = ScheduleConfig(warmup=cfg.warmup, decay="cosine")
     schedules = {

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from trilm.atomic import write_text
+from trilm.scaling import report as report_md
 from trilm.scaling.bootstrap import (
     bootstrap_many,
     leave_one_out,
@@ -507,8 +508,8 @@ def _fitted_pair(
 
 def write_outputs(report: Report, out_dir: Path) -> None:
     """Write ``fit.json``, ``report.md`` and (unless disabled) the PNG and SVG plots into ``out_dir``."""
+    # deferred for start-up time: loads matplotlib only when called
     from trilm.scaling import plots
-    from trilm.scaling import report as report_md
 
     out_dir.mkdir(parents=True, exist_ok=True)
     if report.config.plots:

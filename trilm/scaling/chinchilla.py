@@ -11,12 +11,15 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
+import json
 from pathlib import Path
 
 import numpy as np
 
 from trilm.atomic import write_text
+from trilm.scaling.bootstrap import bootstrap_fit
 from trilm.scaling.fit import FitResult, fit_law
+from trilm.scaling.results import LawFit
 from trilm.scaling.table import TableError
 
 CSV_NAME = "chinchilla_svg_extracted_data.csv"
@@ -107,10 +110,6 @@ def reproduce(
     the bootstrap standard errors and intervals, and for each parameter the distance to Epoch's estimate
     in units of Epoch's standard error. ``fit`` reuses a fit already made on the same data.
     """
-    import json
-
-    from trilm.scaling.bootstrap import bootstrap_fit
-    from trilm.scaling.results import LawFit
 
     data = load_chinchilla(path)
     inputs = {"N": data.N, "D": data.D}
@@ -138,6 +137,7 @@ def reproduce(
         "comparison": rows,
     }
     if out_dir is not None:
+        # deferred for start-up time: loads matplotlib only when called
         from matplotlib.figure import Figure
 
         from trilm.scaling.plots import draw_nd

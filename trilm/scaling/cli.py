@@ -18,6 +18,7 @@ from pathlib import Path
 from trilm.cli_options import add_bootstrap, add_size_axis
 from trilm.config import require_directory_path
 from trilm.scaling.analyse import analyse
+from trilm.scaling.chinchilla import render_comparison, reproduce
 from trilm.scaling.fit import HUBER_DELTA
 from trilm.scaling.results import AnalysisConfig
 
@@ -78,8 +79,6 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "scaling") -> N
 
 def run(args: argparse.Namespace) -> int:
     if args.action == "chinchilla":
-        from trilm.scaling.chinchilla import render_comparison, reproduce
-
         result = reproduce(args.csv, args.out, n_resamples=args.bootstrap, seed=args.seed)
         print(render_comparison(result))
         if args.out:

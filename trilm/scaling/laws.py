@@ -30,8 +30,8 @@ from typing import Protocol
 
 import numpy as np
 
-from trilm.scaling.fit import FORMS, HUBER_DELTA, FitError, HuberObjective
-from trilm.scaling.identify import EDGE, MAX_EXPONENT, MIN_EXPONENT, TINY_TERM
+from trilm.scaling.fit import FORMS, HUBER_DELTA, FitError, HuberObjective, predict_log
+from trilm.scaling.identify import EDGE, MAX_EXPONENT, MIN_EXPONENT, TINY_TERM, edge_reasons
 
 MAX_LOG_SCALE = 60.0
 """Top of the search box of ln N_c and ln D_c. Without E, Kaplan's critical scales are far beyond the data
@@ -154,7 +154,6 @@ class Additive(Law):
         return self.form.coarse_grid()
 
     def log_predict(self, theta: np.ndarray, log_x: np.ndarray) -> np.ndarray:
-        from trilm.scaling.fit import predict_log
 
         return predict_log(self.form, theta, log_x)
 
@@ -164,7 +163,6 @@ class Additive(Law):
         )
 
     def edge_reasons(self, params: dict[str, float], log_x: np.ndarray, loss: np.ndarray) -> list[str]:
-        from trilm.scaling.identify import edge_reasons
 
         return edge_reasons(self.form, params, {"N": np.exp(log_x[0]), "D": np.exp(log_x[1])}, loss)
 

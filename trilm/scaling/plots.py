@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from matplotlib import colormaps
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
 
 from trilm.families import display_name
 from trilm.scaling.compare import EXTRAPOLATE
@@ -71,7 +73,6 @@ def lin_limits(values: Any, margin: float = MARGIN) -> tuple[float, float]:
 
 def _plain_minor_ticks(ax: Any) -> None:
     """No labels on minor log ticks: over one or two decades matplotlib labels them and they collide."""
-    from matplotlib.ticker import NullFormatter
 
     ax.xaxis.set_minor_formatter(NullFormatter())
 
@@ -217,7 +218,6 @@ def figure_training_curves(report: Report) -> Figure:
     """Loss against training tokens for every run, one panel per family: the schedule's events as vertical
     lines, cooldown branches thin from their branch point, identified L(D) fits (training dynamics along
     one run, not a scaling law) dashed over their own checkpoints only."""
-    from matplotlib import colormaps
 
     fams = list(report.families)
     ncols = min(3, len(fams))
@@ -305,7 +305,6 @@ def draw_nd(
 ) -> None:
     """Loss vs D coloured by N, with the fitted L(N, D) at each distinct N over the data's D range and at
     most one decade beyond (to the largest of ``extra_points``, (N, D, loss) shown as open circles)."""
-    from matplotlib import colormaps
 
     n, d = law.inputs["N"], law.inputs["D"]
     cmap = colormaps["plasma"]

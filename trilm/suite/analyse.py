@@ -19,10 +19,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trilm.atomic import write_text
+from trilm.eval.suite import write_suite_table
 from trilm.families import display_name
+from trilm.scaling import analyze
+from trilm.scaling.compare import EXTRAPOLATE
+from trilm.scaling.envelope import gaps
+from trilm.scaling.fit import FitError
+from trilm.scaling.identify import SYMBOLS, loss_by_point
+from trilm.schedule import Schedule
 from trilm.store.integrity import complete_steps
+from trilm.store.snapshot import read_snapshot_config
 from trilm.suite.config import Suite, shown_path
-from trilm.suite.predicted import FORECAST_FROM
+from trilm.suite.cooldown import cooldown_branches
+from trilm.suite.predicted import FORECAST_FROM, markdown_lines, predictions, write_plot
 from trilm.suite.text import si, table
 
 if TYPE_CHECKING:
@@ -50,7 +59,6 @@ class SuiteAnalysis:
 
 
 def _snapshots_without_loss(run_dir: Path) -> list[str]:
-    from trilm.store.snapshot import read_snapshot_config
 
     out = []
     for step, path in complete_steps(run_dir / "snapshots"):
@@ -73,13 +81,9 @@ def analyse_suite(
     """Results table ``<root>/results.csv`` (rows already there are kept) → ``<root>/analysis``; ``x`` is
     the size axis of L(N) (default: the suite's ``analysis.x``); ``forecast_from`` the share of each finished
     run the curve-law forecast is made from (None: no forecasts)."""
-    from trilm.eval.suite import write_suite_table
-    from trilm.scaling.fit import FitError
 
     run_dirs = [r.run_dir for r in suite.runs if complete_steps(r.run_dir / "snapshots")]
     if suite.config.cooldown.at:
-        from trilm.suite.cooldown import cooldown_branches
-
         branches = [b.run for b in cooldown_branches(suite) if not b.itself]
         run_dirs += [r.run_dir for r in branches if complete_steps(r.run_dir / "snapshots")]
     if not run_dirs:
@@ -116,8 +120,6 @@ def analyse_table(
     """Fits, predictions and report of the suite's results table ``table_path`` as it is (what
     :func:`analyse_suite` runs once it has written it; ``counts``: its runs with rows, rows added and
     skipped, snapshots without a loss)."""
-    from trilm.scaling import analyze
-    from trilm.suite.predicted import predictions, write_plot
 
     out = Path(out_dir) if out_dir is not None else suite.root / "analysis"
     axis = x or suite.config.analysis.x
@@ -144,12 +146,9 @@ def analyse_table(
 
 def schedule_events(suite: Suite) -> dict[str, list[dict[str, Any]]]:
     """Per run (branches included), its schedule's events with the tokens at which they happen."""
-    from trilm.schedule import Schedule
 
     runs = list(suite.runs)
     if suite.config.cooldown.at:
-        from trilm.suite.cooldown import cooldown_branches
-
         runs += [b.run for b in cooldown_branches(suite) if not b.itself]
     out = {}
     for r in runs:
@@ -164,7 +163,6 @@ def schedule_events(suite: Suite) -> dict[str, list[dict[str, Any]]]:
 
 def warmup_fraction(suite: Suite) -> float:
     """The largest fraction of a run that is warm-up, over the suite's runs (L(D) is fitted after it)."""
-    from trilm.schedule import Schedule
 
     fractions = [
         Schedule.for_optimizer(r.cfg.optim, r.cfg.schedule, r.cfg.steps).warmup_steps / max(r.cfg.steps, 1)
@@ -232,7 +230,6 @@ def _law_text(law: LawFit, var: str, level: float) -> str:
 def fit_lines(report: Report) -> list[str]:
     """Per family: its identified L(N) and L(bits) as laws, or why the L(N) is not identified and the loss by
     size that shows it. An unidentified fit is never written as a law."""
-    from trilm.scaling.identify import loss_by_point
 
     axis = "N" if report.config.x == "params" else "N_nonemb"
     lines = []
@@ -298,7 +295,6 @@ def run_fit_lines(report: Report, markdown: bool = False) -> list[str]:
 def nd_lines(report: Report) -> list[str]:
     """Per family with cooldown branches or several budgets: its L(N, D) as a law, or why not; and the
     approach-1 envelope's compute-optimal size."""
-    from trilm.scaling.identify import SYMBOLS
 
     lines = []
     axis = "N" if report.config.x == "params" else "N_nonemb"
@@ -336,7 +332,6 @@ def nd_lines(report: Report) -> list[str]:
         env = report.families[fam].envelope
         if fam == "floatlm" or env is None or ref is None or ref.envelope is None:
             continue
-        from trilm.scaling.envelope import gaps
 
         cells = [f"{g:+.4f} at {c:.3g} FLOPs" for c, g in gaps(env, ref.envelope)]
         if cells:
@@ -367,7 +362,6 @@ def comparison_lines(report: Report) -> list[str]:
     """What the fitted curves say, per family against the reference, at equal parameters and equal bits.
     A match further out than one decade beyond the reference's largest model (:data:`EXTRAPOLATE`) is not
     read off the curve: it would be the extrapolation the plots refuse to draw."""
-    from trilm.scaling.compare import EXTRAPOLATE
 
     lines = []
     for c in report.comparisons:
@@ -548,8 +542,6 @@ def render_markdown(result: SuiteAnalysis) -> str:
     if comp:
         lines += ["## Family comparison (fitted curves)", "", "```", *comp, "```", ""]
     if result.predictions is not None:
-        from trilm.suite.predicted import markdown_lines
-
         lines += markdown_lines(result.predictions)
     lines += [
         "The full scaling report (fits with bootstrap intervals, leave-one-size-out errors, crossings,"

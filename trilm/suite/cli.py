@@ -20,7 +20,14 @@ from pathlib import Path
 
 from trilm.cli_options import add_bootstrap, add_no_progress, add_size_axis
 from trilm.config import ConfigError
+from trilm.suite import launch
+from trilm.suite.analyse import analyse_suite, other_notes, summary_text
 from trilm.suite.config import load_suite
+from trilm.suite.cooldown import branch_records, cooldown_branches, render_branches, run_cooldown
+from trilm.suite.plan import plan_suite
+from trilm.suite.predicted import FORECAST_FROM, text_lines
+from trilm.suite.status import add_forecasts, render_status, suite_status
+from trilm.suite.sweep import parse_axes, sweep
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -160,8 +167,6 @@ def _split(text: str) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     suite = load_suite(args.suite, families=_split(args.families) or None, root=args.run_dir)
     if args.action == "plan":
-        from trilm.suite.plan import plan_suite
-
         if args.device or args.mfu:
             hw = suite.config.hardware
             hw = hw.replace(device=args.device or hw.device, mfu=args.mfu or hw.mfu)
@@ -171,8 +176,6 @@ def run(args: argparse.Namespace) -> int:
         print(plan_suite(suite).render(markdown=args.markdown))
         return 0
     if args.action == "launch":
-        from trilm.suite import launch
-
         runs = launch.cheapest_first(suite.runs)
         if args.runs:
             runs = [suite.run(name) for name in _split(args.runs)]
@@ -197,8 +200,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"suite {suite.name}: {len(outcomes)} runs; " + _count(outcomes))
         return 1 if failed else 0
     if args.action == "sweep":
-        from trilm.suite.sweep import parse_axes, sweep
-
         try:
             rates = [float(x) for x in _split(args.lr)]
         except ValueError:
@@ -219,8 +220,6 @@ def run(args: argparse.Namespace) -> int:
             print(swept.render())
         return 0
     if args.action == "cooldown":
-        from trilm.suite.cooldown import cooldown_branches, run_cooldown
-
         try:
             at = [float(x) for x in _split(args.at)]
         except ValueError:
@@ -239,9 +238,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"suite {suite.name}: {len(branches)} cooldown branches; " + _count(branch_outcomes))
         return 1 if any(o.action in ("failed", "missing") for o in branch_outcomes) else 0
     if args.action == "status":
-        from trilm.suite.cooldown import branch_records, cooldown_branches, render_branches
-        from trilm.suite.status import add_forecasts, render_status, suite_status
-
         statuses = add_forecasts(suite_status(suite, stale_after=args.stale_after))
         branches = cooldown_branches(suite) if suite.config.cooldown.at else []
         if args.json:
@@ -253,8 +249,6 @@ def run(args: argparse.Namespace) -> int:
             if branches:
                 print("\n" + render_branches(branches))
         return 0
-    from trilm.suite.analyse import analyse_suite, other_notes, summary_text
-    from trilm.suite.predicted import FORECAST_FROM, text_lines
 
     forecast_from = FORECAST_FROM if args.forecast_from is None else args.forecast_from
     if not 0 < forecast_from < 1:

@@ -24,7 +24,9 @@ import yaml
 from trilm.config import Config, ConfigError, require
 from trilm.configs import config_dir, packaged
 from trilm.families import FAMILY_NAMES
+from trilm.schedule import Schedule, cooldown_branch
 from trilm.train.config import TrainConfig
+from trilm.train.metrics import peak_flops
 
 SUITE_DIR = config_dir() / "suites"
 """The named suites (``trilm suite plan spectra``), installed with trilm (:mod:`trilm.configs`)."""
@@ -117,7 +119,6 @@ class HardwareConfig(Config):
     def peak_flops(self) -> float | None:
         if self.peak_tflops:
             return self.peak_tflops * 1e12
-        from trilm.train.metrics import peak_flops
 
         return peak_flops(self.device) if self.is_gpu else None
 
@@ -382,7 +383,6 @@ def _run_config(
 def is_parent_itself(cfg: TrainConfig, branch: Any, shape: str) -> bool:
     """A branch as long as its parent, cooling down like it: the parent's own final checkpoint is that
     branch, and nothing needs training."""
-    from trilm.schedule import Schedule
 
     sched = Schedule.for_optimizer(cfg.optim, cfg.schedule, cfg.steps)
     return (
@@ -394,7 +394,6 @@ def is_parent_itself(cfg: TrainConfig, branch: Any, shape: str) -> bool:
 
 def _keep_branch_states(cfg: TrainConfig, cooldown: SuiteCooldownConfig, name: str) -> TrainConfig:
     """The parent keeps a state (and a snapshot) where each of its branches' cooldowns starts."""
-    from trilm.schedule import Schedule, cooldown_branch
 
     if cfg.schedule.kind != "wsd":
         raise ConfigError(

@@ -24,6 +24,7 @@ from trilm.config import ConfigError
 from trilm.schedule import CooldownBranch, Schedule, cooldown_branch
 from trilm.store.integrity import is_complete
 from trilm.suite.config import Suite, SuiteRun, budget_label, is_parent_itself
+from trilm.suite.launch import launch_local
 from trilm.suite.status import run_status
 from trilm.suite.text import si, table
 
@@ -155,7 +156,6 @@ def run_cooldown(
 ) -> list[CooldownOutcome]:
     """Train every branch whose parent state is there (finished ones are skipped, stopped ones resume);
     say for the others why not (the parent has not got there yet, or did not keep the state)."""
-    from trilm.suite.launch import launch_local
 
     outcomes, ready = [], []
     for b in branches:

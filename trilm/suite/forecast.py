@@ -24,6 +24,9 @@ import numpy as np
 from trilm.config import Config, require
 from trilm.scaling.curve import CurveConfig, fit_curve, schedule_areas
 from trilm.scaling.fit import FitError
+from trilm.schedule import Schedule
+from trilm.store.integrity import complete_steps
+from trilm.store.snapshot import read_snapshot_config
 
 Z_95 = 1.96
 
@@ -96,8 +99,6 @@ def forecast_curve(steps, losses, schedule, cfg: ForecastConfig | None = None) -
 
 def snapshot_curve(run_dir: Path) -> tuple[list[int], list[float]]:
     """(steps, val losses) of a run directory's complete snapshots that carry a validation loss."""
-    from trilm.store.integrity import complete_steps
-    from trilm.store.snapshot import read_snapshot_config
 
     steps, losses = [], []
     for step, path in complete_steps(Path(run_dir) / "snapshots"):
@@ -110,7 +111,6 @@ def snapshot_curve(run_dir: Path) -> tuple[list[int], list[float]]:
 
 def run_forecast(run, state: str, cfg: ForecastConfig | None = None) -> Forecast | None:
     """The forecast column of ``trilm suite status`` for one suite run in ``state``."""
-    from trilm.schedule import Schedule
 
     steps, losses = snapshot_curve(run.run_dir)
     if state == "finished":

@@ -27,8 +27,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from trilm.atomic import write_text
+from trilm.model.flops import flops_per_token
+from trilm.parallel import shutdown_parallel
 from trilm.suite.config import SuiteRun
 from trilm.suite.status import FAILED, run_status
+from trilm.train.config import TrainConfig
 
 POLL_S = 0.5
 
@@ -49,7 +52,6 @@ def deal(costs: list[float], jobs: int) -> list[list[int]]:
 
 
 def _cost(run: SuiteRun) -> float:
-    from trilm.model.flops import flops_per_token
 
     return flops_per_token(run.cfg.model, run.cfg.sequence_length) * run.cfg.steps * run.cfg.batch_tokens
 
@@ -140,8 +142,7 @@ def _output_to(path: Path) -> Iterator[None]:
 
 def train_configs(configs: list[str]) -> int:
     """Train each resolved run config in turn, in this process; a failure is recorded and the next starts."""
-    from trilm.parallel import shutdown_parallel
-    from trilm.train.config import TrainConfig
+    # deferred for start-up time: loads megatron only when called
     from trilm.train.trainer import Trainer
 
     failed = 0

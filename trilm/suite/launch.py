@@ -34,9 +34,14 @@ from pathlib import Path
 from trilm.atomic import write_text
 from trilm.config import ConfigError
 from trilm.configs import config_dir
+from trilm.data.pipeline import prepare_embedded
+from trilm.model.flops import flops_per_token
+from trilm.parallel import shutdown_parallel
 from trilm.suite.config import Suite, SuiteRun
+from trilm.suite.jobs import run_concurrently
 from trilm.suite.status import FAILED, run_status
 from trilm.train.checkpoint import RunDir, lock_holder
+from trilm.train.config import TrainConfig, changed_keys
 
 TRAIN_MODULE = "trilm.train"
 """What every launcher starts in each process (``python -m trilm.train``; torchrun's and the DeepSpeed
@@ -59,7 +64,6 @@ def prepare_data(suite: Suite, progress: bool = True) -> None:
     """Prepare the embedded corpus under ``<root>/data`` when the suite asks for it (reused when present)."""
     if not suite.config.data.embedded:
         return
-    from trilm.data.pipeline import prepare_embedded
 
     prepare_embedded(
         suite.root / "data", vocab_size=suite.config.data.vocab_size, workers=2, progress=progress
@@ -68,7 +72,6 @@ def prepare_data(suite: Suite, progress: bool = True) -> None:
 
 def check_runs_unchanged(suite: Suite, runs: list[SuiteRun]) -> None:
     """Refuse runs whose configs differ from the ones their run directories were trained with."""
-    from trilm.train.config import TrainConfig, changed_keys
 
     problems = []
     for run in runs:
@@ -136,7 +139,6 @@ def _resume_detail(run: SuiteRun) -> str:
 
 def cheapest_first(runs: list[SuiteRun]) -> list[SuiteRun]:
     """Runs by training FLOPs, families interleaved: a suite stopped half-way has whole sizes to compare."""
-    from trilm.model.flops import flops_per_token
 
     order = {f: i for i, f in enumerate(dict.fromkeys(r.family for r in runs))}
 
@@ -188,8 +190,6 @@ def launch_local(
         outcomes.append(_train_one(run, configs[run.name], detail, progress))
         echo(f"[{i}/{len(runs)}] {outcomes[-1]}")
     if concurrent:
-        from trilm.suite.jobs import run_concurrently
-
         echo(f"training {len(concurrent)} run(s), {jobs} at a time (logs: <run dir>/train.log)")
         done = run_concurrently(concurrent, jobs, echo)
         outcomes = [Outcome(o.run, *done[o.run]) if o.action == "pending" else o for o in outcomes]
@@ -209,7 +209,7 @@ def _train_one(run: SuiteRun, config: Path, detail: str, progress: bool) -> Outc
     action = "resumed" if detail.startswith("resumes") else "trained"
     try:
         if run.devices == 1:
-            from trilm.parallel import shutdown_parallel
+            # deferred for start-up time: loads megatron only when called
             from trilm.train.trainer import Trainer
 
             cfg = run.cfg.with_overrides([f"log.progress={str(progress).lower()}"])

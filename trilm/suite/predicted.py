@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from trilm.families import display_name
+from trilm.schedule import Schedule
+from trilm.suite.forecast import forecast_curve
 from trilm.suite.text import table
 
 if TYPE_CHECKING:
@@ -88,8 +90,6 @@ def curve_predictions(
 ) -> tuple[list[Predicted], list[str]]:
     """Per finished run (its last checkpoint in the table is at its last step): the curve law fitted on its
     checkpoints up to ``fraction`` of its steps, against its measured final loss; and the unfinished runs."""
-    from trilm.schedule import Schedule
-    from trilm.suite.forecast import forecast_curve
 
     if not 0 < fraction < 1:
         raise ValueError(f"forecast_from: the share of a run the forecast sees is in (0, 1), got {fraction}")
@@ -259,6 +259,7 @@ def figure(p: Predictions):
     """Predicted against measured, one colour and marker per family; curve forecasts filled with their
     interval as error bars, held-out sizes hollow; the line y = x is a perfect prediction. None when no
     row has a prediction."""
+    # deferred for start-up time: loads matplotlib only when called
     from matplotlib.figure import Figure
 
     from trilm.scaling.plots import family_colors, legend_outside, lin_limits
@@ -315,6 +316,7 @@ def figure(p: Predictions):
 
 def write_plot(p: Predictions, out_dir: Path) -> dict[str, str]:
     """Write ``predicted_vs_measured.png`` and ``.svg`` into ``out_dir`` (nothing without a prediction)."""
+    # deferred for start-up time: loads matplotlib only when called
     from trilm.scaling.plots import save
 
     fig = figure(p)

@@ -26,9 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from trilm.config import ConfigError
+from trilm.model.flops import flops_per_token
 from trilm.store.integrity import latest_complete
 from trilm.store.layout import LOCK_FILE
+from trilm.store.snapshot import read_snapshot_config
 from trilm.suite.config import Suite, SuiteRun
+from trilm.suite.forecast import run_forecast
 from trilm.suite.text import duration, si, table
 from trilm.train.checkpoint import RunDir, lock_holder, lock_taken_elsewhere
 
@@ -142,7 +145,6 @@ def _last(records: list[dict[str, Any]], key: str) -> Any:
 
 
 def _snapshot_val_loss(path: Path) -> float | None:
-    from trilm.store.snapshot import read_snapshot_config
 
     try:
         return read_snapshot_config(path)[1].val_loss
@@ -207,7 +209,6 @@ def suite_status(suite: Suite, stale_after: float = STALE_AFTER) -> list[RunStat
 def add_forecasts(statuses: list[RunStatus], cfg=None) -> list[RunStatus]:
     """Attach each run's final-loss forecast (:mod:`trilm.suite.forecast`); kept out of :func:`run_status`
     because it fits a law per run and the launcher polls the status."""
-    from trilm.suite.forecast import run_forecast
 
     for s in statuses:
         s.forecast = run_forecast(s.run, s.state, cfg)
@@ -215,7 +216,6 @@ def add_forecasts(statuses: list[RunStatus], cfg=None) -> list[RunStatus]:
 
 
 def _flops_per_token(run: SuiteRun) -> float:
-    from trilm.model.flops import flops_per_token
 
     return flops_per_token(run.cfg.model, run.cfg.sequence_length)
 
