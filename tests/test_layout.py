@@ -325,3 +325,62 @@ def test_every_documented_benchmark_answers_help():
     assert proc.returncode == 0, proc.stderr[-2000:]
     failed = json.loads(proc.stdout.strip().splitlines()[-1])
     assert not failed, "\n".join(failed)
+
+
+IMPORT_REASON = re.compile(r"#\s*(optional dependency|deferred for start-up time|import cycle)\b")
+"""What may keep an import inside a function: an optional dependency (an extra of pyproject.toml), a heavy
+import deferred so that a light module or ``trilm CMD --help`` does not pay for it, or an import cycle."""
+
+
+def _function_imports(path: Path) -> list[ast.Import | ast.ImportFrom]:
+    tree = ast.parse(path.read_text(), str(path))
+    return [
+        node
+        for fn in ast.walk(tree)
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+        for node in ast.walk(fn)
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+    ]
+
+
+def _says_why(node: ast.Import | ast.ImportFrom, lines: list[str], import_lines: set[int]) -> bool:
+    """The reason is on the import's own lines, or in a comment above it or above the run of imports that
+    belongs to (one comment for a function's group of imports with the same reason, blank lines between
+    its sections included)."""
+    if any(IMPORT_REASON.search(lines[i - 1]) for i in range(node.lineno, node.end_lineno + 1)):
+        return True
+    i = node.lineno - 1
+    while i >= 1:
+        text = lines[i - 1].strip()
+        if text.startswith("#"):
+            if IMPORT_REASON.search(text):
+                return True
+        elif text and i not in import_lines:
+            return False
+        i -= 1
+    return False
+
+
+def test_function_level_imports_say_why():
+    """An import inside a function hides a module's dependencies from its top and is paid on every call:
+    the library and its entry points import at the top, except where an optional dependency, start-up time
+    or an import cycle needs otherwise, and the import says which (``# optional dependency: …``,
+    ``# deferred for start-up time: …``, ``# import cycle: …``) on its line or in a comment above it."""
+    offenders = []
+    for path in _sources("trilm", "kernels", "train", "checkpoints_tools"):
+        if path.resolve() != path:
+            continue  # trilm/kernels, trilm/configs: links a checkout may hold to kernels/, configs/
+        nodes = _function_imports(path)
+        if not nodes:
+            continue
+        lines = path.read_text().splitlines()
+        imports = [
+            n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Import | ast.ImportFrom)
+        ]
+        import_lines = {i for n in imports for i in range(n.lineno, n.end_lineno + 1)}
+        offenders += [
+            f"{path.relative_to(ROOT)}:{n.lineno}: {ast.unparse(n)}"
+            for n in nodes
+            if not _says_why(n, lines, import_lines)
+        ]
+    assert not offenders, "function-level imports without a reason comment:\n" + "\n".join(offenders)
