@@ -131,7 +131,7 @@ def parse_args(argv):
     if args.cpu_smoke:
         args.shapes, args.batches, args.gemlite, args.model = ["256x192"], [1, 16], False, False
     if args.spectra_shapes is not None:
-        from benchmarks.kernels.tools.launch_table import layer_shapes
+        from trilm.model.config import decode_linear_shapes as layer_shapes
 
         sizes = args.spectra_shapes or ["1.1b", "3.9b"]
         known = {label.split()[0].removeprefix("spectra-") for label, _, _ in layer_shapes()}
