@@ -1,4 +1,5 @@
-"""The Markdown report of :mod:`benchmarks.posthoc.real`: the table, each seed claim and its verdict.
+"""The Markdown report of the real-model evaluation (``python -m benchmarks.posthoc.real``): the table, each
+seed claim and its verdict.
 
 Every number comes from ``results.json`` (written by the same run); the verdicts are computed here, so the
 report says exactly what the rows say.
