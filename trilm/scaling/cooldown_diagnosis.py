@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from trilm.scaling.heldout import bound, finals, prediction_row
+from trilm.scaling.heldout import bound, finals, interval, prediction_row
 from trilm.scaling.kaplan import fit_kaplan, predict_kaplan
 
 LATE_WINDOW = 0.25
@@ -88,8 +88,7 @@ def alternatives(
             entry["predictions"] = []
             for r in held:
                 p = predict(law, r.nonembedding_params, r.tokens)
-                interval = None if p.lo is None else [p.lo, p.hi]
-                entry["predictions"].append(prediction_row(r, p.predicted, interval))
+                entry["predictions"].append(prediction_row(r, p.predicted, interval(p)))
         except FitError as exc:
             entry["error"] = str(exc)
         out["late_window"][family] = entry
@@ -99,8 +98,8 @@ def alternatives(
             continue
         preds = []
         for r in held:
-            p = predict_kaplan(kap, r.nonembedding_params, r.tokens)
-            preds.append(prediction_row(r, p["predicted"], p["interval"]))
+            kp = predict_kaplan(kap, r.nonembedding_params, r.tokens)
+            preds.append(prediction_row(r, kp["predicted"], kp["interval"]))
         out["kaplan"][family] = {
             "points": len(points),
             "params": kap["params"],

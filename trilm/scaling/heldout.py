@@ -23,6 +23,7 @@ from collections import defaultdict
 from typing import Any
 
 from trilm.families import display_name
+from trilm.scaling.nd import Prediction
 
 FIT_UP_TO = 0.5
 """The branches that end at no more than this fraction of the budget are the fit's data."""
@@ -60,6 +61,11 @@ def prediction_row(r, predicted: float, interval: list[float] | None) -> dict[st
     }
 
 
+def interval(p: Prediction) -> list[float] | None:
+    """A prediction's bootstrap interval as the report stores it: [lo, hi], or None without a bootstrap."""
+    return None if p.lo is None or p.hi is None else [p.lo, p.hi]
+
+
 def bound(value: float) -> str:
     """An interval bound: a resample whose fit ran off shows as 1.52e+11, not twelve digits."""
     return f"{value:.4f}" if abs(value) < 100 else f"{value:.2e}"
@@ -84,7 +90,9 @@ def fit_and_predict(rows: list, bootstrap: int) -> tuple[dict[str, Any], list[di
     last = finals(rows)
     parents = {n: r for n, r in last.items() if not branch_parent(r)}
     budget = max(r.tokens for r in parents.values())
-    laws, predictions, fitted = {}, [], {}
+    laws: dict[str, dict[str, Any]] = {}
+    predictions: list[dict[str, Any]] = []
+    fitted: dict[str, tuple[Any, list, list]] = {}
     for family in ORDER:
         fam = [r for r in last.values() if r.family == family]
         points = [r for r in fam if branch_parent(r) and r.tokens <= FIT_UP_TO * budget + 1]
@@ -107,12 +115,14 @@ def fit_and_predict(rows: list, bootstrap: int) -> tuple[dict[str, Any], list[di
             "params": law.fit.params,
             "points": len(points),
             "identified": law.identified,
-            "not_identified_because": [] if law.identified else list(law.identification.reasons),
+            "not_identified_because": (
+                [] if law.identified or law.identification is None else list(law.identification.reasons)
+            ),
         }
         for r in sorted(held, key=lambda r: (r.nonembedding_params, r.tokens)):
             p = predict(law, r.nonembedding_params, r.tokens)
             kind = "run end (full budget)" if not branch_parent(r) else "branch"
-            predictions.append(_prediction(r, kind, p.predicted, None if p.lo is None else [p.lo, p.hi]))
+            predictions.append(_prediction(r, kind, p.predicted, interval(p)))
     return laws, predictions, fitted
 
 
@@ -139,8 +149,7 @@ def predict_separate(fitted: dict, ladder_rows: list, budget: float) -> list[dic
         if r.family not in fitted:
             continue
         p = predict(fitted[r.family][0], r.nonembedding_params, r.tokens)
-        interval = None if p.lo is None else [p.lo, p.hi]
-        out.append(_prediction(r, "separate run (CPU ladder, own schedule)", p.predicted, interval))
+        out.append(_prediction(r, "separate run (CPU ladder, own schedule)", p.predicted, interval(p)))
     return out
 
 
