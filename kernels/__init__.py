@@ -1,6 +1,6 @@
 """Low-bit kernels for trilm's packed formats, their PyTorch references and ``QuantLinear``.
 
-``from trilm.kernels import QuantLinear, replace_linears`` is all the model side needs. The package has two
+``from trilm.kernels import QuantLinear, replace_linears`` is all the model side needs. The package has three
 parts:
 
 * **runtime dispatch** — :mod:`trilm.kernels.linear` (``QuantLinear``), :mod:`trilm.kernels.dispatch`
@@ -10,7 +10,10 @@ parts:
 * **the Triton kernels per family** — :mod:`trilm.kernels.affine` (ternary, binary, int) and
   :mod:`trilm.kernels.general` (every format), with the helpers they share in
   :mod:`trilm.kernels.jit_common`. They run on CUDA, or on CPU under Triton's interpreter
-  (``TRITON_INTERPRET=1``).
+  (``TRITON_INTERPRET=1``);
+* **offline checks, never imported at run time** — :mod:`trilm.kernels.aot` (the kernels compiled for a GPU
+  target without a GPU), :mod:`trilm.kernels.launch_model` (occupancy and bytes in flight of a launch) and
+  :mod:`trilm.kernels.launch_plans` (the table of the default plans the model judges).
 
 The source folder is the repository's top-level ``kernels/``; it installs as ``trilm.kernels`` because the
 top-level name ``kernels`` belongs to Hugging Face's distribution, which transformers probes for.

@@ -79,15 +79,6 @@ def test_nothing_outside_tests_imports_the_tests():
 BENCHMARK_SUBJECTS = {"tests/test_layout.py": "the layout of benchmarks/ and its result writer"}
 """Tests whose subject is the benchmarks package itself; any other test takes its helpers from the library
 or ``tests/support``, so that the tests run without the benchmarks."""
-NOT_YET_MOVED = {
-    "tests/kernels/test_compile_sm90.py",
-    "tests/kernels/test_launch_plans.py",
-    "tests/posthoc/test_posthoc_real_blocks.py",
-    "tests/posthoc/test_posthoc_real_report.py",
-    "tests/scaling/test_cooldown_report.py",
-}
-"""Tests that still import a benchmark's parts (the kernel tools' compiler and launch table, the post-hoc and
-cooldown reports): they move once the areas being edited elsewhere settle. The list may only shrink."""
 
 
 def test_no_test_imports_the_benchmarks():
@@ -99,11 +90,20 @@ def test_no_test_imports_the_benchmarks():
         for name in _imports(p)
         if _is_under(name, "benchmarks")
     }
-    offenders = importers - set(BENCHMARK_SUBJECTS) - NOT_YET_MOVED
+    offenders = importers - set(BENCHMARK_SUBJECTS)
     assert not offenders, sorted(offenders)
-    assert importers >= NOT_YET_MOVED, (
-        f"no longer importing benchmarks, drop: {sorted(NOT_YET_MOVED - importers)}"
-    )
+
+
+def test_the_library_does_not_import_the_benchmarks():
+    """What a benchmark and a test share (a report's verdicts, a fit, a compiler) lives in the library and the
+    benchmark imports it, never the other way: a wheel has no ``benchmarks`` package."""
+    offenders = [
+        f"{p.relative_to(ROOT)} imports {name}"
+        for p in _sources("trilm", "kernels")
+        for name in _imports(p)
+        if _is_under(name, "benchmarks")
+    ]
+    assert not offenders, "\n".join(offenders)
 
 
 def test_no_script_edits_the_import_path():

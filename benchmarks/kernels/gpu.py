@@ -131,13 +131,13 @@ def parse_args(argv):
     if args.cpu_smoke:
         args.shapes, args.batches, args.gemlite, args.model = ["256x192"], [1, 16], False, False
     if args.spectra_shapes is not None:
-        from benchmarks.kernels.tools.launch_table import layer_shapes
+        from trilm.model.config import decode_linear_shapes
 
         sizes = args.spectra_shapes or ["1.1b", "3.9b"]
-        known = {label.split()[0].removeprefix("spectra-") for label, _, _ in layer_shapes()}
+        known = {label.split()[0].removeprefix("spectra-") for label, _, _ in decode_linear_shapes()}
         if unknown := sorted(set(sizes) - known):
             p.error(f"--spectra-shapes: unknown size(s) {unknown}; known: {sorted(known)}")
-        extra = [f"{k}x{n}" for label, n, k in layer_shapes() if label.split()[0][8:] in sizes]
+        extra = [f"{k}x{n}" for label, n, k in decode_linear_shapes() if label.split()[0][8:] in sizes]
         args.shapes = list(dict.fromkeys([*args.shapes, *extra]))
     for s in args.shapes:
         if not re.fullmatch(r"\d+x\d+", s):

@@ -334,7 +334,7 @@ def run_row(name: str, spec: dict, snapshot: Path, args, env: dict[str, str]) ->
 
 
 def write_report(results: dict[str, dict], args, out_dir: Path, planned: list[str] | None = None) -> None:
-    from benchmarks.posthoc._real_report import render
+    from trilm.posthoc.real_report import render
 
     out_dir.mkdir(parents=True, exist_ok=True)
     payload = {

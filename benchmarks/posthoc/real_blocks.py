@@ -9,7 +9,8 @@ the quantized model's own inputs — the same quantity this script measures for 
 windows, and after every block it records the mean squared difference of the two residual streams, the share
 of it that sits at each window's first position, the share at the single (window, position) with the largest
 error, and the float stream's largest |h| (massive activations, which make a few positions dominate a mean).
-Written to ``docs/results/posthoc-real/blocks.json`` and ``blocks.png``; the report renders a summary.
+The measurements are :mod:`trilm.posthoc.divergence`. Written to ``docs/results/posthoc-real/blocks.json`` and
+``blocks.png``; the report renders a summary.
 """
 
 from __future__ import annotations
@@ -22,82 +23,12 @@ import torch
 
 from benchmarks.common import CHECKOUT, write_result
 from benchmarks.posthoc.real import calibration_windows
+from trilm.posthoc.divergence import FloatFirstPosition, calibration_nll, divergence
 
 ROOT = CHECKOUT
 WORK = ROOT / "data_cache" / "posthoc-real"
 OUT = ROOT / "docs" / "results" / "posthoc-real"
 CORPUS = ROOT / "trilm" / "data" / "corpus"
-
-
-@torch.no_grad()
-def divergence(float_model, quant_model, windows: torch.Tensor, batch: int) -> list[dict]:
-    """Per block: mse, share of the squared error at position 0 and at the worst position, float max |h|."""
-    n_layers = len(float_model.layers)
-    sums = torch.zeros(n_layers, dtype=torch.float64)
-    first = torch.zeros(n_layers, dtype=torch.float64)
-    worst = torch.zeros(n_layers, dtype=torch.float64)
-    peak = torch.zeros(n_layers, dtype=torch.float64)
-    count = 0
-    for start in range(0, windows.shape[0], batch):
-        ids = windows[start : start + batch]
-        xf, xq = float_model.embed(ids), quant_model.embed(ids)
-        cos, sin = float_model.rope(ids.shape[1], xf.dtype)
-        for i, (bf, bq) in enumerate(zip(float_model.layers, quant_model.layers, strict=True)):
-            xf, xq = bf(xf, cos, sin), bq(xq, cos, sin)
-            err = (xq - xf).double().pow(2).sum(-1)
-            sums[i] += err.sum()
-            first[i] += err[:, 0].sum()
-            worst[i] = max(worst[i], err.max())
-            peak[i] = max(peak[i], xf.abs().max().double())
-        count += ids.numel() * xf.shape[-1]
-    total = sums.clamp_min(1e-30)
-    return [
-        {
-            "block": i,
-            "mse": float(sums[i] / count),
-            "share_first_position": float(first[i] / total[i]),
-            "largest_position_share_bound": float(worst[i] / total[i]),
-            "float_max_abs": float(peak[i]),
-        }
-        for i in range(n_layers)
-    ]
-
-
-@torch.no_grad()
-def calibration_nll(model, windows: torch.Tensor, batch: int) -> float:
-    """Mean next-token NLL (nats) on the calibration windows themselves. A method that is worse than another
-    on the very data it was fitted to under-fits its objective; one that is better there but worse on held-out
-    text over-fits."""
-    total, count = 0.0, 0
-    for start in range(0, windows.shape[0], batch):
-        ids = windows[start : start + batch]
-        logits = model(ids)[:, :-1].float()
-        nll = torch.nn.functional.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="sum"
-        )
-        total, count = total + float(nll), count + ids[:, 1:].numel()
-    return total / count
-
-
-class FloatFirstPosition(torch.nn.Module):
-    """A quantized model whose first position is the float model's after every block (``pin=False``: the
-    quantized model as it is). Its perplexity is what the model would score if its massive-activation position
-    were exact; the prediction made at position 0 (one token per window) becomes the float model's too."""
-
-    def __init__(self, quant_model, float_model, pin: bool = True):
-        super().__init__()
-        self.quant_model, self.float_model, self.pin = quant_model, float_model, pin
-
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        xq = self.quant_model.embed(input_ids)
-        xf = self.float_model.embed(input_ids) if self.pin else None
-        cos, sin = self.quant_model.rope(input_ids.shape[1], xq.dtype)
-        for i, layer in enumerate(self.quant_model.layers):
-            xq = layer(xq, cos, sin)
-            if xf is not None:
-                xf = self.float_model.layers[i](xf, cos, sin)
-                xq[:, 0] = xf[:, 0]
-        return self.quant_model.head(self.quant_model.norm(xq))
 
 
 def pinned_perplexity(model: Path, float_model, eval_tokens: int, seq_len: int) -> dict:

@@ -19,6 +19,9 @@ It also compares, at equal compute, a cooldown branch with a fresh run of the sa
 own schedule (Hägele et al. 2024 report that they match), the WSD runs' ends with the CPU ladder's fresh
 runs of the same budget and rate (``docs/results/ladder/analysis/results.csv``), and measures the decay
 stage (MiniCPM's appendix D): how much each family gains in its cooldown, by size.
+
+The fits, predictions and comparisons are :mod:`trilm.scaling.heldout`, the section on why the additive law
+misses :mod:`trilm.scaling.cooldown_diagnosis`; this module trains the runs and writes the report.
 """
 
 from __future__ import annotations
@@ -29,33 +32,34 @@ import math
 import subprocess
 import sys
 import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from benchmarks.common import CHECKOUT, write_result
-from benchmarks.scaling._cooldown_diagnosis import (
+from trilm.scaling.cooldown_diagnosis import (
     alternatives,
-    bound,
     markdown,
-    prediction_row,
     rerun_differences,
     rerun_markdown,
     size_gaps,
 )
-from benchmarks.scaling._cooldown_diagnosis import finals as _finals
+from trilm.scaling.heldout import (
+    FIT_UP_TO,
+    NAMES,
+    ORDER,
+    TARGET,
+    bound,
+    decay_stage,
+    fit_and_predict,
+    fresh_comparison,
+    ladder_finals,
+    predict_separate,
+    rate_drop,
+)
 
 OUT = CHECKOUT / "docs" / "results" / "cooldown"
 LADDER_TABLE = CHECKOUT / "docs" / "results" / "ladder" / "analysis" / "results.csv"
 SUITE, FRESH = "cooldown", "cooldown-fresh"
-FIT_UP_TO = 0.5
-"""The branches that end at no more than this fraction of the budget are the fit's data."""
-TARGET = 0.03
-"""The issue's target: every prediction within this many nats."""
-LADDER_RATE = "lr0.004"
-"""The ladder's runs at the cooldown suite's peak rate."""
-ORDER = ("floatlm", "trilm", "bilm")
-NAMES = {"floatlm": "FloatLM", "trilm": "TriLM", "bilm": "BiLM"}
 
 
 def _trilm(*args: str) -> None:
@@ -71,172 +75,6 @@ def run(args: argparse.Namespace) -> None:
     _trilm("suite", "cooldown", SUITE, "--jobs", jobs)
     _trilm("suite", "launch", FRESH, "--local", "--jobs", jobs)
     print(f"cooldown experiment trained in {time.time() - start:,.0f} s (runs already finished are skipped)")
-
-
-def _loss_at(rows: list, run: str, step: int) -> float | None:
-    for r in rows:
-        if r.run == run and r.step == step:
-            return r.loss
-    return None
-
-
-def _fit_and_predict(rows: list, bootstrap: int) -> tuple[dict[str, Any], list[dict[str, Any]], dict]:
-    from trilm.scaling.analyse import branch_parent, lineage
-    from trilm.scaling.fit import FitError
-    from trilm.scaling.nd import fit_nd, predict
-
-    finals = _finals(rows)
-    parents = {n: r for n, r in finals.items() if not branch_parent(r)}
-    budget = max(r.tokens for r in parents.values())
-    laws, predictions, fitted = {}, [], {}
-    for family in ORDER:
-        fam = [r for r in finals.values() if r.family == family]
-        points = [r for r in fam if branch_parent(r) and r.tokens <= FIT_UP_TO * budget + 1]
-        held = [r for r in fam if r not in points]
-        if len(points) < 5:
-            continue
-        try:
-            law = fit_nd(
-                points,
-                x="nonembedding_params",
-                units=[lineage(r) for r in points],
-                bootstrap=bootstrap,
-                label=f"{NAMES[family]} L(N, D)",
-            )
-        except FitError as exc:
-            laws[family] = {"error": str(exc)}
-            continue
-        fitted[family] = (law, points, held)
-        laws[family] = {
-            "params": law.fit.params,
-            "points": len(points),
-            "identified": law.identified,
-            "not_identified_because": [] if law.identified else list(law.identification.reasons),
-        }
-        for r in sorted(held, key=lambda r: (r.nonembedding_params, r.tokens)):
-            p = predict(law, r.nonembedding_params, r.tokens)
-            kind = "run end (full budget)" if not branch_parent(r) else "branch"
-            predictions.append(_prediction(r, kind, p.predicted, None if p.lo is None else [p.lo, p.hi]))
-    return laws, predictions, fitted
-
-
-def _prediction(r, kind: str, predicted: float, interval: list[float] | None) -> dict[str, Any]:
-    """One held-out row of the report: what the law said for run ``r`` and what was measured."""
-    return {"family": r.family, "size": r.size, "kind": kind, **prediction_row(r, predicted, interval)}
-
-
-def _ladder_finals(ladder_rows: list, budget: float) -> list:
-    """The final checkpoints of the CPU ladder's runs at the suite's rate and budget, by family and size."""
-    last = [r for n, r in _finals(ladder_rows).items() if n.endswith(f"-{LADDER_RATE}")]
-    return sorted(
-        (r for r in last if abs(r.tokens - budget) <= 1), key=lambda r: (r.family, r.nonembedding_params)
-    )
-
-
-def _predict_separate(fitted: dict, ladder_rows: list, budget: float) -> list[dict[str, Any]]:
-    """The CPU ladder's runs at the suite's rate and budget, trained separately on each family's own decaying
-    schedule (docs/results/ladder/): what the law fitted on WSD branches predicts for them."""
-    from trilm.scaling.nd import predict
-
-    out = []
-    for r in _ladder_finals(ladder_rows, budget):
-        if r.family not in fitted:
-            continue
-        p = predict(fitted[r.family][0], r.nonembedding_params, r.tokens)
-        interval = None if p.lo is None else [p.lo, p.hi]
-        out.append(_prediction(r, "separate run (CPU ladder, own schedule)", p.predicted, interval))
-    return out
-
-
-def _fresh_comparison(rows: list, fresh_rows: list, ladder_rows: list) -> list[dict[str, Any]]:
-    """Branch (or WSD run end) against a fresh run of the same length: the same compute, two schedules."""
-    from trilm.scaling.analyse import branch_parent
-
-    finals, out = _finals(rows), []
-    by_key = defaultdict(list)
-    for r in finals.values():
-        by_key[(r.family, r.size, int(r.tokens))].append(r)
-    ladder = {n: r for n, r in _finals(ladder_rows).items() if n.endswith(f"-{LADDER_RATE}")}
-    sources = (("fresh (cooldown-fresh suite)", _finals(fresh_rows)), ("ladder fresh run", ladder))
-    for source, table in sources:
-        for name, fresh in sorted(table.items()):
-            for wsd in by_key.get((fresh.family, fresh.size, int(fresh.tokens)), []):
-                out.append(
-                    {
-                        "family": fresh.family,
-                        "size": fresh.size,
-                        "D": int(fresh.tokens),
-                        "wsd": wsd.run,
-                        "wsd_kind": "branch" if branch_parent(wsd) else "run end",
-                        "wsd_loss": wsd.loss,
-                        "fresh": f"{source}: {name}",
-                        "fresh_loss": fresh.loss,
-                        "difference": wsd.loss - fresh.loss,
-                    }
-                )
-    return out
-
-
-def _decay_stage(rows: list, suite) -> list[dict[str, Any]]:
-    """Per WSD run: the loss at the last snapshot before its cooldown, at its end, and (for scale) what the
-    same number of steps at the constant rate bought just before."""
-    from trilm.scaling.analyse import branch_parent
-
-    out = []
-    for run in suite.runs:
-        mine = sorted((r for r in rows if r.run == run.name and not branch_parent(r)), key=lambda r: r.step)
-        if not mine or mine[-1].step < run.cfg.steps:
-            continue
-        start = int(run.cfg.steps * (1 - run.cfg.schedule.cooldown))
-        before = [r for r in mine if r.step <= start]
-        if len(before) < 2:
-            continue
-        pre, end = before[-1], mine[-1]
-        span = end.step - pre.step
-        earlier = [r for r in before if r.step <= pre.step - span]
-        trend = (earlier[-1].loss - pre.loss) if earlier else None
-        out.append(
-            {
-                "run": run.name,
-                "family": run.family,
-                "size": run.size,
-                "cooldown_from_step": start,
-                "loss_before": pre.loss,
-                "before_step": pre.step,
-                "loss_end": end.loss,
-                "gain": pre.loss - end.loss,
-                "gain_at_constant_rate_before": trend,
-                "constant_from_step": earlier[-1].step if earlier else None,
-                "share_of_final": (pre.loss - end.loss) / end.loss,
-            }
-        )
-    return out
-
-
-def _rate_drop(ladder_rows: list) -> list[dict[str, Any]]:
-    """The ladder's fresh runs around the middle of the run, where TriLM and BiLM halve their rate (Spectra's
-    rate drop at ½; FloatLM's cosine has no event there): the loss fallen in the 256 steps after the middle
-    against the 256 steps before it. Their difference is what the event buys beyond the run's own trend."""
-    out = []
-    for name, last in sorted(_finals(ladder_rows).items()):
-        if not name.endswith(f"-{LADDER_RATE}"):
-            continue
-        mid = last.step // 2
-        before, at, after = (_loss_at(ladder_rows, name, s) for s in (mid - 256, mid, mid + 256))
-        if before is None or at is None or after is None:
-            continue
-        out.append(
-            {
-                "run": name,
-                "family": last.family,
-                "size": last.size,
-                "middle_step": mid,
-                "gain_before": before - at,
-                "gain_after": at - after,
-                "excess": (at - after) - (before - at),
-            }
-        )
-    return out
 
 
 def _plot(fitted: dict, predictions: list[dict[str, Any]], out: Path) -> list[str]:
@@ -455,9 +293,9 @@ def report(args: argparse.Namespace) -> None:
     out = Path(args.out)
     rows, fresh_rows, seconds = _tables(args, suite, fresh, out)
     ladder_rows = read_table(LADDER_TABLE) if LADDER_TABLE.is_file() else []
-    laws, predictions, fitted = _fit_and_predict(rows, args.bootstrap)
+    laws, predictions, fitted = fit_and_predict(rows, args.bootstrap)
     budget = max(r.tokens for r in suite.runs)
-    predictions += _predict_separate(fitted, ladder_rows, budget)
+    predictions += predict_separate(fitted, ladder_rows, budget)
     rerun = rerun_differences(predictions, _earlier()) if out == OUT else []
     result = {
         "budget": budget,
@@ -467,14 +305,14 @@ def report(args: argparse.Namespace) -> None:
         "bootstrap": args.bootstrap,
         "laws": laws,
         "predictions": predictions,
-        "fresh_comparison": _fresh_comparison(rows, fresh_rows, ladder_rows),
-        "decay_stage": _decay_stage(rows, suite),
-        "ladder_rate_drop": _rate_drop(ladder_rows),
+        "fresh_comparison": fresh_comparison(rows, fresh_rows, ladder_rows),
+        "decay_stage": decay_stage(rows, suite),
+        "ladder_rate_drop": rate_drop(ladder_rows),
         "train_seconds": seconds,
         "rerun": rerun,
         "size_gaps": size_gaps(rows, budget, ORDER),
         "alternatives": alternatives(
-            rows, budget, FIT_UP_TO, ORDER, args.alt_bootstrap, tuple(_ladder_finals(ladder_rows, budget))
+            rows, budget, FIT_UP_TO, ORDER, args.alt_bootstrap, tuple(ladder_finals(ladder_rows, budget))
         ),
     }
     out.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import write_result
-from benchmarks.scaling.cooldown import LADDER_RATE, LADDER_TABLE, NAMES, OUT
+from benchmarks.scaling.cooldown import LADDER_TABLE, OUT
+from trilm.scaling.heldout import LADDER_RATE, NAMES
 
 CUTS = {0.25: 0.06, 0.5: 0.03}
 """Fraction of the run seen → the issue's target error of the forecast final loss (nats)."""

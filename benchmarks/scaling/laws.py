@@ -5,7 +5,7 @@ Launch (reads only committed tables, trains nothing)::
 
     python -m benchmarks.scaling.laws            # docs/results/cooldown/laws.json and laws.md
 
-The split is the cooldown report's (``benchmarks/scaling/cooldown.py``): per family, the fit uses the final
+The split is the cooldown report's (:mod:`trilm.scaling.heldout`): per family, the fit uses the final
 checkpoints of the cooldown branches that end at ≤ ½ of the budget; held out are the ¾ branches, the WSD
 runs' own ends and the CPU ladder's separately trained runs of the same budget and peak rate. Each law is
 fitted with the same objective and the same 1,000-resample bootstrap by lineage, and judged by the same
@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import write_result
-from benchmarks.scaling._cooldown_diagnosis import finals as _finals
-from benchmarks.scaling.cooldown import FIT_UP_TO, LADDER_TABLE, NAMES, ORDER, OUT, TARGET, _ladder_finals
+from benchmarks.scaling.cooldown import LADDER_TABLE, OUT
+from trilm.scaling.heldout import FIT_UP_TO, NAMES, ORDER, TARGET, finals, ladder_finals
 
 INSIDE_TARGET = 0.9
 """Issue 44: at least this share of held-out losses inside their bootstrap intervals."""
@@ -42,9 +42,9 @@ def _split(rows: list, ladder_rows: list, fresh_rows: list) -> tuple[float, dict
     then the fresh runs."""
     from trilm.scaling.analyse import branch_parent
 
-    last = _finals(rows)
+    last = finals(rows)
     budget = max(r.tokens for r in last.values() if not branch_parent(r))
-    ladder = _ladder_finals(ladder_rows, budget)
+    ladder = ladder_finals(ladder_rows, budget)
     out = {}
     for family in ORDER:
         fam = [r for r in last.values() if r.family == family]
@@ -55,7 +55,7 @@ def _split(rows: list, ladder_rows: list, fresh_rows: list) -> tuple[float, dict
             if r not in points
         ]
         held += [(r, KINDS[2]) for r in ladder if r.family == family]
-        fresh = sorted(_finals(fresh_rows).values(), key=lambda r: r.nonembedding_params)
+        fresh = sorted(finals(fresh_rows).values(), key=lambda r: r.nonembedding_params)
         held += [(r, FRESH_KIND) for r in fresh if r.family == family]
         out[family] = (points, held)
     return budget, out

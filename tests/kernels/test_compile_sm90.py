@@ -1,16 +1,16 @@
 """The GPU code paths compile for an H100/H200 (sm_90) on a CPU-only machine: Triton lowers them to PTX and
-its bundled ptxas assembles a cubin. ``python -m benchmarks.kernels.tools.compile_check`` sweeps every config
-and format; this test covers one GEMV and one GEMM config per format family in fp16, and bf16 for ternary
-and int4."""
+its bundled ptxas assembles a cubin (:mod:`trilm.kernels.aot`).
+``python -m benchmarks.kernels.tools.compile_check`` sweeps every config and format; this test covers one
+GEMV and one GEMM config per format family in fp16, and bf16 for ternary and int4."""
 
 import pytest
 import torch
 from trilm.kernels import prepare
 from trilm.kernels.affine.plan import candidates
 from trilm.kernels.affine.tuning import GEMV_CANDIDATES
+from trilm.kernels.aot import compile_affine, compile_kernel
 from trilm.kernels.general.launch import GPU_GEMM, GPU_GEMV
 
-from benchmarks.kernels.tools.compile_check import compile_affine, compile_kernel
 from trilm.formats.samples import random_packed
 
 CASES = [(k, torch.float16) for k in ("ternary", "binary_mean", "nm2:4", "billm", "int3", "pbllm")]

@@ -1,8 +1,9 @@
 """The default GEMV plans put enough work in flight on every SM of an H200, judged by the launch-plan model
-(:mod:`trilm.kernels.launch_model`) over the kernels compiled here for sm_90, at every decode-step layer
-shape of the nine Spectra sizes and the Llama shapes trilm imports that is large enough for bandwidth to
-matter (at least Little's-law bytes); so do the default tensor-core GEMM plans of batches 2–16 (one 16-row
-block: the batch-16 plan is the plan of every one of them), whose tile is chosen by the same model."""
+(:mod:`trilm.kernels.launch_model`, tabled by :mod:`trilm.kernels.launch_plans`) over the kernels compiled
+here for sm_90, at every decode-step layer shape of the nine Spectra sizes and the Llama shapes trilm
+imports that is large enough for bandwidth to matter (at least Little's-law bytes); so do the default
+tensor-core GEMM plans of batches 2–16 (one 16-row block: the batch-16 plan is the plan of every one of
+them), whose tile is chosen by the same model."""
 
 import json
 from pathlib import Path
@@ -10,8 +11,9 @@ from pathlib import Path
 import pytest
 import triton
 from trilm.kernels.launch_model import H200, Resources, launch_figures
+from trilm.kernels.launch_plans import table
 
-from benchmarks.kernels.tools.launch_table import table
+from trilm.model.config import decode_linear_shapes
 
 COMMITTED = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 
@@ -33,7 +35,7 @@ def test_little_minimum_is_stated_per_sm():
 @pytest.mark.slow
 def test_default_gemv_and_decode_gemm_plans_meet_the_minimums(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    rows = table(("ternary", "int4"))
+    rows = table(("ternary", "int4"), decode_linear_shapes())
     checked = [r for r in rows if r["checked"]]
     assert len([r for r in checked if r["path"] == "gemv"]) >= 30
     assert len([r for r in checked if r["path"] == "gemm"]) >= 30

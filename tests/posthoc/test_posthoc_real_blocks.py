@@ -1,5 +1,6 @@
-"""benchmarks/posthoc/real_blocks.py: the per-block divergence of a quantized model from its float model,
-which the real-model report uses to say where OmniQuant's loss comes from."""
+"""trilm/posthoc/divergence.py (run by ``python -m benchmarks.posthoc.real_blocks``): the per-block
+divergence of a quantized model from its float model, which the real-model report uses to say where
+OmniQuant's loss comes from."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import copy
 import pytest
 import torch
 
-from benchmarks.posthoc.real_blocks import divergence
 from tests.posthoc.conftest import tiny_model
+from trilm.posthoc.divergence import FloatFirstPosition, calibration_nll, divergence
 
 
 def _with_one_block_changed(layers: int, block: int, batch: int):
@@ -41,8 +42,6 @@ def test_divergence_starts_at_the_changed_block_and_splits_position_zero():
 
 
 def test_pinning_the_first_position_makes_it_the_float_models():
-    from benchmarks.posthoc.real_blocks import FloatFirstPosition
-
     float_model, changed, ids = _with_one_block_changed(layers=2, block=0, batch=2)
     with torch.no_grad():
         assert torch.equal(FloatFirstPosition(changed, float_model, pin=False)(ids), changed(ids))
@@ -53,8 +52,6 @@ def test_pinning_the_first_position_makes_it_the_float_models():
 
 def test_calibration_nll_is_the_mean_next_token_loss():
     import math
-
-    from benchmarks.posthoc.real_blocks import calibration_nll
 
     model, _, ids = _with_one_block_changed(layers=1, block=0, batch=3)
     with torch.no_grad():

@@ -1,9 +1,9 @@
-"""The real-model evidence report (benchmarks/posthoc/_real_report.py): its verdicts come from the rows, so a
+"""The real-model evidence report (trilm/posthoc/real_report.py): its verdicts come from the rows, so a
 claim that a row contradicts reads *fails*, and one without its rows reads *not measured*."""
 
 from __future__ import annotations
 
-from benchmarks.posthoc._real_report import render, verdicts
+from trilm.posthoc.real_report import render, verdicts
 
 
 def _row(ppl: float, paper: float | None = None, **extra) -> dict:

@@ -1,6 +1,6 @@
-"""The cooldown experiment's report (benchmarks/scaling/cooldown.py) on rows drawn from a known L(N, D):
-fitted on the branches at <= 1/2 of the budget, it must predict the runs' own ends, and the fresh-run and
-decay-stage tables must pair and difference the right rows."""
+"""The cooldown experiment's report (trilm/scaling/heldout.py, cooldown_diagnosis.py) on rows drawn from a
+known L(N, D): fitted on the branches at <= 1/2 of the budget, it must predict the runs' own ends, and the
+fresh-run and decay-stage tables must pair and difference the right rows."""
 
 from __future__ import annotations
 
@@ -9,7 +9,22 @@ import itertools
 import numpy as np
 import pytest
 
-from benchmarks.scaling.cooldown import _fit_and_predict, _fresh_comparison, _rate_drop
+from trilm.scaling.cooldown_diagnosis import (
+    alternatives,
+    markdown,
+    rerun_differences,
+    rerun_markdown,
+    size_gaps,
+)
+from trilm.scaling.heldout import (
+    NAMES,
+    TARGET,
+    fit_and_predict,
+    fresh_comparison,
+    predict_separate,
+    rate_drop,
+)
+from trilm.scaling.kaplan import kaplan_loss
 from trilm.scaling.table import ResultRow
 
 E, A, ALPHA, B, BETA = 3.2, 400.0, 0.5, 900.0, 0.45
@@ -43,7 +58,7 @@ def suite_rows(noise: float = 0.0) -> list[ResultRow]:
 
 
 def test_the_fit_on_early_branches_predicts_the_held_out_ends():
-    laws, predictions, _ = _fit_and_predict(suite_rows(), bootstrap=0)
+    laws, predictions, _ = fit_and_predict(suite_rows(), bootstrap=0)
     assert laws["floatlm"]["points"] == 16  # 4 sizes x the branches at 1/8 ... 1/2
     held = {p["run"]: p for p in predictions}
     assert len(held) == 8  # the four runs' own ends and the four branches at 3/4
@@ -55,7 +70,7 @@ def test_the_fit_on_early_branches_predicts_the_held_out_ends():
 
 
 def test_noisy_branches_give_intervals_and_errors_of_the_noise_scale():
-    _, predictions, _ = _fit_and_predict(suite_rows(noise=0.005), bootstrap=200)
+    _, predictions, _ = fit_and_predict(suite_rows(noise=0.005), bootstrap=200)
     assert all(p["interval"] is not None and p["interval"][0] <= p["predicted"] <= p["interval"][1]
                for p in predictions)  # fmt: skip
     assert max(abs(p["error"]) for p in predictions) < 0.05
@@ -67,20 +82,18 @@ def test_a_branch_is_compared_with_the_fresh_run_of_its_length_and_the_ladder_ru
     name = "floatlm-128x4-lr0.004"
     ladder = [row(name, "floatlm", "128x4", s * 1024, s, 5.0 - s / 1000) for s in (768, 1024, 1280)]
     ladder.append(row(name, "floatlm", "128x4", BUDGET, 2048, 3.52))
-    pairs = {(c["wsd"], c["fresh"].split(":")[0]): c for c in _fresh_comparison(rows, fresh, ladder)}
+    pairs = {(c["wsd"], c["fresh"].split(":")[0]): c for c in fresh_comparison(rows, fresh, ladder)}
     branch = pairs[("floatlm-128x4-cd1048576", "fresh (cooldown-fresh suite)")]
     assert branch["wsd_kind"] == "branch" and branch["difference"] == branch["wsd_loss"] - 3.70
     end = pairs[("floatlm-128x4", "ladder fresh run")]
     assert end["wsd_kind"] == "run end" and end["fresh_loss"] == 3.52
-    (drop,) = _rate_drop(ladder)
+    (drop,) = rate_drop(ladder)
     assert drop["middle_step"] == 1024
     assert np.isclose(drop["gain_before"], 0.256) and np.isclose(drop["excess"], 0.0)
 
 
 def test_the_ladders_separately_trained_runs_of_the_same_budget_are_predicted_too():
-    from benchmarks.scaling.cooldown import _predict_separate
-
-    _, _, fitted = _fit_and_predict(suite_rows(), bootstrap=0)
+    _, _, fitted = fit_and_predict(suite_rows(), bootstrap=0)
     name = "floatlm-128x4-lr0.004"
     n = SIZES["128x4"]
     ladder = [
@@ -89,7 +102,7 @@ def test_the_ladders_separately_trained_runs_of_the_same_budget_are_predicted_to
     ]
     ladder += [row("floatlm-128x4-lr0.002", "floatlm", "128x4", BUDGET, 2048, 3.6)]  # another rate: not this
     ladder += [row("trilm-128x4-lr0.004", "trilm", "128x4", BUDGET, 2048, 3.6)]  # a family without a fit
-    (p,) = _predict_separate(fitted, ladder, BUDGET)
+    (p,) = predict_separate(fitted, ladder, BUDGET)
     assert p["run"] == name and p["D"] == BUDGET and p["measured"] == 3.5 and p["kind"].startswith("separate")
     assert np.isclose(p["predicted"], law(n, BUDGET), atol=1e-3) and np.isclose(
         p["error"], p["predicted"] - 3.5
@@ -98,8 +111,6 @@ def test_the_ladders_separately_trained_runs_of_the_same_budget_are_predicted_to
 
 def kaplan_rows() -> list[ResultRow]:
     """Rows from Kaplan's interacting form, whose gap between sizes grows with D (what the CPU runs show)."""
-    from benchmarks.scaling._cooldown_diagnosis import kaplan_loss
-
     theta = np.array([np.log(3.0), np.log(3e4), np.log(3e5), 0.5, 0.5])
     rows = []
     for size, n in SIZES.items():
@@ -113,8 +124,6 @@ def kaplan_rows() -> list[ResultRow]:
 
 
 def test_the_diagnosis_measures_the_gap_between_sizes_at_each_d():
-    from benchmarks.scaling._cooldown_diagnosis import size_gaps
-
     additive = size_gaps(suite_rows(), BUDGET, ("floatlm",))
     assert [g["fraction"] for g in additive] == [0.125, 0.25, 0.375, 0.5, 0.75, 1.0]
     gaps = [g["gap_smallest_largest"] for g in additive]
@@ -124,11 +133,8 @@ def test_the_diagnosis_measures_the_gap_between_sizes_at_each_d():
 
 
 def test_kaplans_form_predicts_what_the_additive_law_cannot():
-    from benchmarks.scaling._cooldown_diagnosis import alternatives, markdown, size_gaps
-    from benchmarks.scaling.cooldown import NAMES, TARGET
-
     rows = kaplan_rows()
-    _, additive, _ = _fit_and_predict(rows, bootstrap=0)
+    _, additive, _ = fit_and_predict(rows, bootstrap=0)
     alt = alternatives(rows, BUDGET, 0.5, ("floatlm",), bootstrap=12)
     kaplan = alt["kaplan"]["floatlm"]
     assert kaplan["points"] == 16 and kaplan["params"]["alpha"] == pytest.approx(0.5, abs=0.02)
@@ -149,8 +155,6 @@ def test_kaplans_form_predicts_what_the_additive_law_cannot():
 
 
 def test_an_earlier_sessions_measurements_of_the_same_runs_are_paired_by_name():
-    from benchmarks.scaling._cooldown_diagnosis import rerun_differences, rerun_markdown
-
     now = [{"run": "trilm-128x4", "family": "trilm", "measured": 3.5549}, {"run": "new", "measured": 1.0}]
     earlier = {"date": "2026-12-03T17:14:06", "predictions": [{"run": "trilm-128x4", "measured": 3.5888}]}
     (d,) = rerun_differences(now, earlier)

@@ -319,6 +319,33 @@ TINY_SIZES: dict[str, tuple[int, int, int, int, int]] = {
 }
 
 
+# Llama models trilm imports, by the shapes of their linears: (hidden, ffn, heads, kv_heads, head_dim).
+IMPORTED_SHAPES: dict[str, tuple[int, int, int, int, int]] = {
+    "smollm2-135m": (576, 1536, 9, 3, 64),
+    "llama-2-7b": (4096, 11008, 32, 32, 128),
+    "llama-3-8b": (4096, 14336, 32, 8, 128),
+}
+
+
+def decode_linear_shapes() -> list[tuple[str, int, int]]:
+    """(label, N, K) of every distinct linear of a decode step — fused Q/K/V, o, fused gate/up, down, as
+    :func:`trilm.infer.fuse_projections` stacks them — for the nine Spectra sizes and the imported Llama
+    models: the layer shapes the kernels' launch plans are judged at (:mod:`trilm.kernels.launch_plans`)."""
+    models = {
+        f"spectra-{s}": (h, f, heads, heads, h // heads) for s, (h, f, heads, _, _) in SPECTRA_SIZES.items()
+    }
+    models.update(IMPORTED_SHAPES)
+    out = []
+    for name, (hidden, ffn, heads, kv, hd) in models.items():
+        out += [
+            (f"{name} qkv", (heads + 2 * kv) * hd, hidden),
+            (f"{name} o", hidden, heads * hd),
+            (f"{name} gate_up", 2 * ffn, hidden),
+            (f"{name} down", hidden, ffn),
+        ]
+    return out
+
+
 def preset_names() -> list[str]:
     sizes = [*SPECTRA_SIZES, *TINY_SIZES]
     return [f"{family}-{size}" for family in FAMILY_NAMES for size in sizes]

@@ -16,11 +16,11 @@ from typing import Any
 
 import torch
 from trilm.kernels.affine.plan import candidates
+from trilm.kernels.aot import TORCH_TO_TRITON, compile_affine, compile_jit
 from trilm.kernels.general.launch import GPU_GEMV, KERNELS
 from trilm.kernels.triton_runtime import kernel_module
 
 from benchmarks.kernels.tools._sass import per_weight, sass_listing
-from benchmarks.kernels.tools.compile_check import TORCH_TO_TRITON, compile_affine, compile_jit
 from trilm.formats.samples import relabelled
 
 N = K = 8192

@@ -1,4 +1,5 @@
-"""The Markdown report of :mod:`benchmarks.posthoc.real`: the table, each seed claim and its verdict.
+"""The Markdown report of the real-model evaluation (``python -m benchmarks.posthoc.real``): the table, each
+seed claim and its verdict.
 
 Every number comes from ``results.json`` (written by the same run); the verdicts are computed here, so the
 report says exactly what the rows say.
@@ -91,11 +92,10 @@ def verdicts(rows: dict, omni_epochs: int = 5) -> list[tuple[str, str, str]]:
     if st and bi:
         near = st["ppl"] <= 1.5 * bi["ppl"]
         fewer = (st["bits"].get("paper") or 99) < (bi["bits"].get("paper") or 99)
-        holds = "holds" if near and fewer else "fails"
         out.append(
             (
                 "STBLLM 6:8 near BiLLM (within 1.5×) with fewer bits",
-                holds,
+                "holds" if near and fewer else "fails",
                 f"stbllm-6:8 {_fmt(st['ppl'])} at {_fmt(st['bits'].get('paper'), 2)} value bits vs billm "
                 f"{_fmt(bi['ppl'])} at {_fmt(bi['bits'].get('paper'), 2)}",
             )
@@ -256,11 +256,12 @@ def _machines(rows: dict) -> list[str]:
 def _side_by_side(rows: dict) -> list[str]:
     """trilm's GPTQ beside llmcompressor's at each width: the static-groups row (llmcompressor's way) where
     it exists, the default (dynamic groups) beside it."""
-    pairs = []
+    pairs: list[tuple[int, dict, dict | None, dict]] = []
     for b in (4, 3, 2):
         lc, dynamic = rows.get(f"llmcompressor-gptq-w{b}"), rows.get(f"gptq-w{b}")
-        if lc and (rows.get(f"gptq-w{b}-static") or dynamic):
-            pairs.append((b, rows.get(f"gptq-w{b}-static") or dynamic, dynamic, lc))
+        trilm_row = rows.get(f"gptq-w{b}-static") or dynamic
+        if lc and trilm_row:
+            pairs.append((b, trilm_row, dynamic, lc))
     if not pairs:
         return []
     lines = [

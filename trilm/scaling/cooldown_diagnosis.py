@@ -11,31 +11,23 @@ at ≤ ½ of the budget) and asked for the same held-out predictions:
   ``L = E + ((N_c/N)^(α/β) + D_c/D)^β``, in which a model is data-limited (all sizes alike) at small D and
   size-limited at large D, so the gap between sizes grows with D.
 
-Both were chosen after the additive form's misses were seen; the report says so. Kaplan's form is fitted
-here with scipy's least squares (the Huber loss of the log residuals, as trilm's own fits) from a grid of
-starts, and bootstrapped over lineages like the main fit.
+Both were chosen after the additive form's misses were seen; the report says so. Kaplan's form and its fit
+are :mod:`trilm.scaling.kaplan`; the held-out rows and the main fit are :mod:`trilm.scaling.heldout`.
+:func:`markdown` and :func:`rerun_markdown` are the report's sections on both.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections import defaultdict
 from typing import Any
 
 import numpy as np
 
+from trilm.scaling.heldout import bound, finals, interval, prediction_row
+from trilm.scaling.kaplan import fit_kaplan, predict_kaplan
+
 LATE_WINDOW = 0.25
 """The later window's first branch, as a fraction of the budget."""
-HUBER_DELTA = 1e-3
-
-
-def finals(rows: list) -> dict[str, Any]:
-    """The last checkpoint of every run in ``rows``."""
-    last: dict[str, Any] = {}
-    for r in rows:
-        if r.run not in last or r.step > last[r.run].step:
-            last[r.run] = r
-    return last
 
 
 def size_gaps(rows: list, budget: float, order: tuple[str, ...]) -> list[dict[str, Any]]:
@@ -61,91 +53,6 @@ def size_gaps(rows: list, budget: float, order: tuple[str, ...]) -> list[dict[st
                 }
             )
     return out
-
-
-def kaplan_loss(theta: np.ndarray, n: np.ndarray, d: np.ndarray) -> np.ndarray:
-    """``E + ((N_c/N)^(α/β) + D_c/D)^β`` for ``theta = [ln E, ln N_c, ln D_c, α, β]``."""
-    log_e, log_nc, log_dc, alpha, beta = theta
-    with np.errstate(over="ignore", invalid="ignore"):
-        inner = np.exp((alpha / beta) * (log_nc - np.log(n))) + np.exp(log_dc - np.log(d))
-        return np.exp(log_e) + inner**beta
-
-
-def _residuals(theta, n, d, log_y, sqrt_w):
-    pred = kaplan_loss(theta, n, d)
-    r = np.log(np.where(pred > 0, pred, 1e-300)) - log_y
-    return np.where(np.isfinite(r), r, 1e3) * sqrt_w
-
-
-def _fit_kaplan_once(n, d, loss, weights, starts) -> np.ndarray | None:
-    from scipy.optimize import least_squares
-
-    bounds = ([-5.0, -5.0, -5.0, 1e-3, 1e-3], [3.0, 60.0, 60.0, 3.0, 3.0])
-    log_y, sqrt_w = np.log(loss), np.sqrt(weights)
-    best, best_cost = None, np.inf
-    for x0 in starts:
-        res = least_squares(
-            _residuals, x0, args=(n, d, log_y, sqrt_w), bounds=bounds, loss="huber", f_scale=HUBER_DELTA
-        )
-        if res.success and res.cost < best_cost:
-            best, best_cost = res.x, res.cost
-    return best
-
-
-def _grid(loss: np.ndarray) -> list[np.ndarray]:
-    low = float(np.log(np.min(loss)))
-    return [
-        np.array(s)
-        for s in itertools.product(
-            [low - 0.4, low - 0.1], [5.0, 10.0, 15.0], [8.0, 12.0, 16.0], [0.3, 0.8], [0.3, 0.8]
-        )
-    ]
-
-
-def fit_kaplan(points: list, units: list[str], bootstrap: int, seed: int = 0) -> dict[str, Any]:
-    """Fit Kaplan's form to ``points`` (N non-embedding, D tokens) and bootstrap it over ``units``: the
-    parameters and the resampled parameter vectors (for prediction intervals)."""
-    n = np.array([r.nonembedding_params for r in points], float)
-    d = np.array([r.tokens for r in points], float)
-    loss = np.array([r.loss for r in points], float)
-    theta = _fit_kaplan_once(n, d, loss, np.ones_like(loss), _grid(loss))
-    if theta is None:
-        return {"error": "no start converged"}
-    names = sorted(set(units))
-    rng = np.random.default_rng(seed)
-    samples = []
-    for _ in range(bootstrap):
-        draw = rng.integers(0, len(names), len(names))
-        counts = np.bincount(draw, minlength=len(names))
-        w = np.array([counts[names.index(u)] for u in units], float)
-        if np.count_nonzero(counts) < 2:
-            continue
-        t = _fit_kaplan_once(n, d, loss, w, [theta, *_grid(loss)[::36]])
-        if t is not None:
-            samples.append(t)
-    return {
-        "theta": theta,
-        "params": {
-            "E": float(np.exp(theta[0])),
-            "N_c": float(np.exp(theta[1])),
-            "D_c": float(np.exp(theta[2])),
-            "alpha": float(theta[3]),
-            "beta": float(theta[4]),
-        },
-        "samples": np.array(samples),
-        "rms_log_residual": float(np.sqrt(np.mean((np.log(kaplan_loss(theta, n, d)) - np.log(loss)) ** 2))),
-    }
-
-
-def predict_kaplan(fit: dict[str, Any], n: float, d: float, level: float = 0.95) -> dict[str, Any]:
-    value = float(kaplan_loss(fit["theta"], np.array([n]), np.array([d]))[0])
-    samples = fit["samples"]
-    interval = None
-    if len(samples) >= 10:
-        values = np.array([kaplan_loss(t, np.array([n]), np.array([d]))[0] for t in samples])
-        tail = 100 * (1 - level) / 2
-        interval = [float(v) for v in np.percentile(values[np.isfinite(values)], [tail, 100 - tail])]
-    return {"predicted": value, "interval": interval}
 
 
 def alternatives(
@@ -181,8 +88,7 @@ def alternatives(
             entry["predictions"] = []
             for r in held:
                 p = predict(law, r.nonembedding_params, r.tokens)
-                interval = None if p.lo is None else [p.lo, p.hi]
-                entry["predictions"].append(prediction_row(r, p.predicted, interval))
+                entry["predictions"].append(prediction_row(r, p.predicted, interval(p)))
         except FitError as exc:
             entry["error"] = str(exc)
         out["late_window"][family] = entry
@@ -192,8 +98,8 @@ def alternatives(
             continue
         preds = []
         for r in held:
-            p = predict_kaplan(kap, r.nonembedding_params, r.tokens)
-            preds.append(prediction_row(r, p["predicted"], p["interval"]))
+            kp = predict_kaplan(kap, r.nonembedding_params, r.tokens)
+            preds.append(prediction_row(r, kp["predicted"], kp["interval"]))
         out["kaplan"][family] = {
             "points": len(points),
             "params": kap["params"],
@@ -202,26 +108,6 @@ def alternatives(
             "predictions": preds,
         }
     return out
-
-
-def prediction_row(r, predicted: float, interval: list[float] | None) -> dict[str, Any]:
-    """A prediction for run ``r`` beside its measured loss: the error, and whether the interval holds it."""
-    inside = None if interval is None else bool(interval[0] <= r.loss <= interval[1])
-    return {
-        "run": r.run,
-        "N": r.nonembedding_params,
-        "D": int(r.tokens),
-        "predicted": predicted,
-        "interval": interval,
-        "measured": r.loss,
-        "error": predicted - r.loss,
-        "inside_interval": inside,
-    }
-
-
-def bound(value: float) -> str:
-    """An interval bound: a resample whose fit ran off shows as 1.52e+11, not twelve digits."""
-    return f"{value:.4f}" if abs(value) < 100 else f"{value:.2e}"
 
 
 def _score(preds: list[dict[str, Any]], target: float) -> str:
