@@ -391,15 +391,19 @@ def imatrix_note() -> str:
     except ImportError:
         return "llama-cpp-python is not importable here: importance matrices not checked."
     fields = [f[0] for f in llama_cpp.llama_model_quantize_params._fields_]
-    computes = [n for n in dir(llama_cpp) if "imatrix" in n.lower()]
+    entry = getattr(llama_cpp, "llama_model_imatrix_data", None)
+    if "imatrix" not in fields:
+        return f"llama-cpp-python {llama_cpp.__version__}: no imatrix field in llama_model_quantize_params."
+    how = (
+        "an array of `llama_model_imatrix_data` {name, float *data, size} per tensor, which ctypes can build"
+        if entry is not None
+        else "a C++ pointer ctypes cannot build"
+    )
     return (
-        f"llama-cpp-python {llama_cpp.__version__}: `llama_model_quantize_params` has "
-        f"{'an `imatrix` field' if 'imatrix' in fields else 'no imatrix field'} (a C++ pointer to a "
-        "`std::unordered_map<std::string, std::vector<float>>`, which ctypes cannot build), and the module "
-        "has "
-        f"{'functions ' + ', '.join(computes) if computes else 'no function that computes one'} (that is "
-        "llama.cpp's `llama-imatrix` tool, not the library): llama.cpp's Q4_0 with an importance matrix is "
-        "not measured."
+        f"llama-cpp-python {llama_cpp.__version__}: `llama_model_quantize_params.imatrix` is {how}; "
+        "computing "
+        "the matrix (per-column mean of squared activations) is llama.cpp's `llama-imatrix` tool, not in the "
+        "library. llama.cpp's Q4_0 with an importance matrix is not measured here."
     )
 
 
