@@ -251,19 +251,20 @@ def render(payload: dict) -> str:
         "10^6. bits/weight: stored bits per block-linear weight, scales and zero points included "
         "(`trilm.bits.stored_linear_bits`); the embedding and head are not in it.",
         "",
-        "| export | runtime | file | MB | bits/weight | ppl | × float |",
-        "|---|---|---|---|---|---|---|",
+        "| export | runtime | file | embedding | MB | bits/weight | ppl | × float |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for name, runtime in plan():
         r = rows.get(key(name, runtime))
         if r is None:
             why = payload["not_measured"].get(key(name, runtime), "not run yet")
-            lines.append(f"| {name} | {runtime} | not measured: {why} | | | | |")
+            lines.append(f"| {name} | {runtime} | not measured: {why} | | | | | |")
             continue
         ratio = f"{r['ppl'] / float_ppl:.3f}" if float_ppl else "—"
         file = Path(r["file"]).name
         lines.append(
-            f"| {name} | {runtime} | {file} | {r['bytes'] / 1e6:.1f} | {r['linear_bits']:.3f} | "
+            f"| {name} | {runtime} | {file} | {r.get('types', {}).get('token_embd', '—')} | "
+            f"{r['bytes'] / 1e6:.1f} | {r['linear_bits']:.3f} | "
             f"{r['ppl']:.3f} | {ratio} |"
         )
     lines += ["", "## GPTQ → Q4_0 against llama.cpp's Q4_0, in llama.cpp", ""]
@@ -275,6 +276,11 @@ def render(payload: dict) -> str:
             f"trilm's GPTQ Q4_0 has perplexity {ours['ppl']:.3f} and llama.cpp's own Q4_0 "
             f"{theirs['ppl']:.3f} "
             f"({ours['ppl'] / theirs['ppl'] - 1:+.1%})."
+        )
+        verdict = "loses to" if ours["ppl"] > theirs["ppl"] else "beats"
+        lines.append(
+            f"**At equal size, trilm's GPTQ → Q4_0 {verdict} llama.cpp's own Q4_0** on this text (one model, "
+            "one calibration set, one held-out stream; no confidence interval)."
         )
         default, rtn = (
             rows.get(key("llama-q4_0-default", "llama.cpp")),
@@ -289,7 +295,8 @@ def render(payload: dict) -> str:
         if rtn:
             lines.append(
                 f"trilm's RTN onto the Q4_0 grid (llama.cpp's rounding, fp16 scale fixed before the codes): "
-                f"{rtn['ppl']:.3f}."
+                f"{rtn['ppl']:.3f}"
+                + (" (GPTQ's error feedback does not help here)." if rtn["ppl"] < ours["ppl"] else ".")
             )
     else:
         lines.append(
@@ -323,8 +330,12 @@ NOTES = [
     "values of Q4_1 blocks rounded to fp16, a relative change ≤ 2^-11 per weight. trilm quantizes the fp32.",
     "trilm keeps the embedding and head of a QuantLM as the snapshot holds them; the GGUF and "
     "compressed-tensors exports write them F16, so a runtime difference includes that rounding.",
-    "llama.cpp multiplies Q4_0/Q4_1/Q8_0 weights with activations quantized to 8 bits (its vec_dot types); "
-    "trilm and transformers use fp32 activations: the same weights can score slightly differently.",
+    "llama.cpp's CPU kernels dot Q4_0 and Q8_0 weight blocks against activations quantized to Q8_0 blocks, "
+    "and Q4_1 weight blocks against Q8_1 (Q8_0 plus each block's sum, which Q4_1's min needs) — the "
+    "type_vec_dot pairing; the weights themselves are Q4_1, not Q8_1. trilm and transformers use fp32 "
+    "activations: the same weights can score slightly differently.",
+    "embedding: the type the GGUF stores `token_embd` in (tied: it is also the output); trilm's QuantLMs "
+    "keep it fp32, the compressed-tensors exports fp16.",
 ]
 
 
