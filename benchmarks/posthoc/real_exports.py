@@ -84,6 +84,8 @@ def held_out(snapshot: Path, args) -> tuple[torch.Tensor, int, int]:
 
     opened = open_model(snapshot, verify=False)
     tok = opened.tokenizer.tokenizer
+    if tok is None:
+        raise SystemExit(f"{snapshot} has no tokenizer")
     tokens = token_stream(CORPUS, tok, split="validation", max_tokens=args.eval_tokens)
     return tokens, prefix_token_id(tok, opened.add_bos), opened.config.padded_vocab
 
@@ -93,7 +95,7 @@ def quantlm(name: str, snapshot: Path, work: Path, env: dict[str, str]) -> tuple
     """The QuantLM ``name`` (kept when finished), and how it was made."""
     out = work / "models" / name
     argv = ["quantize", str(snapshot), *QUANTLMS[name], "--out", str(out), "--no-progress"]
-    info = {"command": portable("trilm " + shlex.join(argv))}
+    info: dict = {"command": portable("trilm " + shlex.join(argv))}
     if not (out / "COMPLETE").is_file():
         seconds, before, after = run(argv, env, work / "logs" / f"{name}.quantize.log")
         info.update(quantize_wall_s=seconds, load=[before, after])

@@ -35,7 +35,8 @@ def gguf_bits(path: Path) -> dict:
     from trilm.bits import stored_linear_bits
 
     reader = GGUFReader(path)
-    linears, types = [], {}
+    linears: list[StoredTensor] = []
+    types: dict[str, str] = {}
     for t in reader.tensors:
         kind = t.name.split(".")[-2] if t.name.startswith("blk.") else t.name.removesuffix(".weight")
         types.setdefault(kind, t.tensor_type.name)
