@@ -68,6 +68,7 @@ def compile_kernel(
     kw: KernelWeight, path: str, config: dict[str, Any], x_dtype: torch.dtype, cc: int = 90, split_k: int = 2
 ):
     """Lower one kernel variant to a cubin for compute capability ``cc``; returns Triton's compiled kernel."""
+    # deferred for start-up time: loads triton only when a kernel is compiled
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -98,6 +99,7 @@ def compile_jit(fn, args: dict[str, Any], const: dict[str, Any], options: dict[s
     """Compile ``fn`` for ``cc`` as the JIT would specialize these arguments: ``args`` maps each runtime
     argument to a pointer type string ("*fp16", ...) or an int value (multiples of 16 get the divisibility
     hint unless the kernel opts out)."""
+    # deferred for start-up time: loads triton only when a kernel is compiled
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -124,6 +126,7 @@ def compile_jit(fn, args: dict[str, Any], const: dict[str, Any], options: dict[s
 
 def compile_affine(spec, path: str, config: dict[str, Any], x_dtype: torch.dtype, m: int, cc: int = 90):
     """One affine kernel variant as a plan would launch it for ``m`` rows on a 132-SM GPU."""
+    # deferred for start-up time: the affine kernels load triton
     from trilm.kernels.affine.plan import KERNELS as AFFINE_KERNELS
     from trilm.kernels.affine.plan import LaunchPlan, kernel_for
 
@@ -142,7 +145,7 @@ def compile_affine(spec, path: str, config: dict[str, Any], x_dtype: torch.dtype
 
 def ptxas_usage(kernel, cc: int) -> tuple[int, int]:
     """(registers, spill stores) that ptxas reports for the kernel's PTX."""
-    from triton.backends.nvidia.compiler import get_ptxas
+    from triton.backends.nvidia.compiler import get_ptxas  # deferred for start-up time: loads triton
 
     ptxas = get_ptxas(cc).path
     with tempfile.TemporaryDirectory() as tmp:

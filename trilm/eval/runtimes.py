@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from trilm.eval.ppl import stream_nll
@@ -58,8 +59,7 @@ def llama_cpp_logits(
     gguf: Path, seq_len: int, threads: int, prefix: int, vocab: int
 ) -> tuple[Logits, object]:
     """llama.cpp (llama-cpp-python) on ``gguf``: the logits of every position of one window."""
-    import llama_cpp
-    import numpy as np
+    import llama_cpp  # optional dependency: llama-cpp-python (the bench extra)
 
     llm = llama_cpp.Llama(
         model_path=str(gguf),
@@ -81,7 +81,9 @@ def llama_cpp_logits(
 
 def transformers_logits(directory: Path, seq_len: int, prefix: int, vocab: int) -> Logits:
     """transformers on a compressed-tensors directory, fp32 on CPU (as tests/export/test_ctensors.py)."""
-    from transformers import AutoModelForCausalLM
+    from transformers import (
+        AutoModelForCausalLM,  # deferred for start-up time: loads transformers only when called
+    )
 
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
 

@@ -10,6 +10,15 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import numpy as np
+from safetensors import safe_open
+
+from trilm.bits import stored_linear_bits
+from trilm.export.gguf import interleave_rope_rows
+from trilm.export.hf import float_state
+from trilm.model.spec import gguf_name, linears_of, weight_key
+from trilm.store import open_model
+
 
 @dataclasses.dataclass
 class StoredTensor:
@@ -30,9 +39,7 @@ BLOCK_LINEARS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_u
 
 def gguf_bits(path: Path) -> dict:
     """Bits per block-linear weight of a GGUF file, and the type of each kind of tensor."""
-    from gguf import GGUFReader
-
-    from trilm.bits import stored_linear_bits
+    from gguf import GGUFReader  # deferred for start-up time: loads gguf only when called
 
     reader = GGUFReader(path)
     linears: list[StoredTensor] = []
@@ -48,9 +55,6 @@ def gguf_bits(path: Path) -> dict:
 
 def ctensors_bits(directory: Path) -> float:
     """Bits per block-linear weight of a compressed-tensors directory (packed codes, scales, zero points)."""
-    from safetensors import safe_open
-
-    from trilm.bits import stored_linear_bits
 
     layers = []
     for path in sorted(directory.glob("*.safetensors")):
@@ -74,8 +78,6 @@ def weight_bytes(path: Path) -> int:
 
 
 def quantlm_bits(path: Path) -> float:
-    from trilm.bits import stored_linear_bits
-    from trilm.store import open_model
 
     packed = open_model(path, verify=False).weights.packed_layers()
     return stored_linear_bits(packed) if packed else 32.0
@@ -84,13 +86,7 @@ def quantlm_bits(path: Path) -> float:
 def gguf_matches_quantlm(gguf: Path, quantlm: Path) -> dict:
     """Every block linear of ``gguf``, dequantized by the ``gguf`` package, against the QuantLM's weight
     (q/k rows in llama.cpp's interleaved RoPE order): bit for bit, or the worst difference."""
-    import numpy as np
-    from gguf import GGUFReader, quants
-
-    from trilm.export.gguf import interleave_rope_rows
-    from trilm.export.hf import float_state
-    from trilm.model.spec import gguf_name, linears_of, weight_key
-    from trilm.store import open_model
+    from gguf import GGUFReader, quants  # deferred for start-up time: loads gguf only when called
 
     src = open_model(quantlm, verify=False)
     state = float_state(src)

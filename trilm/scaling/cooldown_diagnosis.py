@@ -23,8 +23,11 @@ from typing import Any
 
 import numpy as np
 
+from trilm.scaling.analyse import branch_parent, lineage
+from trilm.scaling.fit import FitError
 from trilm.scaling.heldout import bound, finals, interval, prediction_row
 from trilm.scaling.kaplan import fit_kaplan, predict_kaplan
+from trilm.scaling.nd import fit_nd, predict
 
 LATE_WINDOW = 0.25
 """The later window's first branch, as a fraction of the budget."""
@@ -66,9 +69,6 @@ def alternatives(
     """The additive form on the later window and Kaplan's form on the main fit's points, each predicting the
     same held-out rows as the main fit (``rows``' held-out ends and the ``separate`` runs' finals): per
     family the parameters and per held-out row the prediction."""
-    from trilm.scaling.analyse import branch_parent, lineage
-    from trilm.scaling.fit import FitError
-    from trilm.scaling.nd import fit_nd, predict
 
     last = finals(rows)
     out: dict[str, Any] = {"late_window": {}, "kaplan": {}}

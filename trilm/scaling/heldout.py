@@ -23,7 +23,9 @@ from collections import defaultdict
 from typing import Any
 
 from trilm.families import display_name
-from trilm.scaling.nd import Prediction
+from trilm.scaling.analyse import branch_parent, lineage
+from trilm.scaling.fit import FitError
+from trilm.scaling.nd import Prediction, fit_nd, predict
 
 FIT_UP_TO = 0.5
 """The branches that end at no more than this fraction of the budget are the fit's data."""
@@ -83,9 +85,6 @@ def fit_and_predict(rows: list, bootstrap: int) -> tuple[dict[str, Any], list[di
     """Per family, L(N, D) fitted on the branches that end at ≤ :data:`FIT_UP_TO` of the budget (bootstrapped
     over lineages), and its predictions for the rest of ``rows``' finals: (the laws as the report states
     them, one prediction row per held-out run, the fits by family as (law, fitted rows, held-out rows))."""
-    from trilm.scaling.analyse import branch_parent, lineage
-    from trilm.scaling.fit import FitError
-    from trilm.scaling.nd import fit_nd, predict
 
     last = finals(rows)
     parents = {n: r for n, r in last.items() if not branch_parent(r)}
@@ -142,7 +141,6 @@ def ladder_finals(ladder_rows: list, budget: float) -> list:
 def predict_separate(fitted: dict, ladder_rows: list, budget: float) -> list[dict[str, Any]]:
     """The CPU ladder's runs at the suite's rate and budget, trained separately on each family's own decaying
     schedule (docs/results/ladder/): what the law fitted on WSD branches predicts for them."""
-    from trilm.scaling.nd import predict
 
     out = []
     for r in ladder_finals(ladder_rows, budget):
@@ -155,7 +153,6 @@ def predict_separate(fitted: dict, ladder_rows: list, budget: float) -> list[dic
 
 def fresh_comparison(rows: list, fresh_rows: list, ladder_rows: list) -> list[dict[str, Any]]:
     """Branch (or WSD run end) against a fresh run of the same length: the same compute, two schedules."""
-    from trilm.scaling.analyse import branch_parent
 
     last, out = finals(rows), []
     by_key = defaultdict(list)
@@ -185,7 +182,6 @@ def fresh_comparison(rows: list, fresh_rows: list, ladder_rows: list) -> list[di
 def decay_stage(rows: list, suite) -> list[dict[str, Any]]:
     """Per WSD run: the loss at the last snapshot before its cooldown, at its end, and (for scale) what the
     same number of steps at the constant rate bought just before."""
-    from trilm.scaling.analyse import branch_parent
 
     out = []
     for run in suite.runs:

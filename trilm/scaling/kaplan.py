@@ -37,7 +37,7 @@ def _residuals(theta, n, d, log_y, sqrt_w):
 
 
 def _fit_kaplan_once(n, d, loss, weights, starts) -> np.ndarray | None:
-    from scipy.optimize import least_squares
+    from scipy.optimize import least_squares  # optional dependency: scipy (the bench extra)
 
     bounds = ([-5.0, -5.0, -5.0, 1e-3, 1e-3], [3.0, 60.0, 60.0, 3.0, 3.0])
     log_y, sqrt_w = np.log(loss), np.sqrt(weights)
