@@ -173,6 +173,36 @@ def test_init_from_another_architecture_is_still_refused(prepared, float_model, 
         )
 
 
+def test_a_conversion_keeps_what_its_source_records_about_the_tokenizer(prepared, float_model, tmp_path):
+    """An imported model records llama.cpp's pre-tokenizer name, BOS use and the original ids; a model
+    trained from it keeps them while the tokenizer is the same, and drops a GGUF record of another one."""
+    cfg, meta = read_snapshot_config(float_model)
+    assert meta.tokenizer_hash
+    tokenizer = {"tokenizer_model": "gpt2", "tokenizer_pre": "smollm", "tokenizer_hash": meta.tokenizer_hash}
+    ids = {"bos_token_id": 1, "eos_token_id": 2}
+    runs = {}
+    for name, recorded_hash in (("same", meta.tokenizer_hash), ("other", "0" * 16)):
+        source = tmp_path / name / "source"
+        gguf = {
+            **tokenizer,
+            "tokenizer_hash": recorded_hash,
+            "file": "model.gguf",
+            "tensor_types": {"F32": 3},
+        }
+        extra = {**meta.extra, "gguf": gguf, "add_bos": True, "hf": ids}
+        write_snapshot(
+            source, cfg, dataclasses.replace(meta, extra=extra), load_file(str(float_model / WEIGHTS_FILE))
+        )
+        run = tmp_path / name / "run"
+        Trainer(_conversion(prepared, run, source, "trilm", None, tokens=1024 * 4)).fit()
+        runs[name] = read_snapshot_config(run / "snapshots" / "step-4")[1].extra
+
+    assert runs["same"]["gguf"] == tokenizer  # the import's file and tensor types describe the import only
+    assert "gguf" not in runs["other"]
+    for extra in runs.values():
+        assert extra["add_bos"] is True and extra["hf"] == ids and extra["init_from"]["family"] == "floatlm"
+
+
 def test_distill_settings_are_validated(prepared, float_model, tmp_path):
     with pytest.raises(ConfigError, match=r"distill\.weight: must be in \(0, 1\]"):
         _conversion(

@@ -216,9 +216,10 @@ def bpe_vocab(src: ModelDir, rows: int, pre: str | None) -> dict:
     as the ``gguf`` package reads them from ``tokenizer.json`` (added special tokens as CONTROL), padded to
     ``rows``, and the pre-tokenizer name llama.cpp splits text with.
 
-    That name is not in ``tokenizer.json``: it is the one recorded when the model was imported from a GGUF
-    file (for the same tokenizer hash), or the one given (``--tokenizer-pre``); without either the export
-    is refused by name rather than guessed (a wrong one makes llama.cpp split text differently)."""
+    That name is not in ``tokenizer.json``: it is the one recorded when the model (or the model it was
+    trained from, ``init_from``) was imported from a GGUF file, for the same tokenizer hash, or the one given
+    (``--tokenizer-pre``); without either the export is refused by name rather than guessed (a wrong one
+    makes llama.cpp split text differently)."""
 
     # deferred for start-up time: loads gguf only when called
     from gguf import TokenType
@@ -231,8 +232,8 @@ def bpe_vocab(src: ModelDir, rows: int, pre: str | None) -> dict:
     if not pre:
         raise ConfigError(
             f"{src.given}: tokenizer.ggml.pre: which llama.cpp pre-tokenizer {tok.path.name} uses is not "
-            "recorded (the model was not imported from a GGUF file with this tokenizer); pass "
-            "--tokenizer-pre NAME (llama.cpp's name for it: llama-bpe, smollm, gpt2, …)"
+            "recorded (neither the model nor the one it was trained from was imported from a GGUF file with "
+            "this tokenizer); pass --tokenizer-pre NAME (llama.cpp's name for it: llama-bpe, smollm, gpt2, …)"
         )
     directory = tok.path.parent
     try:

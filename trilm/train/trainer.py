@@ -263,9 +263,28 @@ class Trainer:
         if self.source is not None:
             source = self.source.config
             out["init_from"] = {"path": self.cfg.init_from, "family": source.family, "name": source.name}
+            out.update(self._tokenizer_facts())
         if self.cfg.distill.enabled:
             d = self.cfg.distill
             out["distill"] = {"teacher": d.teacher, "weight": d.weight, "temperature": d.temperature}
+        return out
+
+    def _tokenizer_facts(self) -> dict:
+        """What the ``init_from`` snapshot records about its tokenizer beyond the files (whether a prompt
+        starts with BOS, the original BOS/EOS ids, llama.cpp's pre-tokenizer name), carried to this run's
+        snapshots while the tokenizer is the same one: an import records them once, and a model trained
+        from it exports to GGUF or Hugging Face as the import would, with no ``--tokenizer-pre`` to repeat."""
+        assert self.source is not None
+        tokenizer_hash = self.data.train.shards.tokenizer_hash
+        if not tokenizer_hash or self.source.meta.tokenizer_hash != tokenizer_hash:
+            return {}
+        recorded = self.source.meta.extra
+        out: dict = {key: recorded[key] for key in ("add_bos", "hf") if key in recorded}
+        gguf = recorded.get("gguf", {})
+        if gguf.get("tokenizer_hash") == tokenizer_hash:
+            out["gguf"] = {
+                k: gguf[k] for k in ("tokenizer_model", "tokenizer_pre", "tokenizer_hash") if k in gguf
+            }
         return out
 
     # ---- evaluation -------------------------------------------------------------------------------------
