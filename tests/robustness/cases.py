@@ -39,6 +39,11 @@ class Case:
         return tuple(dst for _, dst in self.copies) + self.protect
 
 
+def args(*parts: str) -> tuple[str, ...]:
+    """A command line written as words: each part is split on spaces (no argument here holds one)."""
+    return tuple(word for part in parts for word in part.split())
+
+
 # ---- the model directories the fixtures hold (see fixtures.py) -------------------------------------------
 SNAP = "{F}/float/snapshots/step-10"
 BAD_MODELS: dict[str, tuple[str, str, str]] = {
@@ -63,48 +68,15 @@ PRUNE = ("--method", "magnitude", "--granularity", "channel")
 CALIB = ("--calib", "{F}/text.txt", "--samples", "4", "--seq-len", "32")
 
 COMMANDS: dict[str, tuple[str, ...]] = {
-    "quantize": (
-        "quantize",
-        "{M}",
-        "--method",
-        "rtn",
-        "--bits",
-        "4",
-        "--group-size",
-        "32",
-        *CALIB,
-        "--out",
-        "{W}/out",
-        "--no-progress",
+    "quantize": args(
+        "quantize {M} --method rtn --bits 4 --group-size 32", *CALIB, "--out {W}/out --no-progress"
     ),
     "export hf": ("export", "hf", "{M}", "{W}/out"),
     "export gguf": ("export", "gguf", "{M}", "{W}/out.gguf", "--type", "f16"),
     "export suite": ("export", "suite", "{R}", "--out", "{W}/suite", "--no-progress"),
-    "eval ppl": (
-        "eval",
-        "ppl",
-        "{M}",
-        "--data",
-        "{F}/text.txt",
-        "--seq-len",
-        "32",
-        "--max-tokens",
-        "256",
-        "--no-progress",
-    ),
-    "eval suite": (
-        "eval",
-        "suite",
-        "{R}",
-        "--table",
-        "{W}/t.csv",
-        "--data",
-        "{F}/text.txt",
-        "--seq-len",
-        "32",
-        "--max-tokens",
-        "256",
-        "--no-progress",
+    "eval ppl": args("eval ppl {M} --data {F}/text.txt --seq-len 32 --max-tokens 256 --no-progress"),
+    "eval suite": args(
+        "eval suite {R} --table {W}/t.csv --data {F}/text.txt --seq-len 32 --max-tokens 256 --no-progress"
     ),
     "eval lm-eval": ("eval", "lm-eval", "{M}", "--tasks", "trilm_cloze", "--limit", "1"),
     "generate": ("generate", "--model", "{M}", "--prompt", "In the beginning", "--max-tokens", "2"),
@@ -173,37 +145,17 @@ def _kind_cases() -> list[Case]:
     return [
         Case(
             "quantize | a TriLM",
-            (
-                "quantize",
-                "{F}/trilm/snapshots/step-10",
-                "--method",
-                "rtn",
-                "--bits",
-                "4",
-                "--group-size",
-                "32",
+            args(
+                "quantize {F}/trilm/snapshots/step-10 --method rtn --bits 4 --group-size 32",
                 *CALIB,
-                "--out",
-                "{W}/out",
+                "--out {W}/out",
             ),
             (r"trilm", r"float"),
             absent=OUTPUTS,
         ),
         Case(
             "quantize | a QuantLM",
-            (
-                "quantize",
-                "{F}/quantlm",
-                "--method",
-                "rtn",
-                "--bits",
-                "4",
-                "--group-size",
-                "32",
-                *CALIB,
-                "--out",
-                "{W}/out",
-            ),
+            args("quantize {F}/quantlm --method rtn --bits 4 --group-size 32", *CALIB, "--out {W}/out"),
             (r"packed",),
             absent=OUTPUTS,
         ),
@@ -248,17 +200,9 @@ def _kind_cases() -> list[Case]:
         ),
         Case(
             "eval ppl | truncated QuantLM",
-            (
-                "eval",
-                "ppl",
-                "{F}/quantlm-truncated",
-                "--data",
-                "{F}/text.txt",
-                "--seq-len",
-                "32",
-                "--max-tokens",
-                "128",
-                "--no-progress",
+            args(
+                "eval ppl {F}/quantlm-truncated --data {F}/text.txt",
+                "--seq-len 32 --max-tokens 128 --no-progress",
             ),
             (r"packed\.safetensors",),
         ),
@@ -281,15 +225,8 @@ def _kind_cases() -> list[Case]:
         ),
         Case(
             "eval ppl | --tokenizer of another model",
-            (
-                "eval",
-                "ppl",
-                SNAP,
-                "--data",
-                "{F}/text.txt",
-                "--tokenizer",
-                "{F}/foreign/tokenizer.model",
-                "--no-progress",
+            args(
+                "eval ppl", SNAP, "--data {F}/text.txt --tokenizer {F}/foreign/tokenizer.model --no-progress"
             ),
             (r"tokenizer",),
         ),
@@ -300,20 +237,12 @@ def _kind_cases() -> list[Case]:
         ),
         Case(
             "quantize | --tokenizer of another model",
-            (
+            args(
                 "quantize",
                 SNAP,
-                "--method",
-                "rtn",
-                "--bits",
-                "4",
-                "--group-size",
-                "32",
+                "--method rtn --bits 4 --group-size 32",
                 *CALIB,
-                "--tokenizer",
-                "{F}/foreign/tokenizer.model",
-                "--out",
-                "{W}/out",
+                "--tokenizer {F}/foreign/tokenizer.model --out {W}/out",
             ),
             (r"tokenizer",),
             absent=OUTPUTS,
@@ -448,19 +377,7 @@ def _output_cases() -> list[Case]:
         ),
         Case(
             "quantize | into a folder of other files",
-            (
-                "quantize",
-                SNAP,
-                "--method",
-                "rtn",
-                "--bits",
-                "4",
-                "--group-size",
-                "32",
-                *CALIB,
-                "--out",
-                "{W}/out",
-            ),
+            args("quantize", SNAP, "--method rtn --bits 4 --group-size 32", *CALIB, "--out {W}/out"),
             (r"out",),
             copies=notes,
         ),
@@ -478,17 +395,9 @@ def _output_cases() -> list[Case]:
         ),
         Case(
             "data prepare | --out is a file",
-            (
-                "data",
-                "prepare",
-                "--input",
-                "{F}/corpus",
-                "--split",
-                "validation",
-                "--tokenizer",
-                "{F}/tok/tokenizer.model",
-                "--out",
-                "{W}/out.gguf",
+            args(
+                "data prepare --input {F}/corpus --split validation",
+                "--tokenizer {F}/tok/tokenizer.model --out {W}/out.gguf",
             ),
             (r"out\.gguf",),
             copies=(("notes.gguf", "out.gguf"),),
@@ -521,20 +430,9 @@ def _defect_cases() -> list[Case]:
         ),
         Case(
             "data prepare | --include-source a source the corpus lacks",
-            (
-                "data",
-                "prepare",
-                "--input",
-                "{F}/corpus",
-                "--split",
-                "validation",
-                "--tokenizer",
-                "{F}/tok/tokenizer.model",
-                "--out",
-                "{W}/split",
-                "--include-source",
-                "RedPajamaArXiv",
-                "--no-progress",
+            args(
+                "data prepare --input {F}/corpus --split validation --tokenizer {F}/tok/tokenizer.model",
+                "--out {W}/split --include-source RedPajamaArXiv --no-progress",
             ),
             (r"RedPajamaArXiv",),
             absent=("split/index.json",),
@@ -571,19 +469,8 @@ def _defect_cases() -> list[Case]:
         ),
         Case(
             "quantize | rerun after a kill -9 while writing",
-            (
-                "quantize",
-                SNAP,
-                "--method",
-                "rtn",
-                "--bits",
-                "4",
-                "--group-size",
-                "32",
-                *CALIB,
-                "--out",
-                "{W}/q",
-                "--no-progress",
+            args(
+                "quantize", SNAP, "--method rtn --bits 4 --group-size 32", *CALIB, "--out {W}/q --no-progress"
             ),
             (r"wrote",),
             exit=0,
