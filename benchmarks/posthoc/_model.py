@@ -115,6 +115,20 @@ def _prepared(data: Path) -> dict[str, Path] | None:
     return paths if done else None
 
 
+def add_compression_args(parser: argparse.ArgumentParser) -> None:
+    """The options every compression benchmark over this model shares: where it lives, which one,
+    calibration and evaluation sizes, device and threads, where results go."""
+    parser.add_argument("--run-dir", default="runs/posthoc", help="model, data and outputs live here")
+    parser.add_argument("--model", choices=sorted(CONFIGS), default="posthoc", help="which FloatLM")
+    parser.add_argument("--samples", type=int, default=128, help="calibration sequences")
+    parser.add_argument("--calib-seed", type=int, default=0)
+    parser.add_argument("--eval-sequences", type=int, default=256, help="validation sequences (0 = all)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
+    parser.add_argument("--out", default=str(CHECKOUT / "benchmarks" / "results"), help="results folder")
+    parser.add_argument("--no-progress", action="store_true")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run-dir", default="runs/posthoc", help="data and the trained model go here")

@@ -33,10 +33,11 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import CHECKOUT, today, write_result
-from benchmarks.posthoc._model import prepare_posthoc_model
+from benchmarks.posthoc._model import add_compression_args, prepare_posthoc_model
 from benchmarks.posthoc.quantize import evaluate
 from trilm.store.hf import write_hf_files
 from trilm.store.snapshot import read_snapshot_config, write_snapshot
+from trilm.suite.text import table as text_table
 
 ROWS = {
     # name: (method, settings)
@@ -253,36 +254,31 @@ def table(fp: dict, rows: dict) -> str:
     def f(v, digits=3):
         return "—" if v is None else f"{v:.{digits}f}"
 
-    lines = [
-        "| method | value bits (paper) | minimum bits | stored bits | val loss | perplexity | time (s) |",
-        "|---|---|---|---|---|---|---|",
-        f"| FP32 | 32 | — | 32 | {fp['val_loss']:.4f} | {fp['ppl']:.2f} | — |",
+    headers = [
+        "method",
+        "value bits (paper)",
+        "minimum bits",
+        "stored bits",
+        "val loss",
+        "perplexity",
+        "time (s)",
     ]
+    cells = [["FP32", "32", "—", "32", f"{fp['val_loss']:.4f}", f"{fp['ppl']:.2f}", "—"]]
     for name, r in rows.items():
-        lines.append(
-            f"| {name} | {f(r['bits_paper'])} | {f(r['bits_minimum'])} | {f(r['bits_stored'])} | "
-            f"{r['val_loss']:.4f} | {r['ppl']:.2f} | {r['quantize_s']:.1f} |"
-        )
-    return "\n".join(lines)
+        bits = [f(r["bits_paper"]), f(r["bits_minimum"]), f(r["bits_stored"])]
+        cells.append([name, *bits, f"{r['val_loss']:.4f}", f"{r['ppl']:.2f}", f"{r['quantize_s']:.1f}"])
+    return text_table(headers, cells, markdown=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--run-dir", default="runs/posthoc", help="model, data and QuantLMs live here")
-    parser.add_argument("--model", choices=["posthoc", "quickstart"], default="posthoc")
+    add_compression_args(parser)
     parser.add_argument("--rows", default=",".join(["plain-binary", *ROWS]), help="comma list of rows")
-    parser.add_argument("--samples", type=int, default=128, help="calibration sequences")
-    parser.add_argument("--calib-seed", type=int, default=0)
-    parser.add_argument("--eval-sequences", type=int, default=256, help="validation sequences (0 = all)")
     parser.add_argument("--qat-steps", type=int, default=200)
     parser.add_argument("--qat-lr", type=float, default=1e-4)
     parser.add_argument("--qat-batch", type=int, default=8)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
-    parser.add_argument("--out", default=str(CHECKOUT / "benchmarks" / "results"))
     parser.add_argument("--hf", action="store_true", help="also quantize the exported HF Llama directory")
     parser.add_argument("--fixtures", action="store_true", help="reference vs corrected on the fixture layer")
-    parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -33,10 +33,11 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import CHECKOUT, today, write_result
-from benchmarks.posthoc._model import prepare_posthoc_model
+from benchmarks.common import today, write_result
+from benchmarks.posthoc._model import add_compression_args, prepare_posthoc_model
 from trilm.store.hf import write_hf_files
 from trilm.store.snapshot import read_snapshot_config
+from trilm.suite.text import table as text_table
 
 SETTINGS = {"W4g128": (4, 128), "W3g128": (3, 128), "W2g128": (2, 128)}
 METHODS = ("rtn", "gptq", "omniquant")
@@ -277,37 +278,41 @@ def calibration_fit(model, args, out_root: Path) -> list[dict]:
 
 
 def table(fp: dict, rows: list[dict]) -> str:
-    lines = [
-        "| method | setting | bits (paper) | bits (stored) | val loss | perplexity | quantize time (s) |",
-        "|---|---|---|---|---|---|---|",
-        f"| FP32 | — | 32 | 32 | {fp['val_loss']:.4f} | {fp['ppl']:.2f} | — |",
+    headers = [
+        "method",
+        "setting",
+        "bits (paper)",
+        "bits (stored)",
+        "val loss",
+        "perplexity",
+        "quantize time (s)",
     ]
+    cells = [["FP32", "—", "32", "32", f"{fp['val_loss']:.4f}", f"{fp['ppl']:.2f}", "—"]]
     for r in rows:
-        lines.append(
-            f"| {r['method']} | {r['setting']} | {r['bits_paper']:.3f} | {r['bits_stored']:.3f} | "
-            f"{r['val_loss']:.4f} | {r['ppl']:.2f} | {r['quantize_s']:.1f} |"
+        bits = [f"{r['bits_paper']:.3f}", f"{r['bits_stored']:.3f}"]
+        cells.append(
+            [
+                r["method"],
+                r["setting"],
+                *bits,
+                f"{r['val_loss']:.4f}",
+                f"{r['ppl']:.2f}",
+                f"{r['quantize_s']:.1f}",
+            ]
         )
-    return "\n".join(lines)
+    return text_table(headers, cells, markdown=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--run-dir", default="runs/posthoc", help="model, data and QuantLMs live here")
-    parser.add_argument("--model", choices=["posthoc", "quickstart"], default="posthoc")
+    add_compression_args(parser)
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--settings", default=",".join(SETTINGS))
-    parser.add_argument("--samples", type=int, default=128, help="calibration sequences")
-    parser.add_argument("--calib-seed", type=int, default=0)
-    parser.add_argument("--eval-sequences", type=int, default=256, help="validation sequences (0 = all)")
     parser.add_argument("--omni-epochs", type=int, default=None, help="default: the reference per mode")
     parser.add_argument("--timing-rounds", type=int, default=3)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     parser.add_argument("--skip", default="", help="comma list of steps to skip: quantize,timing,hf")
     parser.add_argument("--also", default="", help="extra steps: fit (calibration fit of written QuantLMs)")
-    parser.add_argument("--out", default=str(CHECKOUT / "benchmarks" / "results"))
     parser.add_argument("--tag", default="", help="suffix of the results file (parallel partial runs)")
-    parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     args.argv = argv
     if args.threads:
