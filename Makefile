@@ -29,7 +29,7 @@ quickstart: install
 # The 30 slowest tests close the report: CI's budget (about 20 minutes on 2 cores) is kept by trimming them.
 # TEST_WORKERS processes (pytest-xdist) share the cores, one torch thread per core between them; a test file
 # runs in one worker (its module fixtures are built once), and the cluster tests share one worker
-# (tests/conftest.py). TEST_WORKERS=0 runs everything in this process.
+# (tests/support/xdist_groups.py). TEST_WORKERS=0 runs everything in this process.
 test: install
 	$(BIN)/python -m pytest -q --durations=30 -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 

@@ -15,6 +15,8 @@ import sys
 import pytest
 import torch
 
+from tests.support.xdist_groups import mark_groups
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -26,15 +28,6 @@ elif os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     torch.set_num_threads(_threads)
     os.environ.setdefault("OMP_NUM_THREADS", str(_threads))
 
-CLUSTER_TESTS = (
-    "tests/cluster/",
-    "tests/train/test_slurm.py",
-    "tests/train/test_launchers.py",
-    "tests/train/test_multinode.py",
-)
-"""Test files that start daemons and multi-process launches on loopback ports: under pytest-xdist they share
-one worker, so that two clusters never compete for the same cores and start-up deadlines."""
-
 
 def pytest_report_header(config):
     names = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
@@ -45,11 +38,9 @@ def pytest_report_header(config):
     )
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the test ids
 def pytest_collection_modifyitems(config, items):
-    for item in items:
-        path = item.nodeid.split("::")[0]
-        group = "cluster" if path.startswith(CLUSTER_TESTS) else path
-        item.add_marker(pytest.mark.xdist_group(group))
+    mark_groups(items)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")

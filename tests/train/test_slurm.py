@@ -50,7 +50,7 @@ def test_pretrain_sbatch_on_two_cpu_nodes(cluster, one_node_run, prepared, tmp_p
     )
     states = cluster.wait([job], timeout=LAUNCH_TIMEOUT)
     log = out.read_text()
-    assert states[job].state == "COMPLETED" and states[job].exit_code == "0:0", (states, log[-4000:])
+    assert states[job].state == "COMPLETED" and states[job].exit_code == "0:0", f"{states}\n{log[-6000:]}"
     assert states[job].nodes == "n[1-2]"
     assert f"trilm: job {job} on n[1-2]: 2 node(s) x 2 process(es), rank 0 at 127.0.0.1:" in log
     comparison = compare_runs(one_node_run, run)
