@@ -25,7 +25,8 @@ streams the weights at close to the copy bandwidth:
   ``num_stages`` ≥ 2 pipelines the word and activation loads.
 
 Act-order int weights gather their activations inside the kernel (``x[perm[k]]``), so no extra launch.
-All arithmetic after a load is fp32 except the dot operands. Only core builtins are used (see
+All arithmetic after a load is fp32 except the dot operands and the GEMV's fp16 pairs (a plan with
+``"PAIRS": True``: two codes per packed instruction, :func:`_pair_tile`). Only core builtins are used (see
 :mod:`trilm.kernels.jit_common` why), and :func:`trilm.kernels.triton_runtime.kernel_module` reloads this
 module when ``TRITON_INTERPRET`` changes.
 """
@@ -37,10 +38,14 @@ import triton.language as tl
 from trilm.kernels.jit_common import (
     FMT_BINARY,
     FMT_TERNARY,
-    INTERPRET,  # noqa: F401 - kernel_module compares it with the setting
+    INTERPRET,
     exact_float,
     reduce_sum,
 )
+
+PAIR_ASM = tl.constexpr(not INTERPRET)
+"""Pairs go through inline PTX on a GPU; the interpreter, which cannot run PTX, does the same arithmetic on
+an explicit (low, high) axis."""
 
 
 @triton.jit
@@ -88,6 +93,30 @@ def _affine_terms(
 
 
 @triton.jit
+def _pair_terms(
+    s_ptr, z_ptr, mu_ptr, rows, offs_n, mask, N, FMT: tl.constexpr, QOFF: tl.constexpr, EXP: tl.constexpr,
+    HAS_MEAN: tl.constexpr,
+):  # fmt: skip
+    """Per (group row, column): the multipliers of ``A = Σ q·x`` and ``X = Σ x`` for the pair decode, whose
+    ``q = (c − QOFF)·2^-EXP``: ``w·x`` sums to ``s·2^EXP·A`` (ternary, QOFF = 1), ``2s·2^EXP·A − s·X``
+    (binary ``s·(2b − 1)``, QOFF = 0: ``2b − 1`` scaled to fp16 needs 12 significant bits), and
+    ``s·2^EXP·A − s·(z − QOFF)·X`` (int), plus ``μ·X`` with means."""
+    ptrs = rows * N + offs_n
+    s = tl.load(s_ptr + ptrs, mask=mask, other=0.0).to(tl.float32)
+    coef_a = s * (1 << EXP)
+    if FMT == FMT_TERNARY:
+        coef_x = s * 0.0
+    elif FMT == FMT_BINARY:
+        coef_a = coef_a * 2.0
+        coef_x = -s
+    else:
+        coef_x = -s * (tl.load(z_ptr + ptrs, mask=mask, other=0).to(tl.float32) - QOFF)
+    if HAS_MEAN:
+        coef_x += tl.load(mu_ptr + ptrs, mask=mask, other=0.0).to(tl.float32)
+    return coef_a, coef_x
+
+
+@triton.jit
 def _finish(
     part, y_ptr, b_ptr, ws_ptr, cnt_ptr, offs_m, offs_n, M, N, tile, pid_k,
     SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
@@ -114,6 +143,111 @@ def _finish(
             tl.atomic_xchg(cnt_ptr + tile, 0, sem="relaxed", scope="gpu")
 
 
+@triton.jit
+def _pair_bits(lo, hi):
+    """The bits of two fp16/bf16 tensors as one int32 tensor, ``lo`` in the low half (an fp16x2 register)."""
+    lo_bits = lo.to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
+    return lo_bits | (hi.to(tl.int16, bitcast=True).to(tl.int32) << 16)
+
+
+@triton.jit
+def _half(v, H: tl.constexpr, PAIR_DTYPE: tl.constexpr):
+    """Half H (0 low, 1 high) of int32 registers as PAIR_DTYPE values."""
+    if H == 1:
+        v = v >> 16
+    return v.to(tl.int16).to(PAIR_DTYPE, bitcast=True)
+
+
+@triton.jit
+def _fma_pairs(t, xp, acc, scale, neg_bias, PAIR_DTYPE: tl.constexpr):
+    """``acc + (t·scale − bias)·x`` on registers holding two fp16 (bf16) values each: two packed FMAs, the
+    decode and the product, on the pairs the words hold (left to itself LLVM pairs neighbouring columns,
+    which costs a byte permute per pair). The interpreter, which cannot run PTX, does the same arithmetic
+    half by half."""
+    if not PAIR_ASM:
+        q_lo = _half(t, 0, PAIR_DTYPE) * _half(scale, 0, PAIR_DTYPE) + _half(neg_bias, 0, PAIR_DTYPE)
+        q_hi = _half(t, 1, PAIR_DTYPE) * _half(scale, 1, PAIR_DTYPE) + _half(neg_bias, 1, PAIR_DTYPE)
+        lo = q_lo * _half(xp, 0, PAIR_DTYPE) + _half(acc, 0, PAIR_DTYPE)
+        hi = q_hi * _half(xp, 1, PAIR_DTYPE) + _half(acc, 1, PAIR_DTYPE)
+        out = _pair_bits(lo, hi)
+    elif PAIR_DTYPE == tl.float16:  # noqa: SIM300 - a constexpr on the left compares by value
+        out = tl.inline_asm_elementwise(
+            "{ .reg .b32 q; fma.rn.f16x2 q, $1, $4, $5; fma.rn.f16x2 $0, q, $2, $3; }",
+            "=r,r,r,r,r,r", [t, xp, acc, scale, neg_bias], dtype=tl.int32, is_pure=True, pack=1,
+        )  # fmt: skip
+    else:
+        out = tl.inline_asm_elementwise(
+            "{ .reg .b32 q; fma.rn.bf16x2 q, $1, $4, $5; fma.rn.bf16x2 $0, q, $2, $3; }",
+            "=r,r,r,r,r,r", [t, xp, acc, scale, neg_bias], dtype=tl.int32, is_pure=True, pack=1,
+        )  # fmt: skip
+    return out
+
+
+@triton.jit
+def _pair_tile(
+    lo, x_ptr, perm_ptr, offs_m, mask_m, offs_u, mask_u, stride_xm, K,
+    BITS: tl.constexpr, WBITS: tl.constexpr, QOFF: tl.constexpr, EXP: tl.constexpr,
+    PAIR_DTYPE: tl.constexpr, HAS_PERM: tl.constexpr, K_TAIL: tl.constexpr, NEED_X: tl.constexpr,
+    BM: tl.constexpr, BLOCK_R: tl.constexpr,
+):  # fmt: skip
+    """``Σ_k q·x`` over one tile of words (1, BLOCK_R, BLOCK_N) with ``q = (c − QOFF)·2^-EXP``, two codes per
+    32-bit instruction. Code j of a word sits in its low 16 bits and code j + PER/2 in its high 16 bits; one
+    and-or (after one shift per mantissa's worth of codes) puts both into the mantissas of a pair of
+    PAIR_DTYPE values ``MAGIC + c·2^p``, one packed FMA turns the pair into exact ``q``, one more multiplies
+    it by the pair (x_j, x_{j+PER/2}) into the pair of accumulators: three instructions per two weights.
+    Returns the tile's sums in fp32 (the pair accumulators hold PER/2 products) and, with NEED_X, ``Σ x``."""
+    PER: tl.constexpr = 32 // WBITS
+    HALF: tl.constexpr = PER // 2
+    if PAIR_DTYPE == tl.float16:  # noqa: SIM300 - a constexpr on the left compares by value
+        MANT: tl.constexpr = 10
+        MAGIC: tl.constexpr = 0x6400
+        MAGIC_F: tl.constexpr = 1024.0
+    else:
+        MANT: tl.constexpr = 7
+        MAGIC: tl.constexpr = 0x4300
+        MAGIC_F: tl.constexpr = 128.0
+    SPAN: tl.constexpr = (MANT // WBITS) * WBITS
+    X_WORDS: tl.constexpr = not (HAS_PERM or K_TAIL or NEED_X) and BM == 1
+    acc = tl.full((BM, BLOCK_R, lo.shape[2]), 0, tl.int32)
+    x_sum = tl.full((BM, BLOCK_R), 0.0, tl.float32)
+    for j in tl.static_range(HALF):
+        shift = (j * WBITS // SPAN) * SPAN
+        pos = j * WBITS - shift
+        t = ((lo >> shift) & ((((1 << WBITS) - 1) << pos) * 0x10001)) | (MAGIC * 0x10001)
+        scale = tl.full((1, 1, 1), 1.0 / (1 << (pos + EXP)), PAIR_DTYPE)
+        neg_bias = tl.full((1, 1, 1), -(MAGIC_F / (1 << (pos + EXP)) + QOFF / (1 << EXP)), PAIR_DTYPE)
+        if X_WORDS:
+            # (x_j, x_{j+HALF}) from two 32-bit loads of (x_{2i}, x_{2i+1}): one byte permute per pair
+            x32 = x_ptr.to(tl.pointer_type(tl.int32), bitcast=True) + (offs_u * PER + j - j % 2) // 2
+            w_lo = tl.load(x32, mask=mask_u, other=0)[None, :]
+            w_hi = tl.load(x32 + HALF // 2, mask=mask_u, other=0)[None, :]
+            if j % 2 == 0:
+                xp = (w_lo & 0xFFFF) | (w_hi << 16)
+            else:
+                xp = ((w_lo >> 16) & 0xFFFF) | (w_hi & -65536)
+        else:
+            k_lo = offs_u * PER + j
+            k_hi = k_lo + HALF
+            mask_lo = mask_u
+            mask_hi = mask_u
+            if K_TAIL:
+                mask_lo = mask_u & (k_lo < K)
+                mask_hi = mask_u & (k_hi < K)
+            if HAS_PERM:
+                k_lo = tl.load(perm_ptr + k_lo, mask=mask_lo, other=0)
+                k_hi = tl.load(perm_ptr + k_hi, mask=mask_hi, other=0)
+            x_rows = x_ptr + offs_m[:, None] * stride_xm
+            x_lo = tl.load(x_rows + k_lo[None, :], mask=mask_m[:, None] & mask_lo[None, :], other=0.0)
+            x_hi = tl.load(x_rows + k_hi[None, :], mask=mask_m[:, None] & mask_hi[None, :], other=0.0)
+            xp = _pair_bits(x_lo, x_hi)
+            if NEED_X:
+                x_sum += x_lo.to(tl.float32) + x_hi.to(tl.float32)
+        acc = _fma_pairs(
+            t, xp[:, :, None], acc, _pair_bits(scale, scale), _pair_bits(neg_bias, neg_bias), PAIR_DTYPE
+        )
+    return _half(acc, 0, PAIR_DTYPE).to(tl.float32) + _half(acc, 1, PAIR_DTYPE).to(tl.float32), x_sum
+
+
 @triton.jit(do_not_specialize=["M", "stride_xm", "UNITS_PER_SPLIT"])
 def affine_gemv_kernel(
     x_ptr, y_ptr, w_ptr, hi_ptr, s_ptr, z_ptr, mu_ptr, perm_ptr, b_ptr, ws_ptr, cnt_ptr,
@@ -121,14 +255,33 @@ def affine_gemv_kernel(
     FMT: tl.constexpr, BITS: tl.constexpr, WBITS: tl.constexpr, HS: tl.constexpr,
     HAS_MEAN: tl.constexpr, HAS_PERM: tl.constexpr, HAS_BIAS: tl.constexpr, SCALE_ONCE: tl.constexpr,
     K_TAIL: tl.constexpr, SPLIT_K: tl.constexpr, BM: tl.constexpr, BLOCK_R: tl.constexpr,
-    BLOCK_N: tl.constexpr, NUM_STAGES: tl.constexpr,
+    BLOCK_N: tl.constexpr, NUM_STAGES: tl.constexpr, PAIR_DTYPE: tl.constexpr,
 ):  # fmt: skip
     """y[:M] = x[:M] @ W^T for M ≤ BM rows, reading every packed word of W once.
 
     Grid (N / BLOCK_N, SPLIT_K). A *unit* is HS rows of words (HS = 2 pairs 3-bit codes' low-bit rows with
     one high-bit row); a program walks UNITS_PER_SPLIT units in tiles of BLOCK_R. With SCALE_ONCE (one scale
     group spans K) A and X are folded once at the end, else once per tile with each unit's group row (the
-    caller guarantees a unit never straddles a group)."""
+    caller guarantees a unit never straddles a group). PAIR_DTYPE fp16/bf16 (one row of words per unit:
+    ternary, binary, int2, int4) decodes two codes per instruction in that dtype (:func:`_pair_tile`); fp32
+    decodes one code per instruction into fp32."""
+    PAIRS: tl.constexpr = PAIR_DTYPE != tl.float32  # noqa: SIM300 - a constexpr on the left compares by value
+    if FMT == FMT_TERNARY:
+        QOFF: tl.constexpr = 1
+        QMAX_LOG: tl.constexpr = 0
+    elif FMT == FMT_BINARY:
+        QOFF: tl.constexpr = 0
+        QMAX_LOG: tl.constexpr = 0
+    else:
+        QOFF: tl.constexpr = 1 << (BITS - 1)
+        QMAX_LOG: tl.constexpr = BITS - 1
+    # fp16 accumulators take PER/2 products of |q·x| ≤ 2^QMAX_LOG·|x| between flushes: scaling q by 2^-EXP
+    # keeps every partial sum finite for any finite fp16 x (bf16 has fp32's range and needs no scaling)
+    if PAIR_DTYPE == tl.float16:  # noqa: SIM300 - a constexpr on the left compares by value
+        EXP: tl.constexpr = 4 - WBITS // 2 + QMAX_LOG
+    else:
+        EXP: tl.constexpr = 0
+    NEED_X: tl.constexpr = HAS_MEAN or FMT != FMT_TERNARY
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     PER: tl.constexpr = 32 // WBITS
@@ -150,48 +303,68 @@ def affine_gemv_kernel(
         # (four neighbouring columns per thread, one 128-bit load) with all BM batch rows in each thread
         w_offs = offs_u[None, :, None] * (HS * N) + offs_n[None, None, :]
         mask3 = mask_u[None, :, None] & mask_n[None, None, :]
-        if HS == 2:
-            hi = tl.load(hi_ptr + offs_u[None, :, None] * N + offs_n[None, None, :], mask=mask3, other=0)
+        if PAIRS:
+            lo = tl.load(w_ptr + w_offs, mask=mask3, other=0, eviction_policy="evict_first")
+            a_t, x_t = _pair_tile(
+                lo, x_ptr, perm_ptr, offs_m, mask_m, offs_u, mask_u, stride_xm, K,
+                BITS, WBITS, QOFF, EXP, PAIR_DTYPE, HAS_PERM, K_TAIL, NEED_X, BM, BLOCK_R,
+            )  # fmt: skip
+            if SCALE_ONCE:
+                a_acc += a_t
+                x_acc += x_t
+            else:
+                group = (offs_u * UNIT_K) // G
+                coef_a, coef_x = _pair_terms(
+                    s_ptr, z_ptr, mu_ptr, group[None, :, None], offs_n[None, None, :], mask3, N,
+                    FMT, QOFF, EXP, HAS_MEAN,
+                )  # fmt: skip
+                y_acc += coef_a * a_t + coef_x * x_t[:, :, None]
         else:
-            hi = 0
-        if not SCALE_ONCE:
-            a_acc = tl.full((BM, BLOCK_R, BLOCK_N), 0.0, tl.float32)
-            x_acc = tl.full((BM, BLOCK_R), 0.0, tl.float32)
-        for h in tl.static_range(HS):
-            lo = tl.load(w_ptr + w_offs + h * N, mask=mask3, other=0, eviction_policy="evict_first")
-            for j in tl.static_range(PER):
-                k = (offs_u * HS + h) * PER + j
-                if K_TAIL:
-                    mask_k = mask_u & (k < K)
-                else:
-                    mask_k = mask_u
-                if HAS_PERM:
-                    k = tl.load(perm_ptr + k, mask=mask_k, other=0)
-                xj = tl.load(
-                    x_ptr + offs_m[:, None] * stride_xm + k[None, :],
-                    mask=mask_m[:, None] & mask_k[None, :],
-                    other=0.0,
-                ).to(tl.float32)
-                f = _unit_float(lo, hi, j, h, WBITS, BITS)
-                a_acc += f * xj[:, :, None]
-                x_acc += xj
-        if not SCALE_ONCE:
-            group = (offs_u * UNIT_K) // G
-            coef_a, coef_x = _affine_terms(
-                s_ptr,
-                z_ptr,
-                mu_ptr,
-                group[None, :, None],
-                offs_n[None, None, :],
-                mask3,
-                N,
-                FMT,
-                BITS,
-                HAS_MEAN,
-            )
-            y_acc += coef_a * a_acc + coef_x * x_acc[:, :, None]
+            if HS == 2:
+                hi = tl.load(hi_ptr + offs_u[None, :, None] * N + offs_n[None, None, :], mask=mask3, other=0)
+            else:
+                hi = 0
+            if not SCALE_ONCE:
+                a_acc = tl.full((BM, BLOCK_R, BLOCK_N), 0.0, tl.float32)
+                x_acc = tl.full((BM, BLOCK_R), 0.0, tl.float32)
+            for h in tl.static_range(HS):
+                lo = tl.load(w_ptr + w_offs + h * N, mask=mask3, other=0, eviction_policy="evict_first")
+                for j in tl.static_range(PER):
+                    k = (offs_u * HS + h) * PER + j
+                    if K_TAIL:
+                        mask_k = mask_u & (k < K)
+                    else:
+                        mask_k = mask_u
+                    if HAS_PERM:
+                        k = tl.load(perm_ptr + k, mask=mask_k, other=0)
+                    xj = tl.load(
+                        x_ptr + offs_m[:, None] * stride_xm + k[None, :],
+                        mask=mask_m[:, None] & mask_k[None, :],
+                        other=0.0,
+                    ).to(tl.float32)
+                    f = _unit_float(lo, hi, j, h, WBITS, BITS)
+                    a_acc += f * xj[:, :, None]
+                    x_acc += xj
+            if not SCALE_ONCE:
+                group = (offs_u * UNIT_K) // G
+                coef_a, coef_x = _affine_terms(
+                    s_ptr,
+                    z_ptr,
+                    mu_ptr,
+                    group[None, :, None],
+                    offs_n[None, None, :],
+                    mask3,
+                    N,
+                    FMT,
+                    BITS,
+                    HAS_MEAN,
+                )
+                y_acc += coef_a * a_acc + coef_x * x_acc[:, :, None]
     if SCALE_ONCE:
-        coef_a, coef_x = _affine_terms(s_ptr, z_ptr, mu_ptr, 0, offs_n, mask_n, N, FMT, BITS, HAS_MEAN)
+        if PAIRS:
+            coef_a, coef_x = _pair_terms(s_ptr, z_ptr, mu_ptr, 0, offs_n, mask_n, N, FMT, QOFF, EXP, HAS_MEAN)
+        else:
+            coef_a, coef_x = _affine_terms(s_ptr, z_ptr, mu_ptr, 0, offs_n, mask_n, N, FMT, BITS, HAS_MEAN)
         part = coef_a[None, :] * reduce_sum(a_acc, 1) + coef_x[None, :] * reduce_sum(x_acc, 1)[:, None]
     else:
         part = reduce_sum(y_acc, 1)

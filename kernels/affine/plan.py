@@ -199,6 +199,16 @@ def dot_dtype(dtype: torch.dtype) -> tl.dtype:
     return tl.float32 if interpreting() else _DOT_DTYPES[dtype]
 
 
+def pair_dtype(spec: AffineSpec, dtype: torch.dtype, cfg: dict[str, Any]) -> tl.dtype:
+    """The GEMV's decode dtype: fp16 when the config asks for pairs (``"PAIRS": True``), the activations are
+    fp16 and the format keeps one row of words per unit (every affine format but int3), else fp32. The kernel
+    also compiles bf16 pairs, but Triton's interpreter computes bf16 wrongly, so nothing checks them on a
+    CPU and no plan takes them."""
+    if cfg.get("PAIRS") and spec.hs == 1 and dtype == torch.float16:
+        return tl.float16
+    return tl.float32
+
+
 # -- plans ------------------------------------------------------------------------------------------------
 class LaunchPlan:
     """One resolved launch of an affine kernel for a fixed (M, dtype, device); ``plan(x, bias)`` → y."""
@@ -228,6 +238,7 @@ class LaunchPlan:
                 BLOCK_R=cfg["BLOCK_R"],
                 BLOCK_N=cfg["BLOCK_N"],
                 NUM_STAGES=cfg.get("num_stages", 1),
+                PAIR_DTYPE=pair_dtype(spec, dtype, cfg),
             )
             self.runtime = {"M": m, "N": spec.n, "K": spec.k, "G": spec.group_size,
                             "UNITS_PER_SPLIT": geo["UNITS_PER_SPLIT"]}  # fmt: skip
@@ -263,6 +274,8 @@ class LaunchPlan:
         }  # fmt: skip
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        if self.const.get("PAIR_DTYPE", tl.float32) != tl.float32 and x.data_ptr() % 4:
+            x = x.clone()  # the pair decode reads x as 32-bit words
         y = torch.empty((self.m, self.spec.n), dtype=x.dtype, device=x.device)
         stream = current_stream(x.device)
         ws = Workspace.get(x.device, stream)

@@ -52,6 +52,8 @@ GEMV_CANDIDATES: dict[int, list[dict[str, Any]]] = {
         {"BLOCK_R": 4, "BLOCK_N": 1024, "num_warps": 8, "num_stages": 3},
         {"BLOCK_R": 2, "BLOCK_N": 512, "num_warps": 4, "num_stages": 4},
         {"BLOCK_R": 8, "BLOCK_N": 512, "num_warps": 4, "num_stages": 1, "PROGRAMS_PER_SM": 2},
+        {"BLOCK_R": 4, "BLOCK_N": 512, "num_warps": 4, "num_stages": 3, "PAIRS": True},
+        {"BLOCK_R": 4, "BLOCK_N": 1024, "num_warps": 4, "num_stages": 2, "PAIRS": True},
     ],
     2: [
         {"BLOCK_R": 4, "BLOCK_N": 512, "num_warps": 4, "num_stages": 3},
@@ -75,7 +77,12 @@ list is the default where nothing was tuned: a pipelined tile (≥ 2 stages, so 
 while this one decodes) small enough for 4+ programs per SM. A thread holds BLOCK_R rows × BLOCK_N /
 threads columns of words and BM times as many fp32 accumulators, so larger batches take fewer rows.
 Registers, shared memory, occupancy and bytes in flight of each default at every Spectra and Llama layer
-shape: ``python -m benchmarks.kernels.tools.launch_table`` (the table in docs/kernels.md)."""
+shape: ``python -m benchmarks.kernels.tools.launch_table`` (the table in docs/kernels.md).
+
+``"PAIRS": True`` decodes two codes per instruction in fp16 (fp16 activations; ternary, binary, int2, int4;
+:func:`trilm.kernels.affine.jit._pair_tile`): about a third fewer SASS instructions per weight at sm_90
+(``python -m benchmarks.kernels --instructions``) but not yet timed on a GPU, so these plans are candidates
+the tuner times, not the default."""
 
 GEMM_CANDIDATES: dict[int, list[dict[str, Any]]] = {
     16: [

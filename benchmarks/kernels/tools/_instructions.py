@@ -3,7 +3,8 @@
 "Before" is the general kernel of :mod:`trilm.kernels.general.jit` — what every format ran on at commit
 52262e2 (still the kernel of N:M, multi-plane and PB-LLM weights) — at the config the autotuner chose on the
 H200 (``benchmarks/results/kernels-nvidia-h200-2026-12-01.json``; the first GPU config where that run had
-none). "After" is the kernel a QuantLinear launches now, at its default config. Both are compiled for sm_90
+none). "After" is the kernel a QuantLinear launches now, at its default config; "pairs" is that plan with
+``"PAIRS": True`` (two codes per fp16x2 instruction, a tuning candidate). Both are compiled for sm_90
 as Triton's JIT specializes an 8192 × 8192 layer, disassembled, and counted with
 :mod:`benchmarks.kernels.tools._sass`. These
 are issue slots per weight per thread, an upper bound (predicated-off instructions count); the H200 profile of
@@ -87,6 +88,10 @@ def count(kind: str, path: str = "gemv", dtype: torch.dtype = torch.float16) -> 
         units = plan.runtime["UNITS_PER_SPLIT"]
         per_thread = cfg["BLOCK_R"] * spec.unit_k * cfg["BLOCK_N"] / (32 * cfg["num_warps"])
         after = per_weight(sass_listing(kernel.asm["cubin"]), per_thread, units // cfg["BLOCK_R"])
+        if spec.hs == 1:  # the same plan decoding two codes per instruction (a tuning candidate)
+            pair_kernel, _ = compile_affine(spec, "gemv", {**cfg, "PAIRS": True}, dtype, 1)
+            pairs = per_weight(sass_listing(pair_kernel.asm["cubin"]), per_thread, units // cfg["BLOCK_R"])
+            row["pairs"] = pairs.row()
     else:
         cfg = candidates(spec, "gemm", 16)[0]
         kernel, plan = compile_affine(spec, "gemm", cfg, dtype, 16)
@@ -106,11 +111,12 @@ def table(kinds=KINDS, paths=("gemv",), cc: int = 90) -> list[dict[str, Any]]:
 def print_table(kinds=KINDS, paths=("gemv", "gemm"), cc: int = 90) -> list[dict[str, Any]]:
     rows = table(kinds, paths, cc)
     print("SASS instructions per weight per thread, sm_90, 8192 x 8192, fp16 activations")
-    print("| path | format | before | after | ratio | after: int / fp / mem / other |")
-    print("|---|---|---|---|---|---|")
+    print("| path | format | before | after | ratio | after: int / fp / mem / other | fp16 pairs |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         b, a = r["before"]["per_weight"], r["after"]["per_weight"]
         kinds_ = " / ".join(f"{r['after']['by_kind'][k]:.2f}" for k in ("int", "fp", "mem", "other"))
+        pairs = f"{r['pairs']['per_weight']:.2f}" if "pairs" in r else "—"
         print(f"| {r['path']} M={1 if r['path'] == 'gemv' else 16} | {r['kind']} | {b:.2f} | {a:.2f} "
-              f"| {b / a:.2f}x | {kinds_} |")  # fmt: skip
+              f"| {b / a:.2f}x | {kinds_} | {pairs} |")  # fmt: skip
     return rows
