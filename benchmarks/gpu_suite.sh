@@ -10,8 +10,9 @@
 #    every later python runs with PYTHONSAFEPATH=1 and PYTHONPATH=/tmp/site:<checkout>, so the installed
 #    trilm wins and benchmarks/ and tests/ still import from the checkout;
 # 2. kernels: ternary/binary/int2/int4 GEMV and GEMM at 8192² and the Spectra layer shapes, batch 1 and 16,
-#    and at 8192² batch 2 and 8 on both the tensor-core GEMM (their default) and the GEMV
-#    (the tuning cache starts from the one committed for this device, if any, and is kept in OUTDIR);
+#    at 8192² batch 2 and 8 on both the tensor-core GEMM (their default) and the GEMV, and batch 1 on the
+#    fp16-pair GEMV plans beside the tuned one (the tuning cache starts from the one committed for this
+#    device, if any, and is kept in OUTDIR);
 # 3. decode: the whole-model one-token step, FloatLM bf16 vs packed TriLM vs int4 at 1.1B and 3.9B;
 # 4. GPU tests: -m "gpu and not slow" (--full: -m gpu); each outcome lands in gpu-tests.jsonl as it is known
 #    and the process ends once pytest is done (benchmarks/gpu_pytest.py says why);
@@ -173,7 +174,7 @@ if [ ! -s "$TRILM_KERNEL_CACHE" ] && [ "${SEED_TUNING:-1}" = 1 ]; then
     [ -n "$seed" ] && cp "$seed" "$TRILM_KERNEL_CACHE"
 fi
 run_stage kernels "${seed:+tuning cache seeded from $seed}" "$PY" -m benchmarks.kernels \
-    --formats ternary binary int2 int4 --shapes 8192x8192 --batches 1 16 --compare-gemv 2 8 \
+    --formats ternary binary int2 int4 --shapes 8192x8192 --batches 1 16 --compare-gemv 2 8 --compare-pairs \
     --spectra-shapes --no-model --out "$OUT" "${DRYARG[@]}"
 
 if [ -f benchmarks/serve/decode.py ]; then

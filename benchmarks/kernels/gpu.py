@@ -100,6 +100,11 @@ def parse_args(argv):
         help="also these batches (2–8), on the first shape only, each on the default tensor-core GEMM and "
         "on the CUDA-core GEMV (rows with path 'gemv'): the data behind TC_MIN_M",
     )
+    p.add_argument(
+        "--compare-pairs",
+        action="store_true",
+        help="batch 1, first shape: also the fp16-pair GEMV plans (rows with path 'gemv-pairs')",
+    )
     p.add_argument("--dry-run", action="store_true", help="check the arguments, print the cases, run nothing")
     p.add_argument("--model", action="store_true", default=True, help="whole-model single-token forward")
     p.add_argument("--no-model", dest="model", action="store_false")
@@ -251,7 +256,8 @@ def main(argv=None) -> int:
     if args.dry_run:
         model = args.model_size if args.model else "off"
         print(f"dry run: formats {args.formats}, batches {args.batches}, {len(args.shapes)} shapes "
-              f"{args.shapes}, GEMV vs GEMM at {args.compare_gemv or 'no batch'}, whole model {model} "
+              f"{args.shapes}, GEMV vs GEMM at {args.compare_gemv or 'no batch'}, fp16 pairs "
+              f"{'on' if args.compare_pairs else 'off'}, whole model {model} "
               f"→ {args.out}")  # fmt: skip
         return 0
     if args.bits_table:
@@ -359,6 +365,11 @@ def main(argv=None) -> int:
                     report["results"].append(
                         _gemv_row(row, layers, x, wdq, timer, nbytes, first.bits_per_weight(), copy, fp16)
                     )
+                if m == 1 and args.compare_pairs and shape == args.shapes[0] and x.dtype == torch.float16:
+                    bits = first.bits_per_weight()
+                    report["results"].extend(
+                        _pair_rows(row, plan, layers, x, wdq, timer, nbytes, bits, copy, fp16)
+                    )
                 save()
             del layers, first, wdq
             if dev.type == "cuda":
@@ -400,14 +411,14 @@ def _row(label, fmt, shape, m, t_flush, t_graph, nbytes, bits, copy, fp16):
     }
 
 
-def _gemv_row(gemm_row, layers, x, wdq, timer, nbytes, bits, copy, fp16) -> dict:
+def _gemv_row(gemm_row, layers, x, wdq, timer, nbytes, bits, copy, fp16, config=None, label="gemv") -> dict:
     """The same product on the CUDA-core GEMV (the default at batch 1), for the row of the tensor-core GEMM
-    that serves this batch by default."""
+    that serves this batch by default; with ``config``, on that GEMV plan (``--compare-pairs``)."""
     import torch.nn.functional as F
     from trilm.kernels.affine.plan import make_plan
 
     m = x.shape[0]
-    plans = [make_plan(layer._kernel_cache.affine, "gemv", m, x.dtype) for layer in layers]
+    plans = [make_plan(layer._kernel_cache.affine, "gemv", m, x.dtype, config) for layer in layers]
     y, ref = plans[0](x), F.linear(x.float(), wdq)
     t_flush = timer.flushed(lambda: plans[0](x))
     t_graph = timer.graph([lambda plan=plan: plan(x) for plan in plans])
@@ -417,9 +428,22 @@ def _gemv_row(gemm_row, layers, x, wdq, timer, nbytes, bits, copy, fp16) -> dict
         max_rel_err=((y.float() - ref).abs().max() / ref.abs().max()).item(),
         copies=len(plans),
         config={**plans[0].config, "SPLIT_K": plans[0].split_k},
-        path="gemv",
+        path=label,
     )
     return row
+
+
+def _pair_rows(row, plan, layers, x, wdq, timer, nbytes, bits, copy, fp16) -> list[dict]:
+    """Batch 1 on the fp16-pair GEMV (two codes per packed instruction, a tuning candidate not yet timed
+    anywhere): the tuned plan with ``"PAIRS": True`` and every pair candidate, beside the tuned plan's row
+    (a tuning cache seeded from an earlier run would never time them)."""
+    from trilm.kernels.affine.tuning import GEMV_CANDIDATES
+
+    if plan is None or plan.path != "gemv" or plan.spec.hs != 1 or plan.config.get("PAIRS"):
+        return []
+    configs = [{**plan.config, "PAIRS": True}, *(c for c in GEMV_CANDIDATES[1] if c.get("PAIRS"))]
+    timed = (row, layers, x, wdq, timer, nbytes, bits, copy, fp16)
+    return [_gemv_row(*timed, config=cfg, label="gemv-pairs") for cfg in configs]
 
 
 def _whole_model(args, dev, timer) -> dict:

@@ -199,13 +199,13 @@ def _pair_tile(
     PER: tl.constexpr = 32 // WBITS
     HALF: tl.constexpr = PER // 2
     if PAIR_DTYPE == tl.float16:  # noqa: SIM300 - a constexpr on the left compares by value
-        MANT: tl.constexpr = 10
-        MAGIC: tl.constexpr = 0x6400
-        MAGIC_F: tl.constexpr = 1024.0
+        MANT = 10
+        MAGIC = 0x6400
+        MAGIC_F = 1024.0
     else:
-        MANT: tl.constexpr = 7
-        MAGIC: tl.constexpr = 0x4300
-        MAGIC_F: tl.constexpr = 128.0
+        MANT = 7
+        MAGIC = 0x4300
+        MAGIC_F = 128.0
     SPAN: tl.constexpr = (MANT // WBITS) * WBITS
     X_WORDS: tl.constexpr = not (HAS_PERM or K_TAIL or NEED_X) and BM == 1
     acc = tl.full((BM, BLOCK_R, lo.shape[2]), 0, tl.int32)
@@ -267,20 +267,20 @@ def affine_gemv_kernel(
     decodes one code per instruction into fp32."""
     PAIRS: tl.constexpr = PAIR_DTYPE != tl.float32  # noqa: SIM300 - a constexpr on the left compares by value
     if FMT == FMT_TERNARY:
-        QOFF: tl.constexpr = 1
-        QMAX_LOG: tl.constexpr = 0
+        QOFF = 1
+        QMAX_LOG = 0
     elif FMT == FMT_BINARY:
-        QOFF: tl.constexpr = 0
-        QMAX_LOG: tl.constexpr = 0
+        QOFF = 0
+        QMAX_LOG = 0
     else:
-        QOFF: tl.constexpr = 1 << (BITS - 1)
-        QMAX_LOG: tl.constexpr = BITS - 1
+        QOFF = 1 << (BITS - 1)
+        QMAX_LOG = BITS - 1
     # fp16 accumulators take PER/2 products of |q·x| ≤ 2^QMAX_LOG·|x| between flushes: scaling q by 2^-EXP
     # keeps every partial sum finite for any finite fp16 x (bf16 has fp32's range and needs no scaling)
     if PAIR_DTYPE == tl.float16:  # noqa: SIM300 - a constexpr on the left compares by value
-        EXP: tl.constexpr = 4 - WBITS // 2 + QMAX_LOG
+        EXP = 4 - WBITS // 2 + QMAX_LOG
     else:
-        EXP: tl.constexpr = 0
+        EXP = 0
     NEED_X: tl.constexpr = HAS_MEAN or FMT != FMT_TERNARY
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
