@@ -159,17 +159,40 @@ def _half(v, H: tl.constexpr, PAIR_DTYPE: tl.constexpr):
 
 
 @triton.jit
+def _bf16_as_fp32(v, H: tl.constexpr):
+    """Half H of int32 registers, read as bf16, widened exactly to fp32."""
+    if H == 1:
+        v = v >> 16
+    return ((v & 0xFFFF) << 16).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _bf16_bits(f):
+    """fp32 → bf16 bits (in the low 16 bits of an int32), rounded to nearest even (finite values)."""
+    b = f.to(tl.int32, bitcast=True)
+    return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) & 0xFFFF
+
+
+@triton.jit
 def _fma_pairs(t, xp, acc, scale, neg_bias, PAIR_DTYPE: tl.constexpr):
     """``acc + (t·scale − bias)·x`` on registers holding two fp16 (bf16) values each: two packed FMAs, the
     decode and the product, on the pairs the words hold (left to itself LLVM pairs neighbouring columns,
     which costs a byte permute per pair). The interpreter, which cannot run PTX, does the same arithmetic
     half by half."""
-    if not PAIR_ASM:
+    if not PAIR_ASM and PAIR_DTYPE == tl.float16:  # noqa: SIM300 - a constexpr on the left compares by value
         q_lo = _half(t, 0, PAIR_DTYPE) * _half(scale, 0, PAIR_DTYPE) + _half(neg_bias, 0, PAIR_DTYPE)
         q_hi = _half(t, 1, PAIR_DTYPE) * _half(scale, 1, PAIR_DTYPE) + _half(neg_bias, 1, PAIR_DTYPE)
         lo = q_lo * _half(xp, 0, PAIR_DTYPE) + _half(acc, 0, PAIR_DTYPE)
         hi = q_hi * _half(xp, 1, PAIR_DTYPE) + _half(acc, 1, PAIR_DTYPE)
         out = _pair_bits(lo, hi)
+    elif not PAIR_ASM:
+        # the interpreter's bf16 arithmetic and fp32 → bf16 rounding are wrong: fp32 arithmetic (a product of
+        # two bf16 values is exact in it) rounded to bf16 by hand, round to nearest even
+        out = 0
+        for h in tl.static_range(2):
+            q = _bf16_as_fp32(t, h) * _bf16_as_fp32(scale, h) + _bf16_as_fp32(neg_bias, h)
+            q = _bf16_as_fp32(_bf16_bits(q), 0)
+            out = out | (_bf16_bits(q * _bf16_as_fp32(xp, h) + _bf16_as_fp32(acc, h)) << (16 * h))
     elif PAIR_DTYPE == tl.float16:  # noqa: SIM300 - a constexpr on the left compares by value
         out = tl.inline_asm_elementwise(
             "{ .reg .b32 q; fma.rn.f16x2 q, $1, $4, $5; fma.rn.f16x2 $0, q, $2, $3; }",
@@ -188,14 +211,15 @@ def _pair_tile(
     lo, x_ptr, perm_ptr, offs_m, mask_m, offs_u, mask_u, stride_xm, K,
     BITS: tl.constexpr, WBITS: tl.constexpr, QOFF: tl.constexpr, EXP: tl.constexpr,
     PAIR_DTYPE: tl.constexpr, HAS_PERM: tl.constexpr, K_TAIL: tl.constexpr, NEED_X: tl.constexpr,
-    BM: tl.constexpr, BLOCK_R: tl.constexpr,
+    FLUSH: tl.constexpr, BM: tl.constexpr, BLOCK_R: tl.constexpr,
 ):  # fmt: skip
     """``Σ_k q·x`` over one tile of words (1, BLOCK_R, BLOCK_N) with ``q = (c − QOFF)·2^-EXP``, two codes per
     32-bit instruction. Code j of a word sits in its low 16 bits and code j + PER/2 in its high 16 bits; one
     and-or (after one shift per mantissa's worth of codes) puts both into the mantissas of a pair of
     PAIR_DTYPE values ``MAGIC + c·2^p``, one packed FMA turns the pair into exact ``q``, one more multiplies
     it by the pair (x_j, x_{j+PER/2}) into the pair of accumulators: three instructions per two weights.
-    Returns the tile's sums in fp32 (the pair accumulators hold PER/2 products) and, with NEED_X, ``Σ x``."""
+    Returns the tile's sums in fp32 (each pair accumulator holds FLUSH products before it is added
+    there) and, with NEED_X, ``Σ x``."""
     PER: tl.constexpr = 32 // WBITS
     HALF: tl.constexpr = PER // 2
     if PAIR_DTYPE == tl.float16:  # noqa: SIM300 - a constexpr on the left compares by value
@@ -209,6 +233,7 @@ def _pair_tile(
     SPAN: tl.constexpr = (MANT // WBITS) * WBITS
     X_WORDS: tl.constexpr = not (HAS_PERM or K_TAIL or NEED_X) and BM == 1
     acc = tl.full((BM, BLOCK_R, lo.shape[2]), 0, tl.int32)
+    total = tl.full((BM, BLOCK_R, lo.shape[2]), 0.0, tl.float32)
     x_sum = tl.full((BM, BLOCK_R), 0.0, tl.float32)
     for j in tl.static_range(HALF):
         shift = (j * WBITS // SPAN) * SPAN
@@ -245,7 +270,14 @@ def _pair_tile(
         acc = _fma_pairs(
             t, xp[:, :, None], acc, _pair_bits(scale, scale), _pair_bits(neg_bias, neg_bias), PAIR_DTYPE
         )
-    return _half(acc, 0, PAIR_DTYPE).to(tl.float32) + _half(acc, 1, PAIR_DTYPE).to(tl.float32), x_sum
+        if (j + 1) % FLUSH == 0 or j == HALF - 1:
+            part = _half(acc, 0, PAIR_DTYPE).to(tl.float32) + _half(acc, 1, PAIR_DTYPE).to(tl.float32)
+            if j < FLUSH:
+                total = part
+            else:
+                total += part
+            acc = tl.full((BM, BLOCK_R, lo.shape[2]), 0, tl.int32)
+    return total, x_sum
 
 
 @triton.jit(do_not_specialize=["M", "stride_xm", "UNITS_PER_SPLIT"])
@@ -275,10 +307,13 @@ def affine_gemv_kernel(
     else:
         QOFF = 1 << (BITS - 1)
         QMAX_LOG = BITS - 1
-    # fp16 accumulators take PER/2 products of |q·x| ≤ 2^QMAX_LOG·|x| between flushes: scaling q by 2^-EXP
-    # keeps every partial sum finite for any finite fp16 x (bf16 has fp32's range and needs no scaling)
+    # a pair accumulator takes FLUSH products before it is added in fp32: a word's PER/2 for 2- and 4-bit
+    # codes, half of binary's 16 (16 sums of bf16's 8-bit significands came close to the bf16 tolerance);
+    # of |q·x| ≤ 2^QMAX_LOG·|x| each, so scaling q by 2^-EXP keeps every fp16 partial sum finite for any
+    # finite fp16 x (bf16 has fp32's range)
+    FLUSH: tl.constexpr = 8
     if PAIR_DTYPE == tl.float16:  # noqa: SIM300 - a constexpr on the left compares by value
-        EXP = 4 - WBITS // 2 + QMAX_LOG
+        EXP = min(4 - WBITS // 2, 3) + QMAX_LOG
     else:
         EXP = 0
     NEED_X: tl.constexpr = HAS_MEAN or FMT != FMT_TERNARY
@@ -307,7 +342,7 @@ def affine_gemv_kernel(
             lo = tl.load(w_ptr + w_offs, mask=mask3, other=0, eviction_policy="evict_first")
             a_t, x_t = _pair_tile(
                 lo, x_ptr, perm_ptr, offs_m, mask_m, offs_u, mask_u, stride_xm, K,
-                BITS, WBITS, QOFF, EXP, PAIR_DTYPE, HAS_PERM, K_TAIL, NEED_X, BM, BLOCK_R,
+                BITS, WBITS, QOFF, EXP, PAIR_DTYPE, HAS_PERM, K_TAIL, NEED_X, FLUSH, BM, BLOCK_R,
             )  # fmt: skip
             if SCALE_ONCE:
                 a_acc += a_t

@@ -200,12 +200,10 @@ def dot_dtype(dtype: torch.dtype) -> tl.dtype:
 
 
 def pair_dtype(spec: AffineSpec, dtype: torch.dtype, cfg: dict[str, Any]) -> tl.dtype:
-    """The GEMV's decode dtype: fp16 when the config asks for pairs (``"PAIRS": True``), the activations are
-    fp16 and the format keeps one row of words per unit (every affine format but int3), else fp32. The kernel
-    also compiles bf16 pairs, but Triton's interpreter computes bf16 wrongly, so nothing checks them on a
-    CPU and no plan takes them."""
-    if cfg.get("PAIRS") and spec.hs == 1 and dtype == torch.float16:
-        return tl.float16
+    """The GEMV's decode dtype: the activations' fp16 or bf16 when the config asks for pairs (``"PAIRS":
+    True``) and the format keeps one row of words per unit (every affine format but int3), else fp32."""
+    if cfg.get("PAIRS") and spec.hs == 1 and dtype in (torch.float16, torch.bfloat16):
+        return _DOT_DTYPES[dtype]
     return tl.float32
 
 
