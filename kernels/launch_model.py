@@ -48,6 +48,13 @@ class DeviceLimits:
     shared_per_sm: int = 233472
     shared_reserved_per_program: int = 1024
     schedulers: int = 4
+    clock_ghz: float = 1.98
+
+    def issue_floor_us(self, weights: int, instructions_per_weight: float) -> float:
+        """The shortest time a kernel can take when every warp scheduler issues one warp instruction per
+        cycle: ``instructions_per_weight`` per thread and weight, 32 threads per warp instruction."""
+        warp_instructions = weights * instructions_per_weight / 32
+        return warp_instructions / (self.sms * self.schedulers * self.clock_ghz * 1e3)
 
     @property
     def little_bytes_per_sm(self) -> float:
@@ -56,7 +63,8 @@ class DeviceLimits:
 
 
 H200 = DeviceLimits("NVIDIA H200", sms=132, bandwidth_gbps=4250.0, latency_us=0.7)
-"""sm_90, 132 SMs; 4,250 GB/s is the device-to-device copy rate measured on the H200 on 2026-12-04."""
+"""sm_90, 132 SMs at up to 1.98 GHz; 4,250 GB/s is the device-to-device copy rate measured on the H200 on
+2026-12-04."""
 
 MIN_WARPS_PER_SCHEDULER = {"gemv": 4, "gemm": 2}
 """Per path: the GEMV's warps issue dependent integer and FMA chains; the GEMM's each carry tensor-core

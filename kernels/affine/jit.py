@@ -44,6 +44,11 @@ from trilm.kernels.jit_common import (
 )
 
 PAIR_ASM = tl.constexpr(not INTERPRET)
+LOP_MASKS = tl.constexpr(
+    tuple(f"0x{((((1 << (i // 16)) - 1) << (i % 16)) * 0x10001) & 0xFFFFFFFF:08X}" for i in range(80))
+)
+"""``LOP_MASKS[16·bits + p]``: the mask of a ``bits``-bit code at bit p of both 16-bit halves, as the
+immediate of the and-or (so that the magic number, the same for every code, is the register operand)."""
 """Pairs go through inline PTX on a GPU; the interpreter, which cannot run PTX, does the same arithmetic on
 an explicit (low, high) axis."""
 
@@ -223,14 +228,13 @@ def _pair_tile(
     PER: tl.constexpr = 32 // WBITS
     HALF: tl.constexpr = PER // 2
     if PAIR_DTYPE == tl.float16:  # noqa: SIM300 - a constexpr on the left compares by value
-        MANT = 10
         MAGIC = 0x6400
         MAGIC_F = 1024.0
     else:
-        MANT = 7
         MAGIC = 0x4300
         MAGIC_F = 128.0
-    SPAN: tl.constexpr = (MANT // WBITS) * WBITS
+    # bits of a 16-bit half that one shift brings into the mantissa (10 in fp16, 7 in bf16), whole codes
+    SPAN: tl.constexpr = ((10 if PAIR_DTYPE == tl.float16 else 7) // WBITS) * WBITS  # noqa: SIM300
     X_WORDS: tl.constexpr = not (HAS_PERM or K_TAIL or NEED_X) and BM == 1
     acc = tl.full((BM, BLOCK_R, lo.shape[2]), 0, tl.int32)
     total = tl.full((BM, BLOCK_R, lo.shape[2]), 0.0, tl.float32)
@@ -238,7 +242,18 @@ def _pair_tile(
     for j in tl.static_range(HALF):
         shift = (j * WBITS // SPAN) * SPAN
         pos = j * WBITS - shift
-        t = ((lo >> shift) & ((((1 << WBITS) - 1) << pos) * 0x10001)) | (MAGIC * 0x10001)
+        if PAIR_ASM:
+            # (word & mask) | magic with the mask as the immediate: left to ptxas, the magic number took the
+            # immediate and every mask was re-materialized by a move per use (0.4 instructions per weight)
+            t = tl.inline_asm_elementwise(
+                "lop3.b32 $0, $1, "
+                + LOP_MASKS[16 * WBITS + j * WBITS - (j * WBITS // SPAN) * SPAN]  # pos (a constexpr here)
+                + ", $2, 0xEA;",
+                "=r,r,r", [lo >> shift, tl.full(lo.shape, MAGIC * 0x10001, tl.int32)],
+                dtype=tl.int32, is_pure=True, pack=1,
+            )  # fmt: skip
+        else:
+            t = ((lo >> shift) & ((((1 << WBITS) - 1) << pos) * 0x10001)) | (MAGIC * 0x10001)
         scale = tl.full((1, 1, 1), 1.0 / (1 << (pos + EXP)), PAIR_DTYPE)
         neg_bias = tl.full((1, 1, 1), -(MAGIC_F / (1 << (pos + EXP)) + QOFF / (1 << EXP)), PAIR_DTYPE)
         if X_WORDS:

@@ -80,7 +80,7 @@ Registers, shared memory, occupancy and bytes in flight of each default at every
 shape: ``python -m benchmarks.kernels.tools.launch_table`` (the table in docs/kernels.md).
 
 ``"PAIRS": True`` decodes two codes per instruction in the activations' fp16/bf16 (ternary, binary, int2,
-int4; :func:`trilm.kernels.affine.jit._pair_tile`): about a third fewer SASS instructions per weight at sm_90
+int4; :func:`trilm.kernels.affine.jit._pair_tile`): 21–38 % fewer SASS instructions per weight at sm_90
 (``python -m benchmarks.kernels --instructions``) but not yet timed on a GPU, so these plans are candidates
 the tuner times, not the default."""
 

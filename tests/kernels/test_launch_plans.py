@@ -27,6 +27,13 @@ def test_model_reproduces_the_profiled_starvation_of_the_old_plan():
     assert any("warps per scheduler" in s for s in old.shortfalls())
 
 
+def test_issue_floor_counts_warp_instructions_over_every_scheduler():
+    """One warp instruction per scheduler and cycle: 32 threads' worth of weights per instruction slot."""
+    per_second = H200.sms * H200.schedulers * H200.clock_ghz * 1e9
+    assert H200.issue_floor_us(8192 * 8192, 6.0) == pytest.approx(8192 * 8192 * 6.0 / 32 / per_second * 1e6)
+    assert 11 < H200.issue_floor_us(8192 * 8192, 6.0) < 13
+
+
 def test_little_minimum_is_stated_per_sm():
     assert H200.little_bytes_per_sm == pytest.approx(4250e9 * 0.7e-6 / 132)
     assert 20 * 1024 < H200.little_bytes_per_sm < 25 * 1024

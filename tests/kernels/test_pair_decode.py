@@ -1,13 +1,13 @@
 """The GEMV plans that decode two codes per instruction (``"PAIRS": True``, fp16 or bf16 activations).
 
-In the interpreter the kernel runs the very code it runs on a GPU except the two packed FMAs, which it
-emulates half by half (Triton's interpreter cannot run PTX; its bf16 arithmetic is wrong, so bf16 is done
-in fp32 and rounded to nearest even by hand): the word and activation pairing, the magic-number decode, the
-2^-EXP scaling and the flushes are all checked here against fp64. Tolerance: the output is rounded to the
-activation dtype (2^-11 of |y| in fp16, 2^-8 in bf16) and each half-precision accumulator sums PER/2
-products before it is added in fp32, a rounding of at most one unit of that dtype per addition; both are
-bounded here by the tolerances the GPU tests already use (fp16 2e-3, bf16 1e-2 of max |y|). The sm_90
-compile shows the packed instructions.
+In the interpreter the kernel runs the very code it runs on a GPU except its inline PTX (Triton's
+interpreter cannot run PTX): the and-or is written in Triton there and the two packed FMAs are emulated half
+by half (the interpreter's bf16 arithmetic is wrong, so bf16 is done in fp32 and rounded to nearest even by
+hand). The word and activation pairing, the magic-number decode, the 2^-EXP scaling and the flushes are all
+checked here against fp64. Tolerance: the output is rounded to the activation dtype (2^-11 of |y| in fp16,
+2^-8 in bf16) and each half-precision accumulator sums at most 8 products before it is added in fp32, a
+rounding of at most one unit of that dtype per addition; both are bounded here by the tolerances the GPU
+tests already use (fp16 2e-3, bf16 1e-2 of max |y|). The sm_90 compile shows the packed instructions.
 """
 
 import pytest

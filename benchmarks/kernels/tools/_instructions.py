@@ -19,6 +19,7 @@ import torch
 from trilm.kernels.affine.plan import candidates
 from trilm.kernels.aot import TORCH_TO_TRITON, compile_affine, compile_jit
 from trilm.kernels.general.launch import GPU_GEMV, KERNELS
+from trilm.kernels.launch_model import H200
 from trilm.kernels.triton_runtime import kernel_module
 
 from benchmarks.kernels.tools._sass import per_weight, sass_listing
@@ -119,4 +120,11 @@ def print_table(kinds=KINDS, paths=("gemv", "gemm"), cc: int = 90) -> list[dict[
         pairs = f"{r['pairs']['per_weight']:.2f}" if "pairs" in r else "—"
         print(f"| {r['path']} M={1 if r['path'] == 'gemv' else 16} | {r['kind']} | {b:.2f} | {a:.2f} "
               f"| {b / a:.2f}x | {kinds_} | {pairs} |")  # fmt: skip
+    print(f"\nissue floor of the batch-1 GEMV at {N}x{K} on an {H200.name} ({H200.sms} SMs × "
+          f"{H200.schedulers} schedulers at {H200.clock_ghz} GHz), µs: after / fp16 pairs")  # fmt: skip
+    for r in rows:
+        if r["path"] == "gemv" and "pairs" in r:
+            after, pairs = (H200.issue_floor_us(N * K, r[key]["per_weight"]) for key in ("after", "pairs"))
+            r["issue_floor_us"] = {"after": round(after, 2), "pairs": round(pairs, 2)}
+            print(f"  {r['kind']:12s} {after:6.2f} / {pairs:6.2f}")
     return rows
