@@ -44,13 +44,13 @@ from trilm.kernels.jit_common import (
 )
 
 PAIR_ASM = tl.constexpr(not INTERPRET)
+"""The pair decode's and-or and packed FMAs are inline PTX on a GPU; the interpreter, which cannot run PTX,
+does the same arithmetic in Triton, half by half."""
 LOP_MASKS = tl.constexpr(
     tuple(f"0x{((((1 << (i // 16)) - 1) << (i % 16)) * 0x10001) & 0xFFFFFFFF:08X}" for i in range(80))
 )
 """``LOP_MASKS[16·bits + p]``: the mask of a ``bits``-bit code at bit p of both 16-bit halves, as the
 immediate of the and-or (so that the magic number, the same for every code, is the register operand)."""
-"""Pairs go through inline PTX on a GPU; the interpreter, which cannot run PTX, does the same arithmetic on
-an explicit (low, high) axis."""
 
 
 @triton.jit
