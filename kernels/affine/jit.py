@@ -213,18 +213,18 @@ def _fma_pairs(t, xp, acc, scale, neg_bias, PAIR_DTYPE: tl.constexpr):
 
 @triton.jit
 def _pair_tile(
-    lo, x_ptr, perm_ptr, offs_m, mask_m, offs_u, mask_u, stride_xm, K,
+    a_acc, x_acc, w_ptr, w_offs, mask3, x_ptr, perm_ptr, offs_m, mask_m, offs_u, mask_u, stride_xm, K,
     BITS: tl.constexpr, WBITS: tl.constexpr, QOFF: tl.constexpr, EXP: tl.constexpr,
     PAIR_DTYPE: tl.constexpr, HAS_PERM: tl.constexpr, K_TAIL: tl.constexpr, NEED_X: tl.constexpr,
-    FLUSH: tl.constexpr, BM: tl.constexpr, BLOCK_R: tl.constexpr,
+    FLUSH: tl.constexpr, FRESH: tl.constexpr, BM: tl.constexpr, BLOCK_R: tl.constexpr,
 ):  # fmt: skip
     """``Σ_k q·x`` over one tile of words (1, BLOCK_R, BLOCK_N) with ``q = (c − QOFF)·2^-EXP``, two codes per
     32-bit instruction. Code j of a word sits in its low 16 bits and code j + PER/2 in its high 16 bits; one
     and-or (after one shift per mantissa's worth of codes) puts both into the mantissas of a pair of
     PAIR_DTYPE values ``MAGIC + c·2^p``, one packed FMA turns the pair into exact ``q``, one more multiplies
     it by the pair (x_j, x_{j+PER/2}) into the pair of accumulators: three instructions per two weights.
-    Returns the tile's sums in fp32 (each pair accumulator holds FLUSH products before it is added
-    there) and, with NEED_X, ``Σ x``."""
+    Returns ``a_acc`` plus the tile's sums in fp32 (each pair accumulator holds FLUSH products before it is
+    added there; FRESH: ``a_acc`` is zero and not read) and ``x_acc`` plus ``Σ x`` (with NEED_X)."""
     PER: tl.constexpr = 32 // WBITS
     HALF: tl.constexpr = PER // 2
     if PAIR_DTYPE == tl.float16:  # noqa: SIM300 - a constexpr on the left compares by value
@@ -236,9 +236,8 @@ def _pair_tile(
     # bits of a 16-bit half that one shift brings into the mantissa (10 in fp16, 7 in bf16), whole codes
     SPAN: tl.constexpr = ((10 if PAIR_DTYPE == tl.float16 else 7) // WBITS) * WBITS  # noqa: SIM300
     X_WORDS: tl.constexpr = not (HAS_PERM or K_TAIL or NEED_X) and BM == 1
+    lo = tl.load(w_ptr + w_offs, mask=mask3, other=0, eviction_policy="evict_first")
     acc = tl.full((BM, BLOCK_R, lo.shape[2]), 0, tl.int32)
-    total = tl.full((BM, BLOCK_R, lo.shape[2]), 0.0, tl.float32)
-    x_sum = tl.full((BM, BLOCK_R), 0.0, tl.float32)
     for j in tl.static_range(HALF):
         shift = (j * WBITS // SPAN) * SPAN
         pos = j * WBITS - shift
@@ -281,18 +280,65 @@ def _pair_tile(
             x_hi = tl.load(x_rows + k_hi[None, :], mask=mask_m[:, None] & mask_hi[None, :], other=0.0)
             xp = _pair_bits(x_lo, x_hi)
             if NEED_X:
-                x_sum += x_lo.to(tl.float32) + x_hi.to(tl.float32)
+                x_acc += x_lo.to(tl.float32) + x_hi.to(tl.float32)
         acc = _fma_pairs(
             t, xp[:, :, None], acc, _pair_bits(scale, scale), _pair_bits(neg_bias, neg_bias), PAIR_DTYPE
         )
         if (j + 1) % FLUSH == 0 or j == HALF - 1:
             part = _half(acc, 0, PAIR_DTYPE).to(tl.float32) + _half(acc, 1, PAIR_DTYPE).to(tl.float32)
-            if j < FLUSH:
-                total = part
+            if FRESH and j < FLUSH:
+                a_acc = part  # adding it to zeros would cost an add per flush
             else:
-                total += part
+                a_acc += part
             acc = tl.full((BM, BLOCK_R, lo.shape[2]), 0, tl.int32)
-    return total, x_sum
+    return a_acc, x_acc
+
+
+@triton.jit
+def _unit_tile(
+    a_acc, x_acc, w_ptr, hi_ptr, w_offs, mask3, x_ptr, perm_ptr, offs_m, mask_m, offs_u, mask_u, offs_n,
+    stride_xm, N, K, BITS: tl.constexpr, WBITS: tl.constexpr, HS: tl.constexpr, HAS_PERM: tl.constexpr,
+    K_TAIL: tl.constexpr,
+):  # fmt: skip
+    """``a_acc + Σ f·x`` and ``x_acc + Σ x`` over one tile of units, one code per instruction in fp32:
+    ``f = 1 + c/2^BITS`` (:func:`_unit_float`)."""
+    PER: tl.constexpr = 32 // WBITS
+    if HS == 2:
+        hi = tl.load(hi_ptr + offs_u[None, :, None] * N + offs_n[None, None, :], mask=mask3, other=0)
+    else:
+        hi = 0
+    for h in tl.static_range(HS):
+        lo = tl.load(w_ptr + w_offs + h * N, mask=mask3, other=0, eviction_policy="evict_first")
+        for j in tl.static_range(PER):
+            k = (offs_u * HS + h) * PER + j
+            if K_TAIL:
+                mask_k = mask_u & (k < K)
+            else:
+                mask_k = mask_u
+            if HAS_PERM:
+                k = tl.load(perm_ptr + k, mask=mask_k, other=0)
+            xj = tl.load(
+                x_ptr + offs_m[:, None] * stride_xm + k[None, :],
+                mask=mask_m[:, None] & mask_k[None, :],
+                other=0.0,
+            ).to(tl.float32)
+            a_acc += _unit_float(lo, hi, j, h, WBITS, BITS) * xj[:, :, None]
+            x_acc += xj
+    return a_acc, x_acc
+
+
+@triton.jit
+def _terms(
+    s_ptr, z_ptr, mu_ptr, rows, offs_n, mask, N, FMT: tl.constexpr, BITS: tl.constexpr, QOFF: tl.constexpr,
+    EXP: tl.constexpr, HAS_MEAN: tl.constexpr, PAIRS: tl.constexpr,
+):  # fmt: skip
+    """The multipliers of a tile's two sums for the decode that made them (:func:`_pair_terms` or
+    :func:`_affine_terms`)."""
+    if PAIRS:
+        coef_a, coef_x = _pair_terms(s_ptr, z_ptr, mu_ptr, rows, offs_n, mask, N, FMT, QOFF, EXP, HAS_MEAN)
+    else:
+        coef_a, coef_x = _affine_terms(s_ptr, z_ptr, mu_ptr, rows, offs_n, mask, N, FMT, BITS, HAS_MEAN)
+    return coef_a, coef_x
 
 
 @triton.jit(do_not_specialize=["M", "stride_xm", "UNITS_PER_SPLIT"])
@@ -353,68 +399,35 @@ def affine_gemv_kernel(
         # (four neighbouring columns per thread, one 128-bit load) with all BM batch rows in each thread
         w_offs = offs_u[None, :, None] * (HS * N) + offs_n[None, None, :]
         mask3 = mask_u[None, :, None] & mask_n[None, None, :]
+        if SCALE_ONCE:
+            a_in, x_in = a_acc, x_acc
+        else:
+            a_in = tl.full((BM, BLOCK_R, BLOCK_N), 0.0, tl.float32)
+            x_in = tl.full((BM, BLOCK_R), 0.0, tl.float32)
         if PAIRS:
-            lo = tl.load(w_ptr + w_offs, mask=mask3, other=0, eviction_policy="evict_first")
             a_t, x_t = _pair_tile(
-                lo, x_ptr, perm_ptr, offs_m, mask_m, offs_u, mask_u, stride_xm, K,
-                BITS, WBITS, QOFF, EXP, PAIR_DTYPE, HAS_PERM, K_TAIL, NEED_X, FLUSH, BM, BLOCK_R,
+                a_in, x_in, w_ptr, w_offs, mask3, x_ptr, perm_ptr, offs_m, mask_m, offs_u, mask_u,
+                stride_xm, K, BITS, WBITS, QOFF, EXP, PAIR_DTYPE, HAS_PERM, K_TAIL, NEED_X, FLUSH,
+                not SCALE_ONCE, BM, BLOCK_R,
             )  # fmt: skip
-            if SCALE_ONCE:
-                a_acc += a_t
-                x_acc += x_t
-            else:
-                group = (offs_u * UNIT_K) // G
-                coef_a, coef_x = _pair_terms(
-                    s_ptr, z_ptr, mu_ptr, group[None, :, None], offs_n[None, None, :], mask3, N,
-                    FMT, QOFF, EXP, HAS_MEAN,
-                )  # fmt: skip
-                y_acc += coef_a * a_t + coef_x * x_t[:, :, None]
         else:
-            if HS == 2:
-                hi = tl.load(hi_ptr + offs_u[None, :, None] * N + offs_n[None, None, :], mask=mask3, other=0)
-            else:
-                hi = 0
-            if not SCALE_ONCE:
-                a_acc = tl.full((BM, BLOCK_R, BLOCK_N), 0.0, tl.float32)
-                x_acc = tl.full((BM, BLOCK_R), 0.0, tl.float32)
-            for h in tl.static_range(HS):
-                lo = tl.load(w_ptr + w_offs + h * N, mask=mask3, other=0, eviction_policy="evict_first")
-                for j in tl.static_range(PER):
-                    k = (offs_u * HS + h) * PER + j
-                    if K_TAIL:
-                        mask_k = mask_u & (k < K)
-                    else:
-                        mask_k = mask_u
-                    if HAS_PERM:
-                        k = tl.load(perm_ptr + k, mask=mask_k, other=0)
-                    xj = tl.load(
-                        x_ptr + offs_m[:, None] * stride_xm + k[None, :],
-                        mask=mask_m[:, None] & mask_k[None, :],
-                        other=0.0,
-                    ).to(tl.float32)
-                    f = _unit_float(lo, hi, j, h, WBITS, BITS)
-                    a_acc += f * xj[:, :, None]
-                    x_acc += xj
-            if not SCALE_ONCE:
-                group = (offs_u * UNIT_K) // G
-                coef_a, coef_x = _affine_terms(
-                    s_ptr,
-                    z_ptr,
-                    mu_ptr,
-                    group[None, :, None],
-                    offs_n[None, None, :],
-                    mask3,
-                    N,
-                    FMT,
-                    BITS,
-                    HAS_MEAN,
-                )
-                y_acc += coef_a * a_acc + coef_x * x_acc[:, :, None]
+            a_t, x_t = _unit_tile(
+                a_in, x_in, w_ptr, hi_ptr, w_offs, mask3, x_ptr, perm_ptr, offs_m, mask_m, offs_u, mask_u,
+                offs_n, stride_xm, N, K, BITS, WBITS, HS, HAS_PERM, K_TAIL,
+            )  # fmt: skip
+        if SCALE_ONCE:
+            a_acc, x_acc = a_t, x_t
+        else:
+            group = (offs_u * UNIT_K) // G
+            coef_a, coef_x = _terms(
+                s_ptr, z_ptr, mu_ptr, group[None, :, None], offs_n[None, None, :], mask3, N,
+                FMT, BITS, QOFF, EXP, HAS_MEAN, PAIRS,
+            )  # fmt: skip
+            y_acc += coef_a * a_t + coef_x * x_t[:, :, None]
     if SCALE_ONCE:
-        if PAIRS:
-            coef_a, coef_x = _pair_terms(s_ptr, z_ptr, mu_ptr, 0, offs_n, mask_n, N, FMT, QOFF, EXP, HAS_MEAN)
-        else:
-            coef_a, coef_x = _affine_terms(s_ptr, z_ptr, mu_ptr, 0, offs_n, mask_n, N, FMT, BITS, HAS_MEAN)
+        coef_a, coef_x = _terms(
+            s_ptr, z_ptr, mu_ptr, 0, offs_n, mask_n, N, FMT, BITS, QOFF, EXP, HAS_MEAN, PAIRS
+        )
         part = coef_a[None, :] * reduce_sum(a_acc, 1) + coef_x[None, :] * reduce_sum(x_acc, 1)[:, None]
     else:
         part = reduce_sum(y_acc, 1)

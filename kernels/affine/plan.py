@@ -259,6 +259,7 @@ class LaunchPlan:
         self.n_counters = geo["counters"]
         self.const = const
         self.options = {"num_warps": cfg.get("num_warps", 4), "num_stages": cfg.get("num_stages", 1)}
+        self._word_aligned_x = const.get("PAIR_DTYPE", tl.float32) != tl.float32
         self._compiled: tuple[bool, Any] | None = None  # (has bias, the compiled kernel)
         self._names = list(kernel.arg_names)
 
@@ -272,7 +273,7 @@ class LaunchPlan:
         }  # fmt: skip
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        if self.const.get("PAIR_DTYPE", tl.float32) != tl.float32 and x.data_ptr() % 4:
+        if self._word_aligned_x and x.data_ptr() % 4:
             x = x.clone()  # the pair decode reads x as 32-bit words
         y = torch.empty((self.m, self.spec.n), dtype=x.dtype, device=x.device)
         stream = current_stream(x.device)
