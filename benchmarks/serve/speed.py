@@ -263,7 +263,13 @@ def build_contenders(args, kinds, base, device, dtype, decode_len: int):
         if not args.no_fuse:  # as Engine.load serves a model: Q/K/V and gate/up stacked
             fuse_projections(model)
         graphs = cuda and not args.eager
-        engine = Engine(model, max_batch=max(args.batches), max_seq_len=decode_len, cuda_graphs=graphs)
+        engine = Engine(
+            model,
+            max_batch=max(args.batches),
+            max_seq_len=decode_len,
+            cuda_graphs=graphs,
+            compile=args.compile,
+        )
         ttft_engine = Engine(model, max_batch=1, max_seq_len=max(args.ttft) + 2, cuda_graphs=False)
         contenders.append(EngineContender(kind, engine, ttft_engine))
         info[kind] = {
@@ -505,6 +511,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=None, help="decode steps per round (CPU 32, CUDA 64)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--eager", action="store_true", help="CUDA: decode without CUDA graphs")
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile the decode engine's steps (CUDA: captured as its graphs; compiled in the untimed "
+        "first step); time to first token stays eager",
+    )
     p.add_argument("--no-fuse", action="store_true", help="keep Q/K/V and gate/up apart (the engine stacks)")
     p.add_argument("--threads", type=int, default=1, help="CPU threads (1: stable on a busy machine)")
     p.add_argument("--label", default=None, help="results file label (default: device and size)")

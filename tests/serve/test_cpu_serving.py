@@ -63,12 +63,21 @@ def test_compile_failure_falls_back_to_eager(monkeypatch):
     assert engine.compiled.failure == "RuntimeError: no C++ compiler"
 
 
-def test_compile_is_refused_off_the_cpu():
-    if not torch.cuda.is_available():
-        cfg = nano("floatlm")
-        model = from_state_dict(cfg, random_state(cfg, seed=1)).to("meta")
-        with pytest.raises(ConfigError, match="compile"):
-            Engine(model, max_batch=1, compile=True)
+def test_compile_is_refused_off_cpu_and_cuda():
+    cfg = nano("floatlm")
+    model = from_state_dict(cfg, random_state(cfg, seed=1)).to("meta")
+    with pytest.raises(ConfigError, match="compile: the compiled steps run on CPU or CUDA, not on meta"):
+        Engine(model, max_batch=1, compile=True)
+
+
+def test_compiled_steps_capture_only_on_cuda():
+    cfg = nano("floatlm")
+    model = from_state_dict(cfg, random_state(cfg, seed=1))
+    for compile in (False, True):
+        with pytest.raises(ConfigError, match="cuda_graphs: CUDA graphs need the model on CUDA, not on cpu"):
+            Engine(model, max_batch=1, compile=compile, cuda_graphs=True)
+    engine = Engine(model, max_batch=1, compile=True)
+    assert engine.graphs is None and not engine.compiled.capture
 
 
 @pytest.mark.parametrize("family", ["trilm", "bilm"])

@@ -72,3 +72,21 @@ def test_bf16_engine_serves_and_never_samples_padding():
     outs = engine.generate(_prompts([4, 8, 12, 16, 20], seed=3), params)
     assert all(len(o.token_ids) == 30 and max(o.token_ids) < VOCAB for o in outs)
     assert engine.graphs.capture_all() == len(engine.graphs.batch_buckets) * len(engine.graphs.span_buckets)
+
+
+@pytest.mark.slow  # compiles a decode step and a prefill step (tens of seconds cold): --full only
+def test_compiled_steps_captured_as_graphs_decode_like_eager():
+    """``compile=True`` on CUDA: each batch bucket's decode step is compiled (inductor fusing the
+    elementwise work around the packed layers' operator), then captured and replayed as a graph."""
+    model = _model("trilm", pack_native=True)
+    compiled = Engine(model, max_batch=2, max_seq_len=64, compile=True)
+    eager = Engine(model, max_batch=2, max_seq_len=64, cuda_graphs=False)
+    assert compiled.graphs is None and compiled.compiled.capture
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    prompts = [*_prompts([6, 19], seed=4), [5]]  # a one-token prompt takes the eager prefill
+    assert compiled.compiled.warm() == 2
+    a = compiled.generate(prompts, params)
+    b = eager.generate(prompts, params)
+    assert compiled.compiled.failure is None, compiled.compiled.failure
+    assert [x.token_ids for x in a] == [x.token_ids for x in b]
+    assert all(graph is not None for graph, _ in compiled.compiled._graphs.values())

@@ -74,7 +74,8 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "generate") -> 
     parser.add_argument(
         "--compile",
         action="store_true",
-        help="CPU: torch.compile the prefill and decode steps (compiles each batch bucket once at start)",
+        help="torch.compile the prefill and decode steps (each batch bucket once, at start; on CUDA the "
+        "compiled decode steps are captured as the CUDA graphs)",
     )
     if command == "serve":
         # deferred for start-up time: fastapi and pydantic (keeps `trilm serve --help` fast)
@@ -138,7 +139,7 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "generate") -> 
 def _engine(args, max_batch: int, need_tokenizer: bool, limits=None):
 
     threads = configure_threads(args.threads)
-    device = resolve_device(args.device)  # --compile off the CPU is refused by the engine, by name
+    device = resolve_device(args.device)  # --compile off CPU and CUDA is refused by the engine, by name
     dtype = None if args.dtype == "auto" else parse_dtype(args.dtype, "--dtype")
     engine = Engine.load(
         args.model,
@@ -220,7 +221,9 @@ def _serve(args) -> int:
     if engine.compiled is not None:
         count = engine.compiled.warm()
         if engine.compiled.failure is None:
-            print(f"compiled the prefill step and {count} decode steps (batch buckets)", file=sys.stderr)
+            captured = len(engine.compiled._graphs) if engine.compiled.capture else 0
+            graphs = f", captured as {captured} CUDA graphs" if captured else ""
+            print(f"compiled the prefill step and {count} decode steps{graphs}", file=sys.stderr)
     waiting = "unbounded" if limits.max_waiting is None else limits.max_waiting
     budget = "" if limits.max_waiting_tokens is None else f" ({limits.max_waiting_tokens} prompt tokens)"
     timeout = "none" if limits.request_timeout is None else f"{limits.request_timeout:g} s"

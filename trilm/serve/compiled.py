@@ -1,4 +1,4 @@
-"""Compiled prefill and decode steps for the CPU: ``torch.compile`` (inductor's C++ backend) instead of eager.
+"""Compiled prefill and decode steps: ``torch.compile`` (inductor) instead of eager, on CPU or CUDA.
 
 A tiny model's decode step is hundreds of small ops, each paying Python and dispatch overhead; compiled,
 they become a few fused C++ loops and the extern matmuls. The decode step is the bucketed static-buffer
@@ -20,6 +20,14 @@ The graph's own wrapper is C++ too (inductor's ``cpp_wrapper``): the default Pyt
 per extern call and view, which at one token of a tiny model is as much as the kernels (measured here:
 the 5.5M-parameter TriLM packed decoded about 1.7× as fast with it). It costs compile time (a C++ file
 per graph, cached by inductor like the rest).
+
+On CUDA the compiled decode steps are captured as CUDA graphs (``capture=True``, the engine's default
+there): compiling fuses the norm, rotary, residual and SwiGLU work into a few Triton kernels around the
+matrix products (each packed layer one opaque operator, ``trilm::quant_linear``), and the graph then
+replays that step with one launch, as :class:`~trilm.serve.graphs.DecodeGraphs` replays the eager one.
+A batch bucket compiles once, in the warm-up runs before its first capture (the span dynamic, so every
+span bucket of that batch replays the same compiled code); the wrapper stays Python there, since a
+replayed graph never runs it. The prefill is compiled but not captured (its length varies).
 
 Everything compiles on first use, or up front with :meth:`CompiledSteps.warm` (server start-up). Threads:
 inductor bakes ``torch.get_num_threads()`` into the code it generates, so the thread count is set before
@@ -69,9 +77,10 @@ class CompiledSteps(DecodeGraphs):
     """Compiled decode (per batch bucket) and prefill steps; the same logits as the eager steps within
     fp32 reassociation."""
 
-    def __init__(self, model: InferenceModel, cache: KVCache):
-        super().__init__(model, cache, capture=False)
-        options = {"guard_filter_fn": _argument_guards_only, "cpp_wrapper": True}
+    def __init__(self, model: InferenceModel, cache: KVCache, *, capture: bool = False):
+        """``capture``: replay each decode bucket's compiled step as a CUDA graph (CUDA only)."""
+        super().__init__(model, cache, capture=capture)
+        options = {"guard_filter_fn": _argument_guards_only, "cpp_wrapper": not capture}
         self._decode_fn = torch.compile(_own_code(self._decode_graph), fullgraph=True, options=options)
         self._prefill_fn = torch.compile(_own_code(self._prefill_graph), fullgraph=True, options=options)
         self._limit = 64  # graphs per step function of this engine: the batch buckets and the prefill
@@ -116,7 +125,10 @@ class CompiledSteps(DecodeGraphs):
         return super()._step(batch, span)
 
     def _capture(self, batch: int, span: int):
-        """Compile (or reuse) the bucket's graph on scratch inputs, as DecodeGraphs warms before capture."""
+        """Compile (or reuse) the bucket's graph on scratch inputs, as DecodeGraphs warms before capture;
+        with ``capture``, DecodeGraphs' own warm-up runs compile it and the compiled step is captured."""
+        if self.capture:
+            return super()._capture(batch, span)
         self.tokens[:batch].zero_()
         self.rope_positions[:batch].zero_()
         self.write_positions[:batch].fill_(self.cache.scratch)
@@ -144,11 +156,15 @@ class CompiledSteps(DecodeGraphs):
     @torch.no_grad()
     def warm(self) -> int:
         """Compile every batch bucket's decode step and the prefill step now (server start-up, while no
-        request runs: the prefill writes two scratch tokens into the last slot); returns the decode graphs."""
-        for b in self.batch_buckets:
-            key = self.bucket(b, 2)
-            if key not in self._graphs:
-                self._graphs[key] = self._capture(*key)
+        request runs: the prefill writes two scratch tokens into the last slot), and with ``capture``
+        capture every (batch, span) bucket; returns the decode steps compiled (batch buckets)."""
+        if self.capture:
+            self.capture_all()
+        else:
+            for b in self.batch_buckets:
+                key = self.bucket(b, 2)
+                if key not in self._graphs:
+                    self._graphs[key] = self._capture(*key)
         if self.cache.max_len >= 3:  # two scratch tokens into the last slot, before any request runs
             self.prefill([0, 0], self.cache.slots - 1)
         return len(self.batch_buckets)

@@ -13,8 +13,8 @@ samples their first token), then runs **one decode step for every running sequen
 per sequence, each at its own position, attending over its own cached keys. Finished and cancelled
 sequences leave between steps and new ones join, so the batch changes from step to step (continuous
 batching) while the cache keeps fixed shapes. On CUDA the decode step replays a captured CUDA graph per
-batch bucket (:mod:`trilm.serve.graphs`); on CPU it runs eagerly, or compiled (``compile=True``,
-:mod:`trilm.serve.compiled`).
+batch bucket (:mod:`trilm.serve.graphs`); on CPU it runs eagerly. With ``compile=True``
+(:mod:`trilm.serve.compiled`) the steps are ``torch.compile``d first, on CUDA then captured as the graphs.
 
 The engine is driven either by the caller (``generate``/``stream`` step it in the calling thread) or by
 its own background thread (:meth:`Engine.start`, used by the server); ``submit`` is thread-safe.
@@ -171,9 +171,10 @@ class Engine:
 
     ``max_batch`` sequences run at once (the cache's slots; more requests wait); ``max_seq_len`` bounds
     prompt plus generated tokens (default: the model context). ``cuda_graphs`` (default: on for CUDA)
-    captures the decode step per batch bucket; ``compile`` (CPU) runs compiled prefill and decode steps
-    (:mod:`trilm.serve.compiled`) instead of eager ones. ``limits`` bound the waiting requests and each
-    request's time (default: unbounded, as a library caller batching its own prompts expects).
+    captures the decode step per batch bucket; ``compile`` runs compiled prefill and decode steps
+    (:mod:`trilm.serve.compiled`) instead of eager ones, on CUDA captured as the graphs. ``limits`` bound
+    the waiting requests and each request's time (default: unbounded, as a library caller batching its
+    own prompts expects).
     """
 
     def __init__(
@@ -215,17 +216,17 @@ class Engine:
             cuda_graphs = self.device.type == "cuda"
         self.graphs = None
         self.compiled = None
-        if compile and self.device.type != "cpu":
-            raise ConfigError(
-                f"compile: the compiled step is for CPU engines; on {self.device} use CUDA graphs"
-            )
-        if cuda_graphs:
-            self.graphs = DecodeGraphs(model, self.cache)
-        elif compile:
+        if cuda_graphs and self.device.type != "cuda":
+            raise ConfigError(f"cuda_graphs: CUDA graphs need the model on CUDA, not on {self.device}")
+        if compile and self.device.type not in ("cpu", "cuda"):
+            raise ConfigError(f"compile: the compiled steps run on CPU or CUDA, not on {self.device}")
+        if compile:
             # deferred for start-up time: loads torch._dynamo (and triton) only when compiling
             from trilm.serve.compiled import CompiledSteps
 
-            self.compiled = CompiledSteps(model, self.cache)
+            self.compiled = CompiledSteps(model, self.cache, capture=cuda_graphs)
+        elif cuda_graphs:
+            self.graphs = DecodeGraphs(model, self.cache)
         self.notes: list[str] = []
         """What loading decided that a user should hear (``Engine.load``)."""
         self.waiting: deque[_Sequence] = deque()
