@@ -88,17 +88,19 @@ def count(kind: str, path: str = "gemv", dtype: torch.dtype = torch.float16) -> 
         kernel, plan = compile_affine(spec, "gemv", cfg, dtype, 1)
         units = plan.runtime["UNITS_PER_SPLIT"]
         per_thread = cfg["BLOCK_R"] * spec.unit_k * cfg["BLOCK_N"] / (32 * cfg["num_warps"])
-        after = per_weight(sass_listing(kernel.asm["cubin"]), per_thread, units // cfg["BLOCK_R"])
+        iterations = units // cfg["BLOCK_R"]
+        after = per_weight(sass_listing(kernel.asm["cubin"]), per_thread, iterations, plan.split_k)
         if spec.hs == 1:  # the same plan decoding two codes per instruction (a tuning candidate)
             pair_kernel, _ = compile_affine(spec, "gemv", {**cfg, "PAIRS": True}, dtype, 1)
-            pairs = per_weight(sass_listing(pair_kernel.asm["cubin"]), per_thread, units // cfg["BLOCK_R"])
+            pairs = per_weight(sass_listing(pair_kernel.asm["cubin"]), per_thread, iterations, plan.split_k)
             row["pairs"] = pairs.row()
     else:
         cfg = candidates(spec, "gemm", 16)[0]
         kernel, plan = compile_affine(spec, "gemm", cfg, dtype, 16)
         bk = plan.const["BLOCK_K"]
         per_thread = bk * cfg["BLOCK_N"] / (32 * cfg["num_warps"])
-        after = per_weight(sass_listing(kernel.asm["cubin"]), per_thread, plan.runtime["TILES_PER_SPLIT"])
+        tiles = plan.runtime["TILES_PER_SPLIT"]
+        after = per_weight(sass_listing(kernel.asm["cubin"]), per_thread, tiles, plan.split_k)
     row.update(after=after.row(), after_config={**cfg, "SPLIT_K": plan.split_k})
     return row
 

@@ -5,7 +5,9 @@ instructions a thread issues per weight it decodes. :func:`sass_listing` disasse
 :func:`loop_bodies` finds the loops (a backward branch closes each); :func:`per_weight` divides the
 instructions a program executes by the weights each of its threads handles. For a kernel whose K loop runs
 ``iterations`` times that is ``(body · iterations + rest) / weights``; a kernel without a loop (the old
-GEMV unrolls its K_ITERS) runs every instruction once. Predicated-off and untaken-branch instructions are
+GEMV unrolls its K_ITERS) runs every instruction once. When K is split ``split_k`` ways, the reduction after
+the arrival check (:func:`split_tail`) runs in one program of the ``split_k`` that share an output tile, so
+it counts ``1 / split_k`` of its length. Predicated-off and untaken-branch instructions are otherwise
 counted as executed, so the figures are an upper bound on issue slots, the same for before and after.
 """
 
@@ -114,12 +116,29 @@ def loop_bodies(instrs: list[Instr]) -> list[tuple[int, int]]:
     return loops
 
 
+def split_tail(instrs: list[Instr], after: int) -> int:
+    """Index of the first instruction of the split-K reduction: the one after the first ``EXIT`` that
+    follows the first atomic past index ``after`` (the programs that did not arrive last leave there).
+
+    Raises ``ValueError`` when the listing has no such exit, rather than counting the reduction as run by
+    every program."""
+    atomic = next((i for i in range(after + 1, len(instrs)) if instrs[i].base in ("ATOMG", "ATOM")), None)
+    if atomic is not None:
+        leave = next((i for i in range(atomic + 1, len(instrs)) if instrs[i].base == "EXIT"), None)
+        if leave is not None:
+            return leave + 1
+    raise ValueError("split-K kernel: no atomic arrival followed by an EXIT after the K loop in its SASS")
+
+
 @dataclasses.dataclass
 class Count:
     """Per-weight instruction figures of one kernel variant."""
 
     total: int
     loop_body: int
+    reduction: int
+    """Instructions of the split-K reduction (run by one program per output tile); 0 without a split."""
+    split_k: int
     weights_per_thread: float
     iterations: int
     per_weight: float
@@ -129,24 +148,36 @@ class Count:
         return dataclasses.asdict(self)
 
 
-def per_weight(instrs: list[Instr], weights_per_thread: float, iterations: int = 1) -> Count:
-    """Instructions a thread executes per weight: the largest loop runs ``iterations`` times, the rest once.
+def per_weight(
+    instrs: list[Instr], weights_per_thread: float, iterations: int = 1, split_k: int = 1
+) -> Count:
+    """Instructions a thread executes per weight: the largest loop runs ``iterations`` times, the rest once
+    (the split-K reduction once per ``split_k`` programs).
 
     ``weights_per_thread`` is the number of weights each thread handles per loop iteration (per program for a
     kernel without a loop)."""
     loops = loop_bodies(instrs)
     body: list[Instr] = []
+    last = -1
     if loops:
         first, last = max(loops, key=lambda fl: fl[1] - fl[0])
         body = instrs[first : last + 1]
     if not body:
         iterations = 1
-    rest = len(instrs) - len(body)
-    executed = len(body) * iterations + rest
+    reduction = len(instrs) - split_tail(instrs, last) if split_k > 1 else 0
+    rest = len(instrs) - len(body) - reduction
+    executed = len(body) * iterations + rest + reduction / split_k
     weights = weights_per_thread * iterations
     kinds = Counter(i.kind for i in body) if body else Counter(i.kind for i in instrs)
     scale = (iterations if body else 1) / weights
     by_kind = {k: round(kinds.get(k, 0) * scale, 3) for k in ("int", "fp", "mem", "other")}
     return Count(
-        len(instrs), len(body), weights_per_thread, iterations, round(executed / weights, 3), by_kind
+        len(instrs),
+        len(body),
+        reduction,
+        split_k,
+        weights_per_thread,
+        iterations,
+        round(executed / weights, 3),
+        by_kind,
     )
