@@ -214,7 +214,7 @@ def _fma_pairs(t, xp, acc, scale, neg_bias, PAIR_DTYPE: tl.constexpr):
 @triton.jit
 def _pair_tile(
     a_acc, x_acc, w_ptr, w_offs, mask3, x_ptr, perm_ptr, offs_m, mask_m, offs_u, mask_u, stride_xm, K,
-    BITS: tl.constexpr, WBITS: tl.constexpr, QOFF: tl.constexpr, EXP: tl.constexpr,
+    WBITS: tl.constexpr, QOFF: tl.constexpr, EXP: tl.constexpr,
     PAIR_DTYPE: tl.constexpr, HAS_PERM: tl.constexpr, K_TAIL: tl.constexpr, NEED_X: tl.constexpr,
     FLUSH: tl.constexpr, FRESH: tl.constexpr, BM: tl.constexpr, BLOCK_R: tl.constexpr,
 ):  # fmt: skip
@@ -407,7 +407,7 @@ def affine_gemv_kernel(
         if PAIRS:
             a_t, x_t = _pair_tile(
                 a_in, x_in, w_ptr, w_offs, mask3, x_ptr, perm_ptr, offs_m, mask_m, offs_u, mask_u,
-                stride_xm, K, BITS, WBITS, QOFF, EXP, PAIR_DTYPE, HAS_PERM, K_TAIL, NEED_X, FLUSH,
+                stride_xm, K, WBITS, QOFF, EXP, PAIR_DTYPE, HAS_PERM, K_TAIL, NEED_X, FLUSH,
                 not SCALE_ONCE, BM, BLOCK_R,
             )  # fmt: skip
         else:

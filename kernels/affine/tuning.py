@@ -80,9 +80,9 @@ Registers, shared memory, occupancy and bytes in flight of each default at every
 shape: ``python -m benchmarks.kernels.tools.launch_table`` (the table in docs/kernels.md).
 
 ``"PAIRS": True`` decodes two codes per instruction in the activations' fp16/bf16 (ternary, binary, int2,
-int4; :func:`trilm.kernels.affine.jit._pair_tile`): 21–38 % fewer SASS instructions per weight at sm_90
-(``python -m benchmarks.kernels --instructions``) but not yet timed on a GPU, so these plans are candidates
-the tuner times, not the default."""
+int4; :func:`trilm.kernels.affine.jit._pair_tile`): 20–42 % fewer SASS instructions per weight at sm_90
+under Triton 3.9, 25–38 % under 3.6 (``python -m benchmarks.kernels --instructions``), but not yet timed on
+a GPU, so these plans are candidates the tuner times, not the default."""
 
 GEMM_CANDIDATES: dict[int, list[dict[str, Any]]] = {
     16: [
