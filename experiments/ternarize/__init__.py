@@ -1,0 +1,3 @@
+"""Ternarizing a float model against training a TriLM from scratch, at equal tokens
+(``docs/results/ternarize/``): the driver of the split experiment and of the crossover grid (``run``,
+``crossover``), and their report (``report``)."""

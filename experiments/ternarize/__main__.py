@@ -1,0 +1,11 @@
+"""``python -m experiments.ternarize``: the experiment's driver, :mod:`experiments.ternarize.run`, with the
+same arguments (``crossover`` first runs the crossover grid). Its usage line names this command rather than
+``__main__.py``."""
+
+import sys
+
+from experiments.ternarize.run import main
+
+if __name__ == "__main__":
+    sys.argv[0] = "python -m experiments.ternarize"
+    raise SystemExit(main())
