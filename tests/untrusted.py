@@ -53,3 +53,60 @@ def truncated_or_flipped(data: Any, raw: bytes, *, max_flips: int = 3) -> bytes:
     for bit in bits:
         raw = flip(raw, bit)
     return raw
+
+
+HOSTILE_TEXT = ["", " ", "\x00", "a" * 5000, "{family}", "{", "1e999", "nan", "-", "..", "/", "~", "ÿ\u2028"]
+"""Strings that have tripped parsers: empty, a NUL, past a file name's length, format fields, number-like."""
+
+
+def hostile_values(max_leaves: int = 6) -> Any:
+    """Any value a YAML or JSON file can hold, weighted to the ones readers forget: None, booleans where
+    numbers go, 0, negatives, integers past 64 bits and past a float's range, NaN and infinities, hostile
+    strings, and lists and mappings of these where scalars go (and the reverse)."""
+    from hypothesis import strategies as st
+
+    scalars = st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(),
+        st.sampled_from([0, -1, 1, 2**31, 2**63, -(2**63), 10**30, 10**400]),
+        st.floats(),
+        st.sampled_from([float("nan"), float("inf"), -float("inf"), 1e308, 5e-324, -0.0]),
+        st.text(max_size=12),
+        st.sampled_from(HOSTILE_TEXT),
+    )
+    return st.recursive(
+        scalars,
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+        max_leaves=max_leaves,
+    )
+
+
+def dotted_keys(data: dict[str, Any], prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every key path of a nested mapping (sections and their leaves), for mutating one at a time."""
+    out = []
+    for key, value in data.items():
+        out.append((*prefix, key))
+        if isinstance(value, dict):
+            out.extend(dotted_keys(value, (*prefix, key)))
+    return out
+
+
+def set_path(data: dict[str, Any], path: tuple[Any, ...], value: Any) -> None:
+    """``data[path[0]][path[1]]... = value``; integer parts index lists."""
+    node = data
+    for part in path[:-1]:
+        node = node[part]
+    node[path[-1]] = value
+
+
+def _bomb(levels: int) -> str:
+    text = "&l0 [x, x, x, x, x, x, x, x, x]"
+    for level in range(1, levels):
+        text = f"&l{level} [{text}" + f", *l{level - 1}" * 8 + "]"
+    return text
+
+
+YAML_BOMB = _bomb(8)
+"""A "billion laughs" YAML value (one flow list, anchors defined inside it): 9**8 leaves if anything
+expanded its aliases, as ``repr`` of it would. Put it where any value goes: ``seed: {YAML_BOMB}``."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import reprlib
 import types
 import typing
 from pathlib import Path
@@ -33,6 +34,16 @@ class FileFormatError(ConfigError):
     """
 
 
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel, _SHOWN.maxstring, _SHOWN.maxother = 3, 120, 120
+
+
+def shown(value: Any) -> str:
+    """``repr(value)`` cut to a few levels and items: an error message quotes what it refuses, and a YAML
+    file can hold a value whose full ``repr`` never ends (aliases nested to 9**8 leaves)."""
+    return _SHOWN.repr(value)
+
+
 def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 
@@ -54,33 +65,35 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
                 return _coerce(value, arg, key)
             except ConfigError as exc:
                 errors.append(str(exc))
-        raise ConfigError(errors[0] if len(errors) == 1 else f"{key}: {value!r} matches none of {tp}")
+        raise ConfigError(errors[0] if len(errors) == 1 else f"{key}: {shown(value)} matches none of {tp}")
     if origin is Literal:
         choices = get_args(tp)
         if value in choices:
             return value
-        raise ConfigError(f"{key}: {value!r} is not one of {list(choices)}")
+        raise ConfigError(f"{key}: {shown(value)} is not one of {list(choices)}")
     if isinstance(tp, type) and issubclass(tp, Config):
         if isinstance(value, tp):
             return value
         if not isinstance(value, dict):
-            raise ConfigError(f"{key}: expected a mapping for {tp.__name__}, got {value!r}")
+            raise ConfigError(f"{key}: expected a mapping for {tp.__name__}, got {shown(value)}")
         return tp.from_dict(value, prefix=f"{key}.")
     if origin in (list, tuple):
         if not isinstance(value, list | tuple):
-            raise ConfigError(f"{key}: expected a list, got {value!r}")
+            raise ConfigError(f"{key}: expected a list, got {shown(value)}")
         args = get_args(tp)
         item_tp = args[0] if args else Any
         items = [_coerce(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value)]
         return tuple(items) if origin is tuple else items
     if origin is dict:
         if not isinstance(value, dict):
-            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
-        return dict(value)
+            raise ConfigError(f"{key}: expected a mapping, got {shown(value)}")
+        args = get_args(tp)
+        value_tp = args[1] if len(args) == 2 else Any
+        return {k: _coerce(v, value_tp, f"{key}.{k}") for k, v in value.items()}
     if tp is bool:
         if isinstance(value, bool):
             return value
-        raise ConfigError(f"{key}: expected true/false, got {value!r}")
+        raise ConfigError(f"{key}: expected true/false, got {shown(value)}")
     if tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
@@ -89,24 +102,29 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
                 value = float(value.replace("_", ""))
         if isinstance(value, float) and value.is_integer():
             return int(value)
-        raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        raise ConfigError(f"{key}: expected an integer, got {shown(value)}")
     if tp is float:
         if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
+            try:
+                return float(value)
+            except OverflowError:  # an integer of hundreds of digits
+                raise ConfigError(f"{key}: {shown(value)} is beyond the range of a number") from None
         if isinstance(value, str):
             try:
                 return float(value)
             except ValueError:
                 pass
-        raise ConfigError(f"{key}: expected a number, got {value!r}")
+        raise ConfigError(f"{key}: expected a number, got {shown(value)}")
     if tp is str:
         if isinstance(value, str):
             return value
         if isinstance(value, int | float) and not isinstance(value, bool):
             return str(value)
-        raise ConfigError(f"{key}: expected a string, got {value!r}")
+        raise ConfigError(f"{key}: expected a string, got {shown(value)}")
     if tp is Path:
-        return Path(value)
+        if isinstance(value, str | Path):
+            return Path(value)
+        raise ConfigError(f"{key}: expected a path, got {shown(value)}")
     raise ConfigError(f"{key}: unsupported annotation {_type_name(tp)}")
 
 
@@ -145,7 +163,7 @@ class Config:
     def from_dict(cls, data: dict[str, Any], *, prefix: str = "") -> Self:
         """Build from a plain mapping; unknown keys and wrong types raise with the dotted key path."""
         if not isinstance(data, dict):
-            raise ConfigError(f"{prefix.rstrip('.') or cls.__name__}: expected a mapping, got {data!r}")
+            raise ConfigError(f"{prefix.rstrip('.') or cls.__name__}: expected a mapping, got {shown(data)}")
         hints = cls._hints()
         names = [f.name for f in dataclasses.fields(cls) if f.init]
         kwargs = {}
@@ -193,18 +211,15 @@ class Config:
                 raise _unknown_key(
                     parts[-1], ".".join(parts[:-1]) + ("." if len(parts) > 1 else ""), list(node)
                 )
-            node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else ""
+            node[parts[-1]] = _load_yaml(raw, f"override {dotted.strip()}") if raw.strip() else ""
         return type(self).from_dict(data)
 
     @classmethod
     def from_yaml(cls, path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Self:
         path = Path(path)
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: no such config file") from None
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: invalid YAML: {exc}") from None
+        data = read_yaml_file(path, "config file") or {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: expected a mapping of config keys, got {type(data).__name__}")
         try:
             cfg = cls.from_dict(data)
             return cfg.with_overrides(overrides) if overrides else cfg
@@ -216,6 +231,37 @@ class Config:
         if path is not None:
             write_text(path, text)
         return text
+
+
+def _load_yaml(text: str, where: str) -> Any:
+    """``yaml.safe_load(text)``; anything PyYAML cannot build (bad syntax, nesting deeper than Python's
+    recursion limit, an integer past Python's 4,300-digit conversion limit) is a ConfigError naming
+    ``where``."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{where}: invalid YAML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: invalid YAML: nested too deeply") from None
+    except ValueError as exc:  # int() of a too long digit string
+        raise ConfigError(f"{where}: invalid YAML: {exc}") from None
+
+
+def read_yaml_file(path: Path, what: str = "file") -> Any:
+    """The YAML content of ``path``; a missing, unreadable, non-UTF-8 or malformed file is a ConfigError
+    naming it (``what`` says what was expected there: ``no such config file``)."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such {what}") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc.strerror or type(exc).__name__})") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"{path} line {line}: not UTF-8 text (byte 0x{raw[exc.start]:02x})") from None
+    return _load_yaml(text, str(path))
 
 
 def _prefixed(message: str, prefix: str) -> str:

@@ -359,6 +359,8 @@ def training_partitions(preset: str) -> int:
 
 def preset(name: str, **overrides) -> ModelConfig:
     """``preset("trilm-1.1b")``: a named size of a family; keyword overrides replace top-level fields."""
+    if not isinstance(name, str):
+        raise ConfigError(f"preset: expected a name such as trilm-tiny, got {name!r}")
     family, _, size = name.partition("-")
     if family not in FAMILIES or not size:
         raise ConfigError(

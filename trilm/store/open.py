@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from trilm.config import shown
 from trilm.formats import FormatError, decode_packed
 from trilm.model.config import ModelConfig
 from trilm.model.snapshot import SnapshotMeta
@@ -236,7 +237,12 @@ def open_model(
     family of an HF directory whose config does not say it.
     """
     given = Path(path)
-    if not given.exists():
+    try:
+        exists = given.exists()
+    except (OSError, ValueError) as exc:  # a name longer than the file system allows, a NUL byte
+        reason = getattr(exc, "strerror", None) or exc
+        raise StoreError(f"{shown(str(given))}: cannot be a model directory ({reason})") from None
+    if not exists:
         raise StoreError(f"{given}: not a directory: nothing is there (expected {WHAT})")
     if not given.is_dir():
         raise StoreError(f"{given}: not a directory but a file (expected {WHAT})")

@@ -19,9 +19,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from trilm.config import Config, ConfigError, require
+from trilm.config import Config, ConfigError, read_yaml_file, require, shown
 from trilm.configs import config_dir, packaged
 from trilm.families import FAMILY_NAMES
 from trilm.schedule import Schedule, cooldown_branch
@@ -307,24 +305,30 @@ def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 
 def _find_template(pattern: str, family: str, size: str, suite_file: Path) -> Path:
-    text = pattern.format(family=family, size=size)
+    try:
+        text = pattern.format(family=family, size=size)
+    except (KeyError, IndexError, ValueError, AttributeError) as exc:
+        raise ConfigError(
+            f"families.{family}.config: {pattern!r} is not a path with {{family}} and {{size}} fields"
+            f" ({type(exc).__name__}: {exc})"
+        ) from None
     path = Path(text)
     if path.is_absolute():
         candidates = [path]
     else:
         candidates = [suite_file.parent / path, Path.cwd() / path, packaged(path)]
     for c in candidates:
-        if c.is_file():
-            return c
+        try:
+            if c.is_file():
+                return c
+        except (OSError, ValueError):  # a name too long for the file system, a NUL byte
+            continue
     tried = ", ".join(dict.fromkeys(str(c) for c in candidates))
     raise ConfigError(f"families.{family}.config: template {text!r} not found (tried {tried})")
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: invalid YAML: {exc}") from None
+    data = read_yaml_file(path, "template run config") or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of run-config keys")
     return data
@@ -339,20 +343,29 @@ def budget_label(tokens: int) -> str:
     return str(tokens)
 
 
+def _section(data: dict[str, Any], key: str, where: str) -> dict[str, Any]:
+    """A section of a run config being assembled, which the suite adds keys to; it must be a mapping."""
+    section = data.get(key) or {}
+    if not isinstance(section, dict):
+        raise ConfigError(f"{where}: {key}: expected a mapping, got {shown(section)}")
+    return dict(section)
+
+
 def _run_config(
     suite: SuiteConfig, fam: FamilySpec, size: SizeSpec, tokens: int, name: str, suite_file: Path
 ) -> TrainConfig:
     template = _find_template(fam.config, fam.name, size.name, suite_file)
+    where = f"run {name} (template {template})"
     data = deep_merge(_read_yaml(template), suite.overrides)
     data = deep_merge(data, fam.overrides)
     data = deep_merge(data, size.overrides)
     data = deep_merge(data, size.family_overrides.get(fam.name, {}))
-    model = {k: v for k, v in dict(data.get("model") or {}).items() if k != "preset"}
+    model = {k: v for k, v in _section(data, "model", where).items() if k != "preset"}
     model = {**model, **size.model, "preset": f"{fam.name}-{size.preset or size.name}"}
     model["name"] = f"{fam.name}-{size.name}"
     data["model"] = model
     if size.tensor_parallel:
-        data["parallel"] = {**dict(data.get("parallel") or {}), "tensor_parallel": size.tensor_parallel}
+        data["parallel"] = {**_section(data, "parallel", where), "tensor_parallel": size.tensor_parallel}
     if size.micro_batch:
         data["micro_batch"] = size.micro_batch
     if fam.batch_tokens:
@@ -360,7 +373,7 @@ def _run_config(
     if suite.seq_len:
         data["seq_len"] = suite.seq_len
     if suite.checkpoint:
-        data["checkpoint"] = {**dict(data.get("checkpoint") or {}), **suite.checkpoint}
+        data["checkpoint"] = {**_section(data, "checkpoint", where), **suite.checkpoint}
     root = suite.root_dir
     if suite.data.embedded:
         dirs = {
@@ -371,13 +384,13 @@ def _run_config(
         data["model"]["vocab_size"] = suite.data.vocab_size
     else:
         dirs = {k: getattr(suite.data, k) for k in ("train_dir", "valid_dir", "tokenizer")}
-    data["data"] = {**dict(data.get("data") or {}), **{k: v for k, v in dirs.items() if v}}
+    data["data"] = {**_section(data, "data", where), **{k: v for k, v in dirs.items() if v}}
     data["tokens"] = tokens
     data["run_dir"] = str(root / name)
     try:
         return TrainConfig.from_dict(data)
     except ConfigError as exc:
-        raise ConfigError(f"run {name} (template {template}): {exc}") from None
+        raise ConfigError(f"{where}: {exc}") from None
 
 
 def is_parent_itself(cfg: TrainConfig, branch: Any, shape: str) -> bool:

@@ -262,7 +262,9 @@ class TrainConfig(Config):
                 base = preset(model.pop("preset")).to_dict()
             except ConfigError as exc:
                 raise ConfigError(f"{prefix}model.preset: {exc}") from None
-            quant = {**base.get("quant", {}), **model.pop("quant", {})}
+            quant = model.pop("quant", {})
+            if isinstance(quant, dict):  # anything else is left for the model section's check to name
+                quant = {**base.get("quant", {}), **quant}
             data["model"] = {**base, **model, "quant": quant}
         cfg = super().from_dict(data, prefix=prefix)
         if opened is not None:
