@@ -1,6 +1,7 @@
 """What the repository's layout promises, checked on the sources: the library holds the product and runs
-from a wheel, benchmarks run as modules of the ``benchmarks`` package, and nothing outside ``tests/``
-depends on the tests.
+from a wheel, benchmarks run as modules of the ``benchmarks`` package, each folder of ``docs/results/``
+names the driver that writes it (an experiment of ``experiments/`` or a command of trilm), no library
+module or test imports an experiment, and nothing outside ``tests/`` depends on the tests.
 """
 
 from __future__ import annotations
@@ -19,10 +20,25 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks"
 AREAS = sorted(p.parent for p in BENCH.glob("*/__init__.py"))
 """The packages of benchmarks/, one per area (kernels, train, posthoc, serve, scaling, data)."""
+EXPERIMENTS = ROOT / "experiments"
+EXPERIMENT_PACKAGES = sorted(p.parent for p in EXPERIMENTS.glob("*/__init__.py"))
+"""One package per folder of docs/results/ that an experiment writes (``posthoc-real`` → ``posthoc_real``)."""
+
+
+def _is_alias(path: Path) -> bool:
+    """A module that forwards its command to another for one release (its docstring says "Alias of")."""
+    return path.read_text().startswith('"""Alias of ')
+
+
 MODULES = sorted(
-    p for area in AREAS for p in area.rglob("*.py") if p.name not in ("__init__.py", "__main__.py")
+    p
+    for area in AREAS
+    for p in area.rglob("*.py")
+    if p.name not in ("__init__.py", "__main__.py") and not _is_alias(p)
 )
 """Every module of the areas: a benchmark (a command) or, named ``_name.py``, a helper of benchmarks."""
+ALIASES = sorted(p for area in AREAS for p in area.rglob("*.py") if _is_alias(p))
+"""Old commands kept for one release, each forwarding to the module that runs it now."""
 
 
 def _is_command(path: Path) -> bool:
@@ -35,7 +51,7 @@ def _is_helper(path: Path) -> bool:
 
 BENCHMARKS = [p for p in MODULES if not _is_helper(p)]
 HELPERS = [p for p in MODULES if _is_helper(p)]
-NOT_TESTS = ("trilm", "kernels", "benchmarks", "train", "checkpoints_tools")
+NOT_TESTS = ("trilm", "kernels", "benchmarks", "experiments", "train", "checkpoints_tools")
 
 
 def _imports(path: Path) -> list[str]:
@@ -94,6 +110,20 @@ def test_no_test_imports_the_benchmarks():
     assert not offenders, sorted(offenders)
 
 
+def test_no_test_or_library_module_imports_an_experiment():
+    """An experiment is a leaf: it may change or go with its report, so nothing else stands on it. A test
+    runs an experiment's command in a subprocess; the only importers are ``benchmarks`` aliases of its
+    commands (for one release)."""
+    offenders = [
+        f"{p.relative_to(ROOT)} imports {name}"
+        for p in _sources("trilm", "kernels", "tests", "train", "checkpoints_tools", "benchmarks")
+        if p not in ALIASES
+        for name in _imports(p)
+        if _is_under(name, "experiments")
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
 def test_the_library_does_not_import_the_benchmarks():
     """What a benchmark and a test share (a report's verdicts, a fit, a compiler) lives in the library and the
     benchmark imports it, never the other way: a wheel has no ``benchmarks`` package."""
@@ -111,7 +141,7 @@ def test_no_script_edits_the_import_path():
     pattern = re.compile(r"sys\.path\s*(\.insert|\.append|\[|\+=|=)")
     offenders = [
         f"{p.relative_to(ROOT)}:{n}"
-        for p in _sources("benchmarks", "checkpoints_tools", "train", "trilm", "kernels")
+        for p in _sources("benchmarks", "experiments", "checkpoints_tools", "train", "trilm", "kernels")
         for n, line in enumerate(p.read_text().splitlines(), 1)
         if pattern.search(line)
     ]
@@ -206,15 +236,21 @@ TABLE = ROOT / "docs" / "benchmarks.md"
 
 
 def _module_of(command: str) -> Path | None:
-    """The file ``python -m COMMAND`` runs: a module, or the main benchmark an area's ``__main__`` imports."""
+    """The file ``python -m COMMAND`` runs: a module, or the main module a package's ``__main__`` imports
+    (an area's main benchmark, an experiment's driver)."""
     path = ROOT / Path(*command.split("."))
     if path.with_suffix(".py").is_file():
         return path.with_suffix(".py")
     main = path / "__main__.py"
     if main.is_file():
-        (target,) = re.findall(r"^from (benchmarks[\w.]*) import main$", main.read_text(), re.MULTILINE)
-        return ROOT / Path(*target.split(".")).with_suffix(".py")
+        return _forwards_to(main)
     return None
+
+
+def _forwards_to(path: Path) -> Path:
+    """The module whose ``main`` a ``__main__.py`` or an alias runs."""
+    (target,) = re.findall(r"^from ([\w.]+) import main$", path.read_text(), re.MULTILINE)
+    return ROOT / Path(*target.split(".")).with_suffix(".py")
 
 
 def test_the_benchmark_table_lists_every_benchmark():
@@ -228,6 +264,29 @@ def test_the_benchmark_table_lists_every_benchmark():
         f"not a benchmark: {sorted(str(p.relative_to(BENCH)) for p in set(listed) - set(BENCHMARKS))}"
     )
     wrong = [f"{c} runs {_module_of(c)}, not {m}" for m, c in listed.items() if _module_of(c) != m]
+    assert not wrong, wrong
+
+
+MOVED = re.compile(
+    r"^\| `python -m (benchmarks[\w.]*)` \| `python -m ((?:experiments|benchmarks)[\w.]*)` \|", re.MULTILINE
+)
+"""A row of docs/benchmarks.md's table of moved commands: the old command, the one it runs now."""
+
+
+def test_every_alias_forwards_to_the_command_the_table_names():
+    """An old command kept for one release runs the module its row in docs/benchmarks.md names, so a
+    reader of an old page finds where it went; every row is an alias that exists."""
+    moved = dict(MOVED.findall(TABLE.read_text()))
+    aliases = {".".join(p.relative_to(ROOT).with_suffix("").parts): p for p in ALIASES}
+    assert sorted(moved) == sorted(aliases), (
+        f"aliases without a row: {sorted(set(aliases) - set(moved))}; "
+        f"rows without an alias: {sorted(set(moved) - set(aliases))}"
+    )
+    wrong = [
+        f"{old} runs {_forwards_to(path).relative_to(ROOT)}, the table says {moved[old]}"
+        for old, path in aliases.items()
+        if _module_of(moved[old]) != _forwards_to(path)
+    ]
     assert not wrong, wrong
 
 
@@ -263,7 +322,8 @@ RESULTS = ROOT / "docs" / "results"
 
 
 def test_the_evidence_holds_no_code():
-    """docs/results/ holds reports, data and pictures; the code that writes them is in benchmarks/."""
+    """docs/results/ holds reports, data and pictures; the code that writes them is in experiments/ (or is
+    trilm's own command)."""
     assert not sorted(str(p.relative_to(ROOT)) for p in RESULTS.rglob("*.py"))
 
 
@@ -274,17 +334,21 @@ def test_the_evidence_index_names_every_folder():
 
 
 def _quoted_commands() -> set[str]:
-    """Every ``python -m benchmarks…`` the reader is told to run: the pages, the READMEs, the evidence's
-    command files and the benchmarks' own docstrings (result files keep the command of their day)."""
+    """Every ``python -m benchmarks…`` or ``python -m experiments…`` the reader is told to run: the pages,
+    the READMEs, the command files and the modules' own docstrings (result files keep the command of their
+    day)."""
     pages = [
         ROOT / "README.md",
         *(ROOT / "docs").rglob("*.md"),
         *(ROOT / "docs" / "results").rglob("*.sh"),
         *BENCH.rglob("README.md"),
         *MODULES,
+        *EXPERIMENTS.rglob("README.md"),
+        *EXPERIMENTS.rglob("*.sh"),
+        *EXPERIMENTS.rglob("*.py"),
         *(ROOT / "configs").rglob("*.yaml"),
     ]
-    command = re.compile(r"python -m (benchmarks(?:\.[a-z_]\w*)+)")
+    command = re.compile(r"python -m ((?:benchmarks|experiments)(?:\.[a-z_]\w*)+)")
     return {m for page in pages for m in command.findall(page.read_text())}
 
 
@@ -301,7 +365,7 @@ def test_every_documented_benchmark_answers_help():
     """Every command the docs quote still parses its arguments, run as ``python -m`` runs it (one interpreter
     for all, so the sweep pays for importing torch once)."""
     modules = _documented_benchmarks()
-    assert "benchmarks.scaling.ladder.report" in modules and "benchmarks.kernels" in modules
+    assert "benchmarks.kernels" in modules and "experiments.posthoc_real" in modules
     driver = (
         "import contextlib, io, json, runpy, sys\n"
         "failed = []\n"

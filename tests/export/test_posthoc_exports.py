@@ -1,4 +1,4 @@
-"""The library pieces of ``benchmarks/posthoc/real_exports.py`` on a nano model (:mod:`trilm.eval.runtimes`,
+"""The library pieces of ``experiments/posthoc_real/exports.py`` on a nano model (:mod:`trilm.eval.runtimes`,
 :mod:`trilm.export.stored`): another runtime's logits are scored exactly as ``trilm eval ppl`` scores trilm's,
 and the bits per weight read from the exported files are the formats' own."""
 

@@ -1,4 +1,4 @@
-"""trilm/posthoc/divergence.py (run by ``python -m benchmarks.posthoc.real_blocks``): the per-block
+"""trilm/posthoc/divergence.py (run by ``python -m experiments.posthoc_real.blocks``): the per-block
 divergence of a quantized model from its float model, which the real-model report uses to say where
 OmniQuant's loss comes from."""
 

@@ -1,9 +1,38 @@
-"""The real-model evidence report (trilm/posthoc/real_report.py): its verdicts come from the rows, so a
-claim that a row contradicts reads *fails*, and one without its rows reads *not measured*."""
+"""The real-model evidence report (``experiments/posthoc_real/report.py``, run as its command): its verdicts
+come from the rows, so a claim that a row contradicts reads *fails*, and one without its rows reads *not
+measured*. The report is rendered by ``python -m experiments.posthoc_real.report`` in a subprocess: tests
+import no experiment."""
 
 from __future__ import annotations
 
-from trilm.posthoc.real_report import render, verdicts
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CLAIM = re.compile(r"^\| (.+?) \| \*\*(.+?)\*\* \| (.*) \|$")
+
+
+def render(payload: dict) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", "experiments.posthoc_real.report", "-"],
+        input=json.dumps(payload),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+def verdicts(rows: dict) -> list[tuple[str, str, str]]:
+    """(claim, verdict, numbers) of the report's claims table."""
+    text = render(_payload(rows))
+    table = text.split("## The seeds' claims on this model", 1)[1].split("\n## ", 1)[0]
+    return [m.groups() for line in table.splitlines() if (m := CLAIM.match(line))]
 
 
 def _row(ppl: float, paper: float | None = None, **extra) -> dict:
@@ -16,8 +45,8 @@ def _payload(rows: dict, **extra) -> dict:
     return {"model": "m.gguf", "settings": settings, "device": {"cpus": 2}, "rows": rows, **extra}
 
 
-def _verdict(rows: dict, claim_start: str) -> str:
-    return next(v for claim, v, _ in verdicts(rows) if claim.startswith(claim_start))
+def _verdict(claims: list[tuple[str, str, str]], claim_start: str) -> str:
+    return next(v for claim, v, _ in claims if claim.startswith(claim_start))
 
 
 def test_verdicts_follow_the_numbers():
@@ -34,24 +63,26 @@ def test_verdicts_follow_the_numbers():
         "magnitude-keep0.9": _row(20.0, params={"before": 10, "after": 9}),
         "pg-keep0.9": _row(25.0, params={"before": 10, "after": 9}),
     }
-    assert _verdict(rows, "GPTQ < RTN at W3") == "holds"
-    assert _verdict(rows, "GPTQ < RTN at W2") == "fails"
-    assert _verdict(rows, "OmniQuant ≤ GPTQ at W3") == "holds"  # equal counts as ≤
-    assert _verdict(rows, "OmniQuant ≤ GPTQ at W2") == "not measured"
-    assert _verdict(rows, "PB-LLM far below") == "fails"  # 600 is not under half of 1000
-    assert _verdict(rows, "BiLLM far below") == "holds"
-    assert _verdict(rows, "STBLLM 6:8 near BiLLM") == "holds"  # 400 <= 1.5 x 300, 0.8 < 1.06 bits
-    assert _verdict(rows, "policy-gradient ≤ magnitude pruning at keep 0.9") == "fails"
+    claims = verdicts(rows)
+    assert _verdict(claims, "GPTQ < RTN at W3") == "holds"
+    assert _verdict(claims, "GPTQ < RTN at W2") == "fails"
+    assert _verdict(claims, "OmniQuant ≤ GPTQ at W3") == "holds"  # equal counts as ≤
+    assert _verdict(claims, "OmniQuant ≤ GPTQ at W2") == "not measured"
+    assert _verdict(claims, "PB-LLM far below") == "fails"  # 600 is not under half of 1000
+    assert _verdict(claims, "BiLLM far below") == "holds"
+    assert _verdict(claims, "STBLLM 6:8 near BiLLM") == "holds"  # 400 <= 1.5 x 300, 0.8 < 1.06 bits
+    assert _verdict(claims, "policy-gradient ≤ magnitude pruning at keep 0.9") == "fails"
     rows["stbllm-6:8"] = _row(400.0, 1.2)
     rows["gptq-w3"]["device"] = {"cpu": "AMD EPYC", "cpu_capability": "AVX2"}
-    numbers = next(n for c, _, n in verdicts(rows) if c.startswith("GPTQ < RTN at W3"))
+    claims = verdicts(rows)
+    numbers = next(n for c, _, n in claims if c.startswith("GPTQ < RTN at W3"))
     assert numbers == "gptq-w3 30.000 vs rtn-w3 40.000 (measured on two CPUs: see **CPUs** above)"
-    assert "**CPUs**" in render(_payload(rows))
-    assert "AMD EPYC (AVX2): gptq-w3" in render(_payload(rows))
-    assert _verdict(rows, "STBLLM 6:8 near BiLLM") == "fails"  # more bits than BiLLM
-    assert _verdict(rows, "STBLLM 4:8 < BiLLM + magnitude 4:8") == "not measured"
+    text = render(_payload(rows))
+    assert "**CPUs**" in text and "AMD EPYC (AVX2): gptq-w3" in text
+    assert _verdict(claims, "STBLLM 6:8 near BiLLM") == "fails"  # more bits than BiLLM
+    assert _verdict(claims, "STBLLM 4:8 < BiLLM + magnitude 4:8") == "not measured"
     rows["stbllm-4:8"], rows["billm-magnitude-4:8"] = _row(900.0, 0.53), _row(800.0, 0.53)
-    assert _verdict(rows, "STBLLM 4:8 < BiLLM + magnitude 4:8") == "fails"
+    assert _verdict(verdicts(rows), "STBLLM 4:8 < BiLLM + magnitude 4:8") == "fails"
 
 
 def test_report_shows_the_export_in_llama_cpp_and_the_served_chat():
@@ -70,7 +101,7 @@ def test_report_shows_the_export_in_llama_cpp_and_the_served_chat():
         "rows": {"float": _row(13.2, 32.0), "gptq-w4": _row(16.3, 4.3)},
         "missing": ["rtn-w4"],
         "llama_cpp": {
-            "command": "python -m benchmarks.posthoc.real_llama_cpp --model M",
+            "command": "python -m experiments.posthoc_real.llama_cpp --model M",
             "model": "gptq-w4",
             "gguf": {"type": "f16"},
             "llama_cpp_python": "0.3.36",

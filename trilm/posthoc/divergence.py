@@ -8,8 +8,8 @@ and the float stream's largest |h| (massive activations, which make a few positi
 :func:`calibration_nll` tells under-fitting from over-fitting (a method worse on the very data it was fitted
 to under-fits its objective), and :class:`FloatFirstPosition` gives the perplexity a model would score if
 its massive-activation position were exact. Both models are :class:`trilm.infer.InferenceModel`-shaped
-(``embed``, ``rope``, ``layers``, ``norm``, ``head``). ``python -m benchmarks.posthoc.real_blocks`` runs
-them on the real-model rows; the report (:mod:`trilm.posthoc.real_report`) renders a summary.
+(``embed``, ``rope``, ``layers``, ``norm``, ``head``). ``python -m experiments.posthoc_real.blocks`` runs
+them on the real-model rows; the experiment's report renders a summary.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""llmcompressor's GPTQ on the same model, calibration windows and settings as trilm's (for ``real.py``).
+"""llmcompressor's GPTQ on the same model, calibration windows and settings as trilm's (for ``run.py``).
 
-Run by :mod:`benchmarks.posthoc.real` with the interpreter of a separate environment holding llmcompressor
-(it pins transformers ≤ 5.17, trilm 5.24), so this module imports nothing of trilm::
+Run by :mod:`experiments.posthoc_real.run` with the interpreter of a separate environment holding
+llmcompressor (it pins transformers ≤ 5.17, trilm 5.24), so this module imports nothing of trilm::
 
-    data_cache/lc-venv/bin/python -P benchmarks/posthoc/_llmcompressor.py --hf HF_DIR --windows W.pt \\
-        --bits 3 --group-size 64 --out OUT_DIR
+    data_cache/lc-venv/bin/python -P experiments/posthoc_real/llmcompressor_worker.py --hf HF_DIR \\
+        --windows W.pt --bits 3 --group-size 64 --out OUT_DIR
 
 The settings are trilm's GPTQ defaults spelled in llmcompressor's terms: asymmetric integer grid per group of
 ``--group-size`` input columns, no act-order, 128-column blocks, dampening 0.01, every block linear

