@@ -224,6 +224,8 @@ def _parse(value: Any, kind: str, where: str, column: str) -> Any:
         number = float(value)
     except (TypeError, ValueError):
         raise TableError(f"{where}, column '{column}': {value!r} is not a number") from None
+    except OverflowError:  # a JSON integer of hundreds of digits
+        raise TableError(f"{where}, column '{column}': {value} is beyond the range of a number") from None
     if not math.isfinite(number):
         raise TableError(f"{where}, column '{column}': {value!r} is not a finite number (NaN or infinite)")
     if kind == _INT:
@@ -264,13 +266,10 @@ def _json_problem(exc: Exception) -> str:
     return "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
 
 
-def _records(path: Path) -> Iterable[tuple[str, dict[str, Any]]]:
-    suffix = path.suffix.lower()
-    if suffix in (".csv", ".jsonl", ".json"):
-        text = _read_text(path)
-    if suffix == ".csv":
-        with io.StringIO(text, newline="") as fh:
-            reader = csv.DictReader(fh)
+def _csv_records(path: Path, text: str) -> Iterable[tuple[str, dict[str, Any]]]:
+    with io.StringIO(text, newline="") as fh:
+        reader = csv.DictReader(fh)
+        try:
             if reader.fieldnames is None:
                 return
             missing = [c for c in COLUMNS if c not in reader.fieldnames]
@@ -284,6 +283,16 @@ def _records(path: Path) -> Iterable[tuple[str, dict[str, Any]]]:
                         f"{path} line {reader.line_num}: more fields than the header has columns"
                     )
                 yield f"{path} line {reader.line_num}", record
+        except csv.Error as exc:  # a field past csv's size limit (128 KiB)
+            raise TableError(f"{path} line {reader.line_num + 1}: not a CSV row ({exc})") from None
+
+
+def _records(path: Path) -> Iterable[tuple[str, dict[str, Any]]]:
+    suffix = path.suffix.lower()
+    if suffix in (".csv", ".jsonl", ".json"):
+        text = _read_text(path)
+    if suffix == ".csv":
+        yield from _csv_records(path, text)
     elif suffix == ".jsonl":
         with io.StringIO(text) as fh:
             for number, line in enumerate(fh, start=1):
