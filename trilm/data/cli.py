@@ -169,6 +169,12 @@ def _print_table(tokens: dict[str, int], docs: dict[str, int], extra: dict[str, 
     print(f"{'total':<26} {sum(docs.values()):>10,} {sum(tokens.values()):>14,}")
 
 
+def _skipped(index: dict) -> object:
+    """What prepare skipped, as the split's ``index.json`` records it; None where it has no such record."""
+    read = index.get("read")
+    return read.get("skipped") if isinstance(read, dict) else None
+
+
 def _run_stats(args) -> int:
 
     path = Path(_corpus(args.path))
@@ -184,7 +190,7 @@ def _run_stats(args) -> int:
             return 0
         _print_table(index["tokens_per_source"], index["documents_per_source"])
         print(f"dtype {index['dtype']}, tokenizer {index['tokenizer_hash'][:16]}, fingerprint "
-              f"{index['fingerprint'][:16]}, skipped {index['read']['skipped'] or 'none'}")  # fmt: skip
+              f"{index['fingerprint'][:16]}, skipped {_skipped(index) or 'none'}")  # fmt: skip
         return 0
     # deferred for start-up time: zstandard (keeps `trilm data --help` fast)
     from trilm.data.slimpajama import source_statistics, split_files

@@ -21,6 +21,7 @@ import json
 import os
 from collections import OrderedDict
 from pathlib import Path
+from tokenize import TokenError
 
 import numpy as np
 
@@ -114,14 +115,77 @@ def read_finished_shard(out_dir: Path, name: str) -> dict | None:
     out_dir = Path(out_dir)
     try:
         meta = json.loads((out_dir / f"{name}.json").read_text())
+        if meta["dtype"] not in TOKEN_DTYPES or not _is_count(meta["num_tokens"]):
+            return None
         itemsize = np.dtype(meta["dtype"]).itemsize
         if (out_dir / f"{name}.bin").stat().st_size != meta["num_tokens"] * itemsize:
             return None
         if not (out_dir / f"{name}.docs.npy").is_file():
             return None
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None
     return meta
+
+
+TOKEN_DTYPES = ("uint16", "uint32")
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _recorded(index: dict, shard: dict) -> dict:
+    """What a shard's sidecar must agree with the index on."""
+    return {"dtype": index["dtype"], "num_tokens": shard["num_tokens"], "bin_sha256": shard["bin_sha256"]}
+
+
+def _check_index(path: Path, index: object) -> dict:
+    """``index`` (the parsed ``index.json`` at ``path``) if it has every field a reader uses, of its type;
+    else a :class:`DataError` naming the file and the field. A shard's name must be a plain file name:
+    the index never points outside its directory."""
+    if not isinstance(index, dict):
+        raise DataError(f"{path}: expected a JSON object, got {type(index).__name__}")
+    if index.get("format") != FORMAT_VERSION:
+        raise DataError(f"{path}: format {index.get('format')!r}, this trilm reads {FORMAT_VERSION}")
+    problems = []
+    if index.get("dtype") not in TOKEN_DTYPES:
+        problems.append(f"dtype: {index.get('dtype')!r} is not one of {', '.join(TOKEN_DTYPES)}")
+    for key in ("fingerprint", "tokenizer_hash"):
+        if not isinstance(index.get(key), str):
+            problems.append(f"{key}: expected a string")
+    for key in ("num_tokens", "num_documents"):
+        if not _is_count(index.get(key)):
+            problems.append(f"{key}: expected a count, got {index.get(key)!r}")
+    vocab = index.get("vocab_size")
+    if vocab is not None and not (_is_count(vocab) and vocab > 0):
+        problems.append(f"vocab_size: expected a positive count, got {vocab!r}")
+    for key in ("tokens_per_source", "documents_per_source"):
+        table = index.get(key)
+        if not (isinstance(table, dict) and all(_is_count(v) for v in table.values())):
+            problems.append(f"{key}: expected counts by source")
+    shards = index.get("shards")
+    if not isinstance(shards, list):
+        problems.append("shards: expected a list")
+        shards = []
+    for i, shard in enumerate(shards):
+        if not isinstance(shard, dict):
+            problems.append(f"shards[{i}]: expected an object")
+            continue
+        name = shard.get("name")
+        if not isinstance(name, str) or not name or name != Path(name).name or name.startswith("."):
+            problems.append(f"shards[{i}].name: {name!r} is not a file name in the split")
+        if not _is_count(shard.get("num_tokens")):
+            problems.append(f"shards[{i}].num_tokens: expected a count, got {shard.get('num_tokens')!r}")
+        if not isinstance(shard.get("bin_sha256"), str):
+            problems.append(f"shards[{i}].bin_sha256: expected a string")
+        sources = shard.get("sources")
+        if not (isinstance(sources, list) and all(isinstance(x, str) for x in sources)):
+            problems.append(f"shards[{i}].sources: expected a list of source names")
+    if not problems and index["num_tokens"] != sum(s["num_tokens"] for s in shards):
+        problems.append(f"num_tokens: {index['num_tokens']} is not the sum of the shards' num_tokens")
+    if problems:
+        raise DataError(f"{path}: {'; '.join(problems[:3])}")
+    return index
 
 
 def _file_sha256(path: Path) -> str:
@@ -171,16 +235,14 @@ class TokenShards:
         if not index_path.is_file():
             raise DataError(f"{path}: no {INDEX_NAME}; prepare did not finish there (rerun it to resume)")
         try:
-            index = json.loads(index_path.read_text())
-        except ValueError as exc:
-            raise DataError(f"{index_path}: unreadable: {exc}") from None
-        if index.get("format") != FORMAT_VERSION:
-            raise DataError(
-                f"{index_path}: format {index.get('format')!r}, this trilm reads {FORMAT_VERSION}"
-            )
+            parsed = json.loads(index_path.read_text())
+        except (OSError, ValueError, RecursionError) as exc:  # ValueError: not UTF-8, not JSON
+            problem = "nested too deeply" if isinstance(exc, RecursionError) else exc
+            raise DataError(f"{index_path}: unreadable: {problem}") from None
+        index = _check_index(index_path, parsed)
         for shard in index["shards"]:
             meta = read_finished_shard(path, shard["name"])
-            if meta is None or meta["bin_sha256"] != shard["bin_sha256"]:
+            if meta is None or any(meta.get(k) != v for k, v in _recorded(index, shard).items()):
                 raise DataError(f"{path / shard['name']}.bin: missing, truncated or not the shard indexed")
             if verify:
                 digest = _file_sha256(path / f"{shard['name']}.bin")
@@ -245,8 +307,29 @@ class TokenShards:
 
     # ------------------------------------------------------------------ documents
     def _doc_table(self, k: int) -> np.ndarray:
+        """Shard ``k``'s ``[documents, 2]`` table (end offset, source index), checked against the shard."""
         if k not in self._docs:
-            self._docs[k] = np.load(self.path / f"{self.shards[k]['name']}.docs.npy")
+            path = self.path / f"{self.shards[k]['name']}.docs.npy"
+            try:
+                table = np.load(path)
+            except (OSError, ValueError, EOFError, SyntaxError, TokenError) as exc:  # numpy parses the header
+                raise DataError(f"{path}: unreadable document table ({exc})") from None
+            n, sources = self.shards[k]["num_tokens"], len(self.shards[k]["sources"])
+            sound = (
+                isinstance(table, np.ndarray)
+                and table.ndim == 2
+                and table.shape[1] == 2
+                and table.dtype.kind in "iu"
+                and bool(np.all(np.diff(table[:, 0]) >= 0))
+                and bool(np.all((table[:, 0] >= 0) & (table[:, 0] <= n)))
+                and bool(np.all((table[:, 1] >= 0) & (table[:, 1] < sources)))
+            )
+            if not sound:
+                raise DataError(
+                    f"{path}: not the document table of the shard (expected [documents, 2] integers, end"
+                    f" offsets rising to at most {n}, source indices below {sources}); prepare it again"
+                )
+            self._docs[k] = table
         return self._docs[k]
 
     def documents_in(self, start: int, end: int) -> list[dict]:
