@@ -7,7 +7,7 @@ RUN_DIR ?= runs/quickstart
 PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 
-.PHONY: install quickstart test test-portability test-gpu typecheck lint format clean
+.PHONY: install quickstart test test-portability test-gpu typecheck lint format clean reference-data
 
 install: $(STAMP)
 
@@ -67,6 +67,15 @@ typecheck: install
 	ln -s "$(CURDIR)/configs" $(TYPECHECK_TREE)/trilm/configs
 	cd $(TYPECHECK_TREE) && "$(CURDIR)/$(BIN)/mypy" --config-file "$(CURDIR)/pyproject.toml" \
 	    --cache-dir "$(CURDIR)/$(TYPECHECK_TREE)/.mypy_cache" -p trilm
+
+# Package data built from committed evidence: the CPU ladder's best-rate final losses
+# (configs/reference/ladder-finals.json), which `trilm quickstart` compares its family order with; a wheel has
+# no docs/, so they travel with trilm.configs. Rebuilt when the ladder's results table changes.
+LADDER_FINALS := configs/reference/ladder-finals.json
+reference-data: $(LADDER_FINALS)
+
+$(LADDER_FINALS): docs/results/ladder/analysis/results.csv experiments/ladder/finals.py | $(STAMP)
+	$(BIN)/python -m experiments.ladder.finals
 
 lint: install
 	$(BIN)/ruff check .

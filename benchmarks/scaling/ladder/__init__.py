@@ -1,1 +1,1 @@
-"""The CPU ladder's analysis: sweeps, pilots, the report and the finals it adopts (docs/results/ladder/)."""
+"""Aliases of the CPU ladder's commands (:mod:`experiments.ladder`) for one release."""

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Every command behind docs/results/ladder/, in the order they were run, from the repository root. Each training
 # runs one thread (OMP_NUM_THREADS=1); the runs were spread over two or three such processes side by side, at nice
-# 19, on a 2-core machine shared with other jobs (README.md has the wall times). Finished runs are skipped on a
-# rerun, so this script resumes where it stopped.
+# 19, on a 2-core machine shared with other jobs (docs/results/ladder/README.md has the wall times). Finished runs
+# are skipped on a rerun, so this script resumes where it stopped.
 set -euo pipefail
 export OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false
 
@@ -43,7 +43,7 @@ $P --lr 2e-3,4e-3 --set batch_tokens=512 --set schedule.warmup=0.05
 $P --lr 4e-3 --set schedule.warmup=0.01,0.15,0.3
 $P --lr 2e-3 --set schedule.warmup=0.15
 $P --lr 4e-3,8e-3 --set batch_tokens=4096 --set schedule.warmup=0.15
-python -m benchmarks.scaling.ladder.pilots runs/pilots/p1 runs/ladder/sweep --out docs/results/ladder
+python -m experiments.ladder.pilots runs/pilots/p1 runs/ladder/sweep --out docs/results/ladder
 
 # 4. The ladder: every family at every size and rate, on the full budget (2,097,152 tokens), then the best rate
 #    of each (family, size) is the ladder's run (adopt.py prints them; `adopt.py --copy` puts them where
@@ -54,13 +54,17 @@ $S --size 192x4,128x4,96x3,64x2 --lr 1e-3,2e-3,4e-3
 $S --size 32x2 --lr 1e-3,2e-3,4e-3,8e-3
 $S --size 96x3,64x2 --lr 8e-3                 # the rate grid widened where 4e-3 was best or nearly
 trilm suite sweep ladder --families trilm --size 96x3 --lr 1.6e-2 --no-progress
-python -m benchmarks.scaling.ladder.adopt          # prints the best rate of each (family, size)
+python -m experiments.ladder.adopt          # prints the best rate of each (family, size)
 # The report: the best rate of each (family, size) through `trilm suite analyse`'s analysis (bootstrap 1000,
 # seed 0) → README.md, analysis/, sweeps.png, mup.png. Rerun whenever more runs have finished.
-python -m benchmarks.scaling.ladder.report
+python -m experiments.ladder
 
 # 5. Does a rate carry over across widths? FloatLM at depth 4, widths 64/128/192: the standard parametrization
 #    (128x4 and 192x4 are the ladder's own FloatLM runs above) and μP with base width 64.
 M="trilm suite sweep ladder-mup --no-progress --jobs 2"
 $M --size 64x4 --lr 1e-3,2e-3,4e-3
 $M --size 192x4,128x4 --lr 1e-3,2e-3,4e-3 --set model.mup_base_width=64
+
+# 6. A build step, not a measurement: the best-rate finals as trilm's package data
+#    (configs/reference/ladder-finals.json, which `trilm quickstart` compares its family order with).
+make reference-data
