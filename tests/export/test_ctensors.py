@@ -65,10 +65,10 @@ def test_transformers_runs_the_quantlm_quantized(make_snapshot, tmp_path, args, 
     config = json.loads((out / "config.json").read_text())["quantization_config"]
     assert config["format"] == "pack-quantized" and config["ignore"] == ["lm_head"]
     groups = list(config["config_groups"].values())
-    down = "model.layers.0.mlp.down_proj"
-    if len(groups) > 1:  # group 64 is the whole row of the K = 64 layers: those are per-channel
-        assert sorted(len(g["targets"]) for g in groups) == [2, 12]
-    weights = next(g["weights"] for g in groups if down in g["targets"] or g["targets"] == ["Linear"])
+    # one scheme covers each of these models (W2 g64: the K = 64 layers' one group per row is a group of 64)
+    (group,) = groups
+    assert group["targets"] == ["Linear"] and "dequantize" not in config
+    weights = group["weights"]
     assert (weights["num_bits"], weights["group_size"], weights["symmetric"]) == (*scheme, True)
     assert weights["strategy"] == ("channel" if scheme[1] is None else "group")
     with safe_open(out / "model.safetensors", "pt") as f:
@@ -92,6 +92,80 @@ def test_transformers_runs_the_quantlm_quantized(make_snapshot, tmp_path, args, 
     assert torch.equal(ours, hf_logits(tmp_path / "dense"))
     torch.testing.assert_close(ours, trilm_logits(quantlm), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(hf_logits(out), ours, rtol=0, atol=2e-3)
+
+
+def scheme_args(method: str, bits: int, group: int, sym: bool, *extra: str) -> tuple[str, ...]:
+    return (
+        "--method",
+        method,
+        "--bits",
+        str(bits),
+        "--group-size",
+        str(group),
+        *(("--sym",) if sym else ()),
+        *extra,
+    )
+
+
+# Every scheme the export writes: 2/3/4/8 bits, symmetric and asymmetric, per-channel and grouped; then a
+# group that is the whole row of some layers (one scheme), mixed group sizes (symmetric: one config group
+# per size), widths that are not multiples of 32 (packing pads the last int32 word along K and N), and the
+# GPTQ W4 g32 asymmetric QuantLM of the report this test answers.
+EVERY_SCHEME = [
+    pytest.param(
+        "rtn",
+        bits,
+        group,
+        sym,
+        (),
+        {},
+        id=f"rtn-w{bits}-{'ch' if group < 0 else f'g{group}'}-{'sym' if sym else 'asym'}",
+    )
+    for bits in (2, 3, 4, 8)
+    for group in (-1, 32)
+    for sym in (True, False)
+] + [
+    pytest.param("rtn", 4, 64, False, (), {}, id="rtn-w4-g64-asym-whole-row"),
+    pytest.param("rtn", 3, 48, True, ("--group-fit", "nearest"), {}, id="rtn-w3-g48-nearest-sym-mixed"),
+    pytest.param("rtn", 3, 8, False, (), {"ffn": 200}, id="rtn-w3-g8-asym-ffn200"),
+    pytest.param("rtn", 2, -1, True, (), {"ffn": 200}, id="rtn-w2-ch-sym-ffn200"),
+    pytest.param("gptq", 4, 32, False, (), {}, id="gptq-w4-g32-asym"),
+]
+
+
+@pytest.mark.parametrize("method,bits,group,sym,extra,overrides", EVERY_SCHEME)
+def test_every_scheme_loads_through_from_pretrained(
+    make_snapshot, tmp_path, capsys, method, bits, group, sym, extra, overrides
+):
+    """transformers' ``AutoModelForCausalLM.from_pretrained`` loads each scheme and computes trilm's logits.
+
+    In fp32 the checkpoint's dequantized weights are the QuantLM's numbers, so its logits equal bit for bit
+    those of the dense fp32 export through the same transformers code, and differ from trilm's only by
+    float summation order: a few fp32 ulps (2^-24 relative) per term of K ≤ 200-term dot products through
+    two blocks, well inside 1e-5 on logits of order 1-10. The default fp16 export rounds the embedding and
+    norms to fp16 (relative 2^-11), which 2e-3 absolute covers.
+    """
+    quantlm, exact, dense, half = (tmp_path / d for d in ("q", "ct32", "dense", "ct16"))
+    source = make_snapshot("floatlm", seed=9, **overrides)
+    assert quantize(source, quantlm, tmp_path, *scheme_args(method, bits, group, sym, *extra)) == 0
+    capsys.readouterr()
+    assert main(["export", "compressed-tensors", str(quantlm), str(exact), "--dtype", "float32"]) == 0
+    said = capsys.readouterr().out
+    assert "from_pretrained loads it" in said and "vLLM" not in said, said
+    assert ("dequantizing the weights as they load" in said) == (not sym), said
+    config = json.loads((exact / "config.json").read_text())["quantization_config"]
+    assert config.get("dequantize", False) == (not sym)
+    groups = [g["weights"] for g in config["config_groups"].values()]
+    assert {(w["num_bits"], w["symmetric"]) for w in groups} == {(bits, sym)}
+    assert {w["strategy"] for w in groups} == ({"channel"} if group < 0 else {"group"})
+    assert (len(groups) > 1) == ("nearest" in extra)
+    assert main(["export", "hf", str(quantlm), str(dense), "--dtype", "float32"]) == 0
+    assert main(["export", "compressed-tensors", str(quantlm), str(half)]) == 0
+    ours = hf_logits(exact)
+    assert torch.equal(ours, hf_logits(dense))
+    reference = trilm_logits(quantlm)
+    torch.testing.assert_close(ours, reference, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(hf_logits(half), ours, rtol=0, atol=2e-3)
 
 
 def test_asymmetric_zero_points_are_packed_as_llmcompressor_packs_them(make_snapshot, tmp_path):
@@ -132,6 +206,11 @@ def test_asymmetric_zero_points_are_packed_as_llmcompressor_packs_them(make_snap
         ),
         ("floatlm", ("--method", "gptq", "--target", "gguf-q4_1"), "float mins"),
         ("floatlm", ("--method", "pbllm"), "pbllm stores it as"),
+        (
+            "floatlm",
+            ("--method", "rtn", "--bits", "4", "--group-size", "48", "--group-fit", "nearest"),
+            "asymmetric layers with different schemes",
+        ),
         ("floatlm", ("--method", "billm"), "billm stores it as"),
     ],
 )

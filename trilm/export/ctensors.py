@@ -1,7 +1,8 @@
 """``trilm export compressed-tensors QUANTLM OUT``: an int weight-only QuantLM as llmcompressor writes one.
 
-vLLM serves these checkpoints with its Marlin/Machete kernels (4- and 8-bit) and transformers loads them with
-the ``compressed-tensors`` package installed, so a GPTQ/RTN QuantLM keeps its size outside trilm. The
+transformers loads these directories with the ``compressed-tensors`` package installed, so a GPTQ/RTN
+QuantLM keeps its size outside trilm (``AutoModelForCausalLM.from_pretrained`` on every scheme the export
+writes is what ``tests/export/test_ctensors.py`` checks, at the versions ``make install`` pins). The
 directory is an HF export (config, tokenizer files with the chat template, model card: :mod:`trilm.export.hf`
 writes them) whose block linears are stored in the ``pack-quantized`` format, packed by the library's own
 ``pack_to_int32``: ``weight_packed`` (int32, codes − 2^(b−1) packed along K), ``weight_scale`` (N, K / g),
@@ -10,17 +11,30 @@ writes them) whose block linears are stored in the ``pack-quantized`` format, pa
 per distinct scheme, targets by module name; the head stays dense, as llmcompressor's ``ignore``).
 
 A trilm int code c with zero z and scale s is w = s · (c − z); compressed-tensors decodes (q − zp) · s with
-q = c − 2^(b−1), zp = z − 2^(b−1): the same numbers, so nothing is re-quantized. What the format cannot hold
-is refused by layer and reason, never approximated: ternary/binary models, PB-LLM, BiLLM and STBLLM layers
-(no int grid with one scale and zero per group), act-order ``g_idx`` (compressed-tensors 0.20 no longer
-reads ``weight_g_idx``: its ``actorder=group`` was removed), llama.cpp Q4_1's float mins (its zero points are
-integers), and scales the chosen dtype would round. ``--dequantized`` writes the dense HF export instead,
-and says so.
+q = c − 2^(b−1), zp = z − 2^(b−1): the same numbers, so nothing is re-quantized. Symmetry is the model's:
+when any layer has a zero point off 2^(b−1), every layer is written asymmetric (a layer whose zero points
+happen to sit at the middle gets them stored as zeros), so one scheme covers a uniform grid.
+
+Asymmetric checkpoints carry ``"dequantize": true`` in their ``quantization_config``. transformers builds
+the empty model compressed before loading, and compressed-tensors 0.20's meta-device compression leaves
+each ``weight_zero_point`` at its unpacked (N, K / g) shape while the checkpoint and the library's own
+decompressor hold it packed along N (ceil(N · b / 32), K / g): ``from_pretrained`` then stops on a size
+mismatch for every layer (llm-compressor issue 1618). With ``dequantize`` set, transformers instead runs
+the library's decompressor on each layer's checkpoint tensors as they load, which reads the packed zero
+points; that path decompresses every layer with one scheme, so an asymmetric model whose layers need
+several (different group sizes) is refused. The tensors stay llmcompressor's layout either way.
+
+What the format cannot hold is refused by layer and reason, never approximated: ternary/binary models,
+PB-LLM, BiLLM and STBLLM layers (no int grid with one scale and zero per group), act-order ``g_idx``
+(compressed-tensors 0.20 has no ``actorder=group`` and reads no ``weight_g_idx``), llama.cpp Q4_1's
+float mins (its zero points are integers), and scales the chosen dtype would round. ``--dequantized``
+writes the dense HF export instead, and says so.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
@@ -59,10 +73,13 @@ class CTReport:
             f"W{b}{'' if g is None else f' g{g}'} {'sym' if sym else 'asym'} × {n}"
             for (b, g, sym), n in self.schemes.items()
         ]
-        return (
-            f"wrote {self.path} ({FORMAT}: {', '.join(parts)} layers; {self.bytes / 2**20:.2f} MiB of "
-            "weights; loads in transformers with compressed-tensors, and in vLLM)"
+        asym = not all(sym for _, _, sym in self.schemes)
+        load = (
+            "transformers' AutoModelForCausalLM.from_pretrained loads it with compressed-tensors installed"
+            + (", dequantizing the weights as they load" if asym else "")
         )
+        size = f"{self.bytes / 2**20:.2f} MiB of weights"
+        return f"wrote {self.path} ({FORMAT}: {', '.join(parts)} layers; {size}; {load})"
 
 
 def _method(src: ModelDir) -> str:
@@ -86,7 +103,31 @@ def refusal(src: ModelDir) -> str | None:
         why = layer_refusal(weight, _method(src))
         if why:
             return f"{hf_name(key + '.weight')}: {why}"
+    ints = {key: w for key, w in packed.items() if isinstance(w, IntWeight)}
+    schemes = layer_schemes(ints)
+    distinct = sorted(set(schemes.values()), key=str)
+    if len(distinct) > 1 and not distinct[0][2]:
+        counts = ", ".join(
+            f"W{b} {'per-channel' if g is None else f'g{g}'} × {list(schemes.values()).count((b, g, sym))}"
+            for b, g, sym in distinct
+        )
+        return (
+            f"asymmetric layers with different schemes ({counts}): transformers loads asymmetric {FORMAT} "
+            "checkpoints only by dequantizing them as they load, which decodes every layer with one scheme; "
+            "quantize with one group size that divides every layer's in_features (or --group-size -1), or "
+            "with --sym"
+        )
     return None
+
+
+def layer_schemes(packed: dict[str, IntWeight]) -> dict[str, Scheme]:
+    """Each layer's scheme as written: the model's symmetry (asymmetric when any zero point is off the middle
+    of the grid) and the layer's group size, or per-channel when every layer's group is its whole row (a
+    one-group layer of a grouped model is a group of its row's width, so it shares its neighbours' scheme
+    when the widths agree)."""
+    sym = all(bool((w.zeros.int() == 1 << (w.bits - 1)).all()) for w in packed.values())
+    per_row = all(w.group_size == w.in_features for w in packed.values())
+    return {key: (w.bits, None if per_row else w.group_size, sym) for key, w in packed.items()}
 
 
 def layer_refusal(weight: PackedWeight, method: str) -> str | None:
@@ -98,8 +139,8 @@ def layer_refusal(weight: PackedWeight, method: str) -> str | None:
         )
     if weight.g_idx is not None:
         return (
-            f"{method} act-order g_idx: compressed-tensors no longer reads weight_g_idx (actorder=group was "
-            "removed), so the permuted groups would load wrong; quantize with --static-groups"
+            f"{method} act-order g_idx: compressed-tensors 0.20 reads no weight_g_idx (it has no "
+            "actorder=group), so the permuted groups would load wrong; quantize with --static-groups"
         )
     if weight.mins is not None:
         return "float mins (llama.cpp Q4_1's grid): compressed-tensors' zero points are integers"
@@ -110,13 +151,15 @@ def layer_refusal(weight: PackedWeight, method: str) -> str | None:
     return None
 
 
-def layer_tensors(weight: IntWeight, dtype: torch.dtype, name: str) -> tuple[dict[str, torch.Tensor], Scheme]:
-    """The pack-quantized tensors of one layer (suffix → tensor) and its scheme."""
+def layer_tensors(
+    weight: IntWeight, scheme: Scheme, dtype: torch.dtype, name: str
+) -> dict[str, torch.Tensor]:
+    """The pack-quantized tensors of one layer written as ``scheme`` (suffix → tensor)."""
     # optional dependency: compressed_tensors (the dev extra)
     from compressed_tensors.compressors.pack_quantized.helpers import pack_to_int32
 
     n, k = weight.shape
-    bits, half, g = weight.bits, 1 << (weight.bits - 1), weight.group_size
+    bits, half = weight.bits, 1 << (weight.bits - 1)
     scale = weight.scales.t().contiguous()
     if not torch.equal(scale.to(dtype).float(), scale.float()):
         raise ConfigError(
@@ -124,16 +167,15 @@ def layer_tensors(weight: IntWeight, dtype: torch.dtype, name: str) -> tuple[dic
             "stored in the model dtype); use --dtype float16 or float32"
         )
     q = (weight.codes().to(torch.int16) - half).to(torch.int8)
-    zp = (weight.zeros.t().to(torch.int16) - half).to(torch.int8).contiguous()
-    sym = bool((zp == 0).all())
     out = {
         "weight_packed": pack_to_int32(q, bits),
         "weight_scale": scale.to(dtype),
         "weight_shape": torch.tensor([n, k]),
     }
-    if not sym:
+    if not scheme[2]:
+        zp = (weight.zeros.t().to(torch.int16) - half).to(torch.int8).contiguous()
         out["weight_zero_point"] = pack_to_int32(zp, bits, packed_dim=0)
-    return out, (bits, None if g == k else g, sym)
+    return out
 
 
 def quantization_config(schemes: dict[Scheme, list[str]], act_order: bool) -> Any:
@@ -167,6 +209,14 @@ def quantization_config(schemes: dict[Scheme, list[str]], act_order: bool) -> An
     )
 
 
+def dequantize_on_load(config_json: Path) -> None:
+    """Set ``quantization_config.dequantize`` in ``config_json``: transformers' load path for asymmetric
+    pack-quantized checkpoints at the pinned versions (see the module docstring)."""
+    config = json.loads(config_json.read_text())
+    config["quantization_config"]["dequantize"] = True
+    config_json.write_text(json.dumps(config, indent=2, sort_keys=True))
+
+
 def export_snapshot_ctensors(
     snapshot: str | Path,
     out: str | Path,
@@ -195,27 +245,31 @@ def export_snapshot_ctensors(
     state = float_state(src)
     bos, eos = special_ids(src)
     tied, _ = tie_state(src, state)
+    ints = {key: w for key, w in packed.items() if isinstance(w, IntWeight)}
+    layer_scheme = layer_schemes(ints)
     tensors: dict[str, torch.Tensor] = {}
     schemes: dict[Scheme, list[str]] = {}
     for key in canonical_shapes(cfg):
         name = hf_name(key)
         if tied and key == "head.weight":
             continue
-        weight = packed.get(key.removesuffix(".weight"))
+        layer = key.removesuffix(".weight")
+        weight = ints.get(layer)
         if weight is None:
             tensors[name] = state[key].to(weight_dtype)
             continue
-        assert isinstance(weight, IntWeight)
         module = name.removesuffix(".weight")
-        parts, scheme = layer_tensors(weight, weight_dtype, module)
+        parts = layer_tensors(weight, layer_scheme[layer], weight_dtype, module)
         tensors.update({f"{module}.{suffix}": t for suffix, t in parts.items()})
-        schemes.setdefault(scheme, []).append(module)
+        schemes.setdefault(layer_scheme[layer], []).append(module)
     options = (src.meta.extra.get("quant") or {}).get("options") or {}
     qconfig = quantization_config(schemes, bool(options.get("act_order")))
     with export_directory(out, KIND, src, dtype=dtype, tied_embeddings=tied) as tmp:
         write_tensors(tmp / HF_WEIGHTS, tensors, metadata={"format": "pt"})
         write_hf_config(cfg, tmp, weight_dtype, bos_token_id=bos, eos_token_id=eos, tied=tied)
         ModelCompressor(quantization_config=qconfig).update_config(str(tmp))
+        if not all(sym for _, _, sym in schemes):
+            dequantize_on_load(tmp / "config.json")
         write_companions(src, tmp, {"weights": f"{HF_WEIGHTS} ({FORMAT}, {dtype} scales and dense tensors)"})
     size = (Path(out) / HF_WEIGHTS).stat().st_size
     return CTReport(Path(out), False, {s: len(v) for s, v in schemes.items()}, size)
