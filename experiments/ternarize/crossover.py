@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -52,6 +53,7 @@ SIZES: dict[str, dict[str, int]] = {
 }
 """The two smallest CPU shapes (32x2 is the ladder's smallest; 16x2 halves its width, FFN 4x the width),
 context 128, and 64x2 (the ladder's second) for later sessions."""
+DEFAULT_SIZES = ("16x2", "32x2")
 DN = (5, 15, 50, 150, 500)
 """Tokens per non-embedding parameter, half a decade apart."""
 FRACTIONS = (0.1, 0.25)
@@ -62,12 +64,12 @@ WARMUP = 0.15
 RATE_POINT = 50
 """The D/N of the rate sweep (seed 1)."""
 RATES: dict[str, tuple[float, ...]] = {
-    "16x2": (4e-3, 8e-3, 1.6e-2),
-    "32x2": (4e-3, 8e-3),
+    "16x2": (4e-3, 8e-3, 1.6e-2, 3.2e-2),
+    "32x2": (4e-3, 8e-3, 1.6e-2),
     "64x2": (4e-3, 8e-3),
 }
 """Peak rates tried per size, for TriLM and FloatLM alike. The ladder (2M tokens) tried only 4e-3 at 32x2
-and found 4e-3 best at 64x2 at the edge of what it tried, so both add 8e-3; 16x2 is not in the ladder."""
+and found 4e-3 best at 64x2 at the edge of what it tried, so both go higher; 16x2 is not in the ladder."""
 RECIPE_POINT = ("16x2", 50)
 RECIPE_SEEDS = (1, 2)
 RECIPES: dict[str, dict[str, Any]] = {
@@ -457,9 +459,10 @@ def run(args: argparse.Namespace) -> None:
 
         shutdown_parallel()
     settings = {"sizes": args.sizes, "dn": args.dn, "seeds": args.seeds, "recipe": args.recipe}
+    train_tokens = json.loads((data["train"] / "index.json").read_text())["num_tokens"]
     write_result(
         out / "crossover-run.json",
-        {**settings, "runs": len(rows), "failed": sorted(failed)},
+        {**settings, "train_tokens": train_tokens, "runs": len(rows), "failed": sorted(failed)},
         module="experiments.ternarize crossover",
     )
 
@@ -468,7 +471,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m experiments.ternarize crossover", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("--sizes", nargs="+", default=["16x2", "32x2"], choices=list(SIZES))
+    parser.add_argument("--sizes", nargs="+", default=list(DEFAULT_SIZES), choices=list(SIZES))
     parser.add_argument("--dn", nargs="+", type=float, default=list(DN), help="tokens per parameter D/N")
     parser.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
     parser.add_argument(

@@ -1,5 +1,9 @@
 """The report of the ternarization experiment: ``python -m experiments.ternarize.report [--out DIR]``.
 
+README.md in two sections, each written from the rows that exist: which share f to convert at one budget
+(``results.csv``, this module), and the crossover of the gap against tokens per parameter
+(``crossover.csv``, :mod:`experiments.ternarize.gap`).
+
 Seeds pair the arms: a seed fixes the data order and the initialisation of every run of one size, so the
 difference between a conversion and the from-scratch TriLM is taken per seed and its interval is Student's
 t over seeds (the spread between seeds is most of the noise; pairing removes what the arms share).
@@ -8,25 +12,13 @@ t over seeds (the spread between seeds is most of the noise; pairing removes wha
 from __future__ import annotations
 
 import argparse
-import math
+import json
 from pathlib import Path
 from typing import Any
 
 from benchmarks.common import write_result
 from experiments.ternarize.run import FRACTIONS, OUT, PEAK_LR, SIZES, read_rows
-
-T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
-"""Student's t 97.5 % quantiles by degrees of freedom (two-sided 95 % intervals)."""
-
-
-def mean_interval(values: list[float]) -> tuple[float, float | None]:
-    """(mean, half-width of the 95 % t interval); no interval from a single value."""
-    n = len(values)
-    mean = sum(values) / n
-    if n < 2:
-        return mean, None
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    return mean, T_975.get(n - 1, 1.96) * sd / math.sqrt(n)
+from experiments.ternarize.stats import mean_interval
 
 
 def _arm_label(arm: str, fraction: float) -> str:
@@ -97,18 +89,21 @@ def _verdict(entry: dict[str, Any], key: str) -> str:
     return "no difference"
 
 
-def markdown(summary: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+TITLE = "# Ternarizing a float model: from scratch or converted late, at equal tokens"
+COMMANDS = "[`commands.sh`](../../../experiments/ternarize/commands.sh)"
+
+
+def markdown(summary: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+    """The split experiment's section: which share f to convert, at one budget, two sizes."""
     seconds = sum(float(r["seconds"]) for r in rows)
     tokens = max((int(r["tokens"]) for r in rows if r["arm"] == "trilm"), default=0)
     lines = [
-        "# Ternarizing a float model: from scratch or converted late, at equal tokens",
+        f"## Which share to convert, at D = {tokens:,} tokens",
         "",
-        "Written by `python -m experiments.ternarize.report` from `results.csv`, which "
-        "`python -m experiments.ternarize` fills as each run ends "
-        "(commands: [`commands.sh`](../../../experiments/ternarize/commands.sh)). "
-        f"Embedded corpus (2,048-token vocabulary), CPU, one thread per run; D = {tokens:,} tokens per arm "
-        f"at batch 1,024 and peak rate {PEAK_LR:g}; {len(rows)} runs, {seconds / 3600:.2f} h of run time "
-        "in all. Losses are validation cross-entropy (nats) on the same 32,768 tokens.",
+        "Written from [`results.csv`](results.csv), which "
+        "`python -m experiments.ternarize` fills as each run ends. One thread per run; "
+        f"D = {tokens:,} tokens per arm at batch 1,024 and peak rate {PEAK_LR:g}; {len(rows)} runs, "
+        f"{seconds / 3600:.2f} h of run time in all.",
         "",
         "A conversion trains a FloatLM for (1 − f)·D tokens on its cosine schedule, then continues it as a "
         "TriLM for f·D tokens (the latent weights start as the float ones; the TriLM recipe's schedule with "
@@ -119,7 +114,7 @@ def markdown(summary: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     ]
     for size, entry in summary.items():
         lines += [
-            f"## {size} ({len(entry['seeds'])} seeds)",
+            f"### {size} ({len(entry['seeds'])} seeds)",
             "",
             "| arm | loss | − TriLM from scratch | | distillation − plain | |",
             "|---|---|---|---|---|---|",
@@ -137,7 +132,7 @@ def markdown(summary: dict[str, Any], rows: list[dict[str, Any]]) -> str:
             lines += ["", f"Best conversion at this size: {best['label']} ({best['mean']:.4f})."]
         lines.append("")
     lines += ["![loss against the converted share f](ternarize.png)", ""]
-    return "\n".join(lines)
+    return lines
 
 
 def plot(summary: dict[str, Any], out: Path) -> None:
@@ -176,14 +171,35 @@ def plot(summary: dict[str, Any], out: Path) -> None:
     plt.close(fig)
 
 
-def report(out: Path) -> None:
+def report(out: Path, recipe: str | None = None) -> None:
+    """README.md, the JSON summaries and the plots of both parts, from whichever rows exist."""
+    from experiments.ternarize import crossover, gap
+
     rows = read_rows(out / "results.csv")
-    if not rows:
-        raise SystemExit(f"{out / 'results.csv'}: no results yet (python -m experiments.ternarize)")
-    summary = summarise(rows)
-    write_result(out / "summary.json", {"sizes": summary}, module="experiments.ternarize.report")
-    (out / "README.md").write_text(markdown(summary, rows))
-    plot(summary, out / "ternarize.png")
+    grid = crossover.read_rows(out / "crossover.csv")
+    if not rows and not grid:
+        raise SystemExit(f"{out}: no results.csv or crossover.csv yet (python -m experiments.ternarize)")
+    lines = [
+        TITLE,
+        "",
+        "Written by `python -m experiments.ternarize.report`; every command that made the rows: "
+        f"{COMMANDS}. Embedded corpus (2,048-token vocabulary), CPU. Losses are validation cross-entropy "
+        "(nats) on the same 32,768 tokens.",
+        "",
+    ]
+    if rows:
+        summary = summarise(rows)
+        write_result(out / "summary.json", {"sizes": summary}, module="experiments.ternarize.report")
+        lines += markdown(summary, rows)
+        plot(summary, out / "ternarize.png")
+    if grid:
+        run_json = out / "crossover-run.json"
+        train_tokens = json.loads(run_json.read_text()).get("train_tokens") if run_json.is_file() else None
+        found = gap.summarise(grid, recipe)
+        write_result(out / "crossover.json", gap.to_json(found), module="experiments.ternarize.report")
+        lines += gap.markdown(found, train_tokens)
+        gap.plot(found, out / "crossover.png")
+    (out / "README.md").write_text("\n".join(lines))
     print((out / "README.md").read_text())
 
 
@@ -194,7 +210,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--out", default=str(OUT), help="the folder holding results.csv; the report goes there"
     )
-    report(Path(parser.parse_args(argv).out))
+    parser.add_argument("--recipe", help="the crossover's conversion recipe, when the driver pinned one")
+    args = parser.parse_args(argv)
+    report(Path(args.out), args.recipe)
 
 
 if __name__ == "__main__":
