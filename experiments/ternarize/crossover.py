@@ -18,10 +18,11 @@ plain conversions, both f, two seeds) and then held fixed. The best rates come f
 driver reads the sweeps' rows as they land, and the grid's runs are defined once the sweeps they need are
 complete (``--recipe`` pins the recipe instead).
 
-Runs are trained one at a time (``--jobs``), the cheapest ready one first: the sweeps, then the grid's
-points in order of their budget D, each point's sources before its conversions, so complete points land
-early. Every finished run is a row of ``crossover.csv`` (written as it ends); rerunning trains only what
-is missing. ``python -m experiments.ternarize.report`` turns the rows into the gap against D/N.
+Runs are trained one at a time (``--jobs``), the cheapest ready one first: the sweeps at the recipe's
+point, then the grid's points in order of their budget D (another size's rate sweep at its own budget),
+each point's sources before its conversions, so complete points land early. Every finished run is a row
+of ``crossover.csv`` (written as it ends); rerunning trains only what is missing.
+``python -m experiments.ternarize.report`` turns the rows into the gap against D/N.
 
     python -m experiments.ternarize crossover [--sizes 16x2 32x2] [--dn 5 15 50 150 500] [--seeds 1 2 3]
 """
@@ -298,14 +299,16 @@ def chosen_recipe(rows: dict[str, dict[str, Any]], pinned: str | None) -> str | 
 def wanted(
     rows: dict[str, dict[str, Any]], sizes: list[str], dns: list[float], seeds: list[int], pinned: str | None
 ) -> list[tuple[tuple[Any, ...], Run]]:
-    """Every run defined by what has finished, with its priority (lower first): the rate sweeps, the
-    recipe sweep, then the grid by budget D, seed and size, sources before conversions."""
+    """Every run defined by what has finished, with its priority (lower first): the rate sweep of the
+    recipe's size, the recipe sweep, then the grid by budget D, seed and size, sources before conversions,
+    with the other sizes' rate sweeps queued at their budget."""
     out: list[tuple[tuple[Any, ...], Run]] = []
     for size in sizes:
         for family in ("trilm", "floatlm"):
             for lr in RATES[size]:
                 run = Run(size, RATE_POINT, min(SEEDS), family, lr)
-                out.append(((0, run.tokens), run))
+                first = size == RECIPE_POINT[0]  # the recipe sweep waits for it; the others queue by D
+                out.append(((0, run.tokens) if first else (2, run.budget, 0, size, 0), run))
     size, dn = RECIPE_POINT
     float_lr = best_rate(rows, "floatlm", size) if size in sizes else None
     if float_lr is not None:
