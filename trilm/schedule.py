@@ -85,11 +85,15 @@ def _steps(value: float, total: int) -> int:
 
 
 class Schedule:
-    """LR(step) and weight decay(step) for a run of ``total_steps`` optimizer steps.
+    """LR(step) and weight decay(step) for the optimizer steps ``start`` … ``total_steps − 1`` of a run.
 
     ``peak_lr`` is reached at the end of warm-up; the decay (or the WSD cooldown) ends at
     ``peak_lr · min_lr_ratio`` after the last step; ``weight_decay`` is the value before any weight-decay
-    event. Raises :class:`~trilm.config.ConfigError` when warm-up and cooldown do not fit in the run.
+    event. ``start`` > 0 is a phase that begins at a branch point (a float run's state turned into a
+    TriLM: :mod:`trilm.train.convert`): warm-up, decay and events are laid over the phase's own
+    ``total_steps − start`` steps, while steps keep counting from the run's beginning (the data position
+    and the checkpoints' step numbers are the run's). Fractions (warm-up, cooldown, events) are of the
+    phase. Raises :class:`~trilm.config.ConfigError` when warm-up and cooldown do not fit in it.
     """
 
     def __init__(
@@ -100,32 +104,41 @@ class Schedule:
         peak_lr: float,
         min_lr_ratio: float = 0.0,
         weight_decay: float = 0.0,
+        start: int = 0,
     ):
-        self.cfg, self.total = cfg, int(total_steps)
+        self.cfg, self.total, self.start = cfg, int(total_steps), int(start)
+        if self.start < 0 or (self.start and self.start >= self.total):
+            raise ConfigError(f"schedule: a phase starting at step {start} is not inside {total_steps} steps")
         self.peak_lr, self.min_lr_ratio, self.peak_weight_decay = peak_lr, min_lr_ratio, weight_decay
-        self.warmup_steps = _steps(cfg.warmup, self.total)
-        self.cooldown_steps = _steps(cfg.cooldown, self.total) if cfg.kind == "wsd" else 0
+        length = self.total - self.start
+        self.warmup_steps = _steps(cfg.warmup, length)
+        self.cooldown_steps = _steps(cfg.cooldown, length) if cfg.kind == "wsd" else 0
         self.cooldown_start = self.total - self.cooldown_steps if cfg.kind == "wsd" else None
         if self.cooldown_start is not None and not (
-            self.cooldown_steps >= 1 and self.warmup_steps <= self.cooldown_start
+            self.cooldown_steps >= 1 and self.start + self.warmup_steps <= self.cooldown_start
         ):
             raise ConfigError(
                 f"schedule: {self.warmup_steps} warm-up and {self.cooldown_steps} cooldown steps do not fit"
-                f" in a run of {self.total} steps (warm-up must end before the cooldown starts)"
+                f" in a {'phase' if self.start else 'run'} of {length} steps (warm-up must end before the"
+                " cooldown starts)"
             )
         self.lr_drop_step = self._at(cfg.lr_drop_at)
         self.wd_off_step = self._at(cfg.weight_decay_off_at)
 
     @classmethod
-    def for_optimizer(cls, optim, cfg: ScheduleConfig, total_steps: int) -> Schedule:
+    def for_optimizer(
+        cls, optim, cfg: ScheduleConfig, total_steps: int, *, start: int = 0, lr_scale: float = 1.0
+    ) -> Schedule:
         """The schedule of a run whose optimizer settings (``lr``, ``min_lr_ratio``, ``weight_decay``) are
-        ``optim`` (a :class:`trilm.train.config.OptimConfig`)."""
+        ``optim`` (a :class:`trilm.train.config.OptimConfig`); ``start`` and ``lr_scale`` (the peak as a
+        multiple of ``optim.lr``) place and scale a conversion phase."""
         return cls(
             cfg,
             total_steps,
-            peak_lr=optim.lr,
+            peak_lr=optim.lr * lr_scale,
             min_lr_ratio=optim.min_lr_ratio,
             weight_decay=optim.weight_decay,
+            start=start,
         )
 
     def _at(self, fraction: float | None) -> int | None:
@@ -133,20 +146,22 @@ class Schedule:
             return None
         if self.cooldown_start is not None:
             return self.cooldown_start + round(fraction * self.cooldown_steps)
-        return round(fraction * self.total)
+        return self.start + round(fraction * (self.total - self.start))
 
     def base_lr(self, step: int) -> float:
         peak, floor = self.peak_lr, self.peak_lr * self.min_lr_ratio
-        if step < self.warmup_steps:
-            return peak * (step + 1) / self.warmup_steps
+        if step < self.start:
+            raise ValueError(f"step {step} is before this schedule's phase, which starts at {self.start}")
+        if step < self.start + self.warmup_steps:
+            return peak * (step - self.start + 1) / self.warmup_steps
         if self.cooldown_start is not None:
             if step < self.cooldown_start:
                 return peak
             progress = min((step - self.cooldown_start) / self.cooldown_steps, 1.0)
             shape = progress if self.cfg.cooldown_shape == "linear" else math.sqrt(progress)
             return floor + (peak - floor) * (1 - shape)
-        span = max(self.total - self.warmup_steps, 1)
-        progress = min(max(step - self.warmup_steps, 0) / span, 1.0)
+        span = max(self.total - self.start - self.warmup_steps, 1)
+        progress = min(max(step - self.start - self.warmup_steps, 0) / span, 1.0)
         if self.cfg.decay == "constant":
             return peak
         if self.cfg.decay == "linear":
@@ -166,7 +181,8 @@ class Schedule:
     def events(self) -> list[ScheduleEvent]:
         out = []
         if self.warmup_steps:
-            out.append(ScheduleEvent(self.warmup_steps, "warmup_end", f"peak lr {self.peak_lr:g}"))
+            end = self.start + self.warmup_steps
+            out.append(ScheduleEvent(end, "warmup_end", f"peak lr {self.peak_lr:g}"))
         if self.cooldown_start is not None:
             out.append(
                 ScheduleEvent(

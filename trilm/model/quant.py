@@ -212,6 +212,40 @@ def fake_quant_weight(w: torch.Tensor, layout: ScaleLayout) -> torch.Tensor:
     return _StraightThrough.apply(w, layout)
 
 
+_ramp: torch.Tensor | None = None
+"""λ of a conversion's ramp (a 0-d fp32 tensor) while it is below 1; None otherwise (:func:`set_ramp`)."""
+
+
+def set_ramp(value: float | None, device: torch.device | str = "cpu") -> None:
+    """Make every quantized linear use W + λ·(W̃ − W) instead of W̃, with λ = ``value``.
+
+    The phase-in of Hugging Face's 1.58-bit fine-tuning: a float model converted to ternary starts at
+    λ = 0 (its own weights) and reaches W̃ at λ = 1, so the first steps do not start from the loss of the
+    rounded model. The gradient stays the straight-through one (∂L/∂W := ∂L/∂W_λ, the ``.detach()`` form of
+    the formula). ``None`` or λ ≥ 1 is W̃ itself, exactly (W + 1·(W̃ − W) can round otherwise). λ lives in
+    one tensor updated in place, so a compiled block reads it as an input and is not recompiled per value.
+    """
+    global _ramp
+    if value is None or value >= 1:
+        _ramp = None
+    elif _ramp is None or _ramp.device != torch.device(device):
+        _ramp = torch.tensor(float(value), dtype=torch.float32, device=device)
+    else:
+        _ramp.fill_(float(value))
+
+
+def ramp_value() -> float | None:
+    """The λ :func:`set_ramp` set (None: the quantized weights themselves)."""
+    return None if _ramp is None else float(_ramp)
+
+
+def _blend(w: torch.Tensor, wq: torch.Tensor, lam: torch.Tensor | None) -> torch.Tensor:
+    """W + λ·(W̃ − W) in fp32, in ``w``'s dtype (λ = 0 gives W bit for bit); W̃ when ``lam`` is None."""
+    if lam is None:
+        return wq
+    return torch.lerp(w.detach().float(), wq.float(), lam).to(w.dtype)
+
+
 class QuantizedLinear(torch.autograd.Function):
     """y = x·W̃ᵀ with the straight-through estimator, saving (x, latent W, scales) instead of W̃.
 
@@ -220,29 +254,34 @@ class QuantizedLinear(torch.autograd.Function):
     sequence. Backward: W̃ is rebuilt from the saved latent weight and scales (elementwise; no collective),
     ∂L/∂x = g·W̃ (all-reduced over TP ranks when ``allreduce_dgrad``, reduce-scattered along the sequence
     under sequence parallelism), and ∂L/∂W := ∂L/∂W̃ = gᵀ·x goes to the latent weight unchanged (STE).
-    For ``fmt="float"`` W̃ is W itself, so FloatLM runs the very same function.
+    For ``fmt="float"`` W̃ is W itself, so FloatLM runs the very same function. During a conversion's ramp
+    (:func:`set_ramp`) the matrix is W + λ·(W̃ − W), rebuilt the same way in backward.
     """
 
     @staticmethod
     def forward(ctx, input, weight, layout: ScaleLayout, allreduce_dgrad, sequence_parallel, group):
+        ramp = None
         if layout.fmt == "float":
             wq, s = weight, None
         else:
             wq, s = quantize(weight.detach(), layout)
+            ramp = _ramp
+            wq = _blend(weight, wq, ramp)
         total = gather_sequence(input, group) if sequence_parallel else input
         ctx.save_for_backward(input, weight, s)
-        ctx.layout, ctx.allreduce_dgrad, ctx.sequence_parallel, ctx.group = (
+        ctx.layout, ctx.allreduce_dgrad, ctx.sequence_parallel, ctx.group, ctx.ramp = (
             layout,
             allreduce_dgrad,
             sequence_parallel,
             group,
+            ramp,
         )
         return torch.matmul(total, wq.t())
 
     @staticmethod
     def backward(ctx, grad_output):
         input, weight, s = ctx.saved_tensors
-        wq = weight if s is None else quantized_image(weight, s, ctx.layout)
+        wq = weight if s is None else _blend(weight, quantized_image(weight, s, ctx.layout), ctx.ramp)
         total = gather_sequence(input, ctx.group) if ctx.sequence_parallel else input
         grad_input = grad_output.matmul(wq)
         handle = None

@@ -14,6 +14,7 @@ from trilm.model.spec import canonical_shapes
 from trilm.parallel import ParallelConfig
 from trilm.schedule import Schedule, ScheduleConfig
 from trilm.store.open import ModelDir, open_model
+from trilm.train.convert import ConvertConfig
 
 
 @dataclasses.dataclass
@@ -158,7 +159,11 @@ class TrainConfig(Config):
     its weights, optimizer moments, data position and RNG, as if this run had trained those steps itself.
     That is what a cooldown branch is (``trilm suite cooldown``): the parent's schedule must equal this
     run's on every step before N, which is checked, and the parent's directory is only read. Once this
-    run has a state of its own it resumes from that."""
+    run has a state of its own it resumes from that. A parent of another family (a FloatLM's state for a
+    TriLM) makes it a conversion branch instead (:mod:`trilm.train.convert`): the schedule then covers
+    the steps from N on, and the parent's schedule before N does not matter."""
+    convert: ConvertConfig = dataclasses.field(default_factory=ConvertConfig)
+    """The recipe of a conversion: a run whose ``init_from`` or ``branch_from`` holds another family."""
 
     def validate(self) -> None:
         require(
@@ -196,6 +201,21 @@ class TrainConfig(Config):
         require(
             not (self.init_from and self.branch_from),
             "init_from and branch_from: a run starts from a snapshot's weights or from a state, not both",
+        )
+        require(
+            self.convert.is_default or bool(self.init_from or self.branch_from),
+            "convert: a recipe for a conversion, but this run starts from nothing (no init_from or"
+            " branch_from)",
+        )
+        require(
+            not (self.init_from and self.convert.optimizer == "keep"),
+            "convert.optimizer: keep needs a state to keep the moments of (branch_from); init_from starts"
+            " from weights alone",
+        )
+        require(
+            not (self.convert.ramp and self.model.quant.activation_bits),
+            "convert.ramp: phases in the quantized weights only; with model.quant.activation_bits the"
+            " activations would be quantized from the first step",
         )
 
         Schedule.for_optimizer(self.optim, self.schedule, self.steps)  # warm-up and cooldown fit the run

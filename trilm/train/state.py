@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from trilm.config import ConfigError
+from trilm.model.spec import canonical_shapes
 from trilm.parallel import ParallelInfo
 from trilm.schedule import Schedule
 from trilm.store.integrity import complete_steps, verify_directory
@@ -46,6 +47,8 @@ class ResumePoint:
     """Problems of newer states that were passed over (already warned about)."""
     universal: Path | None = None
     """Where the universal conversion was written when the data-parallel size changed under ZeRO."""
+    source_family: str = ""
+    """For the parent's state a conversion branch starts from: the parent's family (a FloatLM's, say)."""
 
 
 def _barrier() -> None:
@@ -109,6 +112,19 @@ BRANCH_MAY_DIFFER = ("tokens", "schedule", "optim.min_lr_ratio", "branch_from")
 """Keys in which a cooldown branch may differ from its parent (besides those a restart may change): its
 length and the schedule after the branch point (the schedules' equality before it is checked step by step)."""
 
+CONVERSION_MAY_DIFFER = (
+    "model.family",
+    "model.name",
+    "model.quant",
+    "convert",
+    "distill",
+    "optim.weight_decay",
+    "optim.grad_clip",
+)
+"""What a conversion branch (a parent of another family) may change besides: the family and its quantizer
+(the tensors stay the parent's, which is checked), the recipe, and the phase's regularisation. ``optim.lr``
+stays the parent's, so ``convert.lr_scale`` is the rate relative to the float run's."""
+
 
 def branch_point(path: str | Path, run_cfg, info: ParallelInfo) -> ResumePoint:
     """The state ``PARENT/state/step-N`` that starts a branch (``TrainConfig.branch_from``), checked: it is
@@ -132,21 +148,36 @@ def branch_point(path: str | Path, run_cfg, info: ParallelInfo) -> ResumePoint:
         raise ConfigError(f"{where}: no {RUN_CONFIG} in the parent run {path.parent.parent}")
     parent = TrainConfig.from_yaml(parent_file)
     mine = run_cfg.replace(model=run_cfg.model.resolved(info.tp_size))
-    free = tuple(f"{k}." for k in BRANCH_MAY_DIFFER)
+    converts = parent.model.family != mine.model.family
+    may_differ = BRANCH_MAY_DIFFER + (CONVERSION_MAY_DIFFER if converts else ())
+    free = tuple(f"{k}." for k in may_differ)
     differ = [
         k
         for k in changed_keys(parent.to_dict(), mine.to_dict())
-        if k not in BRANCH_MAY_DIFFER and not k.startswith(free)
+        if k not in may_differ and not k.startswith(free)
     ]
     if differ:
-        raise ConfigError(
-            f"{where}: the parent ({parent_file}) differs from this run in {', '.join(differ)}; a branch"
-            " continues the parent's training and may change only its length and its schedule after the"
-            " branch point"
+        what = (
+            "a conversion branch continues the parent's run as another family and may change only its"
+            f" length, schedule, recipe and quantizer ({', '.join(CONVERSION_MAY_DIFFER)})"
+            if converts
+            else "a branch continues the parent's training and may change only its length and its schedule"
+            " after the branch point"
         )
-    first = Schedule.for_optimizer(parent.optim, parent.schedule, parent.steps).first_difference(
-        Schedule.for_optimizer(run_cfg.optim, run_cfg.schedule, run_cfg.steps), step
-    )
+        raise ConfigError(
+            f"{where}: the parent ({parent_file}) differs from this run in {', '.join(differ)}; {what}"
+        )
+    if converts:
+        if canonical_shapes(parent.model) != canonical_shapes(mine.model):
+            raise ConfigError(
+                f"{where}: the parent's {parent.model.family} {parent.model.name} has other tensors than this"
+                f" run's {mine.model.family} {mine.model.name}; a conversion keeps the parent's shapes"
+            )
+    first = None
+    if not converts:  # a conversion's schedule starts at the branch point
+        first = Schedule.for_optimizer(parent.optim, parent.schedule, parent.steps).first_difference(
+            Schedule.for_optimizer(run_cfg.optim, run_cfg.schedule, run_cfg.steps), step
+        )
     if first is not None:
         raise ConfigError(
             f"{where}: the parent's schedule differs from this run's at step {first[0]} ({first[1]}), before"
@@ -158,7 +189,7 @@ def branch_point(path: str | Path, run_cfg, info: ParallelInfo) -> ResumePoint:
             f"{where}: written at data-parallel size {state['dp_size']}, now {info.dp_size}; branch at the"
             " parent's size (a ZeRO state reshards through a conversion written next to it, in the parent)"
         )
-    return ResumePoint(step, path, state, [])
+    return ResumePoint(step, path, state, [], source_family=parent.model.family if converts else "")
 
 
 def needs_universal(point: ResumePoint | None, info: ParallelInfo, zero_stage: int) -> bool:

@@ -22,6 +22,7 @@ from trilm.atomic import copy_file, write_json, write_text
 from trilm.config import ConfigError
 from trilm.data.tokenizer import sidecar_path
 from trilm.model.flops import flops_per_token
+from trilm.model.quant import ramp_value, set_ramp
 from trilm.model.snapshot import model_meta
 from trilm.model.transformer import Decoder
 from trilm.parallel import dp_group, init_parallel, node_id, placement
@@ -33,6 +34,7 @@ from trilm.store.open import open_model
 from trilm.store.snapshot import write_snapshot_files
 from trilm.train.checkpoint import RunDir, RunLock, atomic_directory
 from trilm.train.config import TrainConfig, changed_keys
+from trilm.train.convert import conversion_schedule, ramp_lambda, reset_moments
 from trilm.train.distill import Teacher, check_teacher, check_teacher_tokenizer
 from trilm.train.engine import (
     build_engine,
@@ -103,6 +105,9 @@ class Trainer:
         """The parent's state this run started from in this process (a cooldown branch's first launch)."""
         self.teacher: Teacher | None = None
         """The frozen float model of ``distill`` (built with the engine, on its device)."""
+        self.conversion: dict | None = None
+        """``{"from": family, "start": step}`` when this run converts a model of another family (its
+        schedule and ramp then start at ``start``); set once the starting point is known."""
         self._distill_terms: list[torch.Tensor] = []
 
     def _check_vocab(self) -> None:
@@ -207,6 +212,7 @@ class Trainer:
             "step": step,
             "tokens": step * self.cfg.batch_tokens,
             "data": self.data.train.state_dict(step * self.cfg.global_batch),
+            "conversion": self.conversion,
             **counters,
         }
         ckpt = self.cfg.checkpoint
@@ -226,6 +232,38 @@ class Trainer:
         if needs_universal(point, self.info, self.cfg.zero_stage):
             prepare_universal(point, self.info)
         return point
+
+    def _conversion(self, point: ResumePoint | None) -> dict | None:
+        """What this run converts from and where its phase starts (None: it converts nothing): an
+        ``init_from`` of another family from step 0, a conversion branch from its branch point, and a
+        resumed run as its state records it. A ``convert`` recipe on a run that converts nothing is
+        refused."""
+        family = self.model_cfg.family
+        if self.source is not None:
+            source = self.source.config.family
+            found = {"from": source, "start": 0} if source != family else None
+            where = f"init_from {self.cfg.init_from} is a {source}"
+        elif point is not None and point is self.branched_from:
+            found = {"from": point.source_family, "start": point.step} if point.source_family else None
+            where = f"branch_from {self.cfg.branch_from} is a state of a {family}"
+        else:
+            found = point.state.get("conversion") if point is not None else None
+            where = "this run's starting point is not of another family"
+        if found is None and not self.cfg.convert.is_default:
+            raise ConfigError(
+                f"convert: {where} like this run, which so converts nothing (leave convert at its defaults)"
+            )
+        return found
+
+    def _set_ramp(self, step: int) -> float | None:
+        """λ of the conversion's ramp at ``step`` (None: the quantized weights), set for the step's
+        forward and backward passes."""
+        lam = None
+        if self.conversion is not None:
+            start = self.conversion["start"]
+            lam = ramp_lambda(self.cfg.convert, step - start, self.cfg.steps - start)
+        set_ramp(lam, self.info.device)
+        return lam
 
     def _save_snapshot(self, engine, step: int, train_loss, val_loss) -> None:
         tokens = step * self.cfg.batch_tokens
@@ -267,7 +305,16 @@ class Trainer:
         if self.cfg.distill.enabled:
             d = self.cfg.distill
             out["distill"] = {"teacher": d.teacher, "weight": d.weight, "temperature": d.temperature}
+        if self.conversion is not None:
+            out["conversion"] = {**self.conversion, "recipe": self._recipe()}
         return out
+
+    def _recipe(self) -> dict:
+        """The conversion's recipe as it ran: ``convert`` with the optimizer's default resolved."""
+        recipe = self.cfg.convert.to_dict()
+        if recipe["optimizer"] is None:
+            recipe["optimizer"] = "keep" if self.cfg.branch_from else "reset"
+        return recipe
 
     def _tokenizer_facts(self) -> dict:
         """What the ``init_from`` snapshot records about its tokenizer beyond the files (whether a prompt
@@ -294,12 +341,15 @@ class Trainer:
         if valid is None:
             return None
         engine.eval()
+        lam = ramp_value()
+        set_ramp(None)  # a snapshot's loss is the loss of the model it holds: the TriLM, not the blend
         total = torch.zeros(2, dtype=torch.float64, device=self.info.device)
         for batch in valid.batches(self.cfg.micro_batch, self.info.dp_rank, self.info.dp_size):
             batch = batch.to(self.info.device)
             loss = engine(batch[:, :-1], labels=batch[:, 1:])
             total[0] += loss.double().sum()
             total[1] += loss.numel()
+        set_ramp(lam, self.info.device)
         engine.train()
         dist.all_reduce(total, group=dp_group())
         return float(total[0] / total[1])
@@ -371,6 +421,9 @@ class Trainer:
         cfg = self.cfg
         self._check_run_dir()
         point = self._resume_point()
+        self.conversion = self._conversion(point)
+        if self.conversion is not None:
+            self.schedule = conversion_schedule(cfg, self.conversion["start"])
         self._write_run_files()
         self._barrier()
         engine = self._build(load_universal=point is not None and point.universal is not None)
@@ -380,6 +433,8 @@ class Trainer:
             load_state(engine, point, self.info)
             start = point.step
             counters.update({k: v for k, v in point.state.items() if k in counters})
+            if point is self.branched_from and self.conversion and self.cfg.convert.optimizer == "reset":
+                reset_moments(engine)
         self._barrier()
         logger = MetricsLogger(self.run.logs, self.is_main, cfg.log.tensorboard)
         self._log_placement(logger, start)
@@ -394,6 +449,13 @@ class Trainer:
                 dp_size=self.info.dp_size,
                 saved_dp_size=point.state["dp_size"],
                 samples=point.state["data"]["samples_consumed"],
+            )
+        if point is not None and point is self.branched_from and self.conversion is not None:
+            logger.event(
+                start,
+                "conversion",
+                f"{self.conversion['from']} → {self.model_cfg.family}: {self._recipe()}",
+                schedule_start=start,
             )
         snaps = set(snapshot_steps(cfg.checkpoint, cfg.steps))
         if self.schedule.cooldown_start:  # a WSD run's last stable-phase model: where its cooldown gains from
@@ -416,6 +478,7 @@ class Trainer:
                     logger.event(step, event.name, event.detail)
                 lr, wd = self.schedule.lr(step), self.schedule.weight_decay(step)
                 set_optimizer_hparams(engine, lr, wd)
+                lam = self._set_ramp(step)
                 t0 = time.perf_counter()
                 batch = self.data.train.batch(step, cfg.global_batch, self.info.dp_rank, self.info.dp_size)
                 batch = batch.to(self.info.device, non_blocking=True)
@@ -457,6 +520,7 @@ class Trainer:
                         "grad_norm": global_grad_norm(engine) if finite else None,
                         "tokens": done * tokens_per_step,
                         "memory_gb": memory_gb(),
+                        **({"ramp": 1.0 if lam is None else lam} if self.cfg.convert.ramp else {}),
                         **distilled,
                         **rates,
                     }
@@ -480,6 +544,7 @@ class Trainer:
                 if progress is not None:
                     progress.update(1)
         finally:
+            set_ramp(None)
             if progress is not None:
                 progress.close()
             logger.close()
