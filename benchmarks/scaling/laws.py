@@ -78,25 +78,25 @@ def _score(preds: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _fit_family(law: str, points: list, held: list, bootstrap: int) -> dict[str, Any]:
     from trilm.scaling.analyse import lineage
-    from trilm.scaling.fit import FitError
-    from trilm.scaling.lawfit import LawFitConfig, fit_nd_law
+    from trilm.scaling.errors import FitError
+    from trilm.scaling.fitter import fit as fit_law
 
-    n = np.array([r.nonembedding_params for r in points], float)
-    d = np.array([r.tokens for r in points], float)
-    loss = np.array([r.loss for r in points], float)
+    data = {
+        "N": np.array([r.nonembedding_params for r in points], float),
+        "D": np.array([r.tokens for r in points], float),
+        "loss": np.array([r.loss for r in points], float),
+    }
     try:
-        fit = fit_nd_law(
-            LawFitConfig(law=law, bootstrap=bootstrap, seed=0), n, d, loss, units=[lineage(r) for r in points]
-        )
+        fit = fit_law(law, data, bootstrap=bootstrap, seed=0, units=[lineage(r) for r in points])
     except FitError as exc:
         return {"error": str(exc)}
     hn = np.array([r.nonembedding_params for r, _ in held], float)
     hd = np.array([r.tokens for r, _ in held], float)
-    predicted = fit.predict(hn, hd)
-    band = fit.interval(hn, hd)
+    prediction = fit.predict(N=hn, D=hd)
+    predicted = prediction.value
     preds = []
     for i, (r, kind) in enumerate(held):
-        interval = None if band is None else [float(band[0][i]), float(band[1][i])]
+        interval = None if prediction.low is None else [float(prediction.low[i]), float(prediction.high[i])]
         preds.append(
             {
                 "run": r.run,
@@ -121,16 +121,18 @@ def _fit_family(law: str, points: list, held: list, bootstrap: int) -> dict[str,
 
 def compare(rows: list, ladder_rows: list, fresh_rows: list, bootstrap: int) -> dict[str, Any]:
     """Every law on every family's split, the choice by held-out error on the fit's own points, the totals."""
-    from trilm.scaling.lawfit import SelectionConfig, select_law
-    from trilm.scaling.laws import LAWS
+    from trilm.scaling.select import SelectionConfig, nd_laws, select_law
 
+    LAWS = nd_laws()
     budget, split = _split(rows, ladder_rows, fresh_rows)
     families: dict[str, Any] = {}
     for family, (points, held) in split.items():
-        n = np.array([r.nonembedding_params for r in points], float)
-        d = np.array([r.tokens for r in points], float)
-        loss = np.array([r.loss for r in points], float)
-        selection = select_law(SelectionConfig(laws=list(LAWS)), n, d, loss)
+        data = {
+            "N": np.array([r.nonembedding_params for r in points], float),
+            "D": np.array([r.tokens for r in points], float),
+            "loss": np.array([r.loss for r in points], float),
+        }
+        selection = select_law(SelectionConfig(laws=list(LAWS)), data)
         laws = {name: _fit_family(name, points, held, bootstrap) for name in LAWS}
         chosen = selection.chosen
         families[family] = {
@@ -176,8 +178,10 @@ def _cell(s: dict[str, Any] | None) -> str:
 
 
 def markdown(result: dict[str, Any]) -> str:
-    from trilm.scaling.laws import LAWS
+    from trilm.scaling.laws import LAWS as REGISTRY
+    from trilm.scaling.select import nd_laws
 
+    LAWS = {name: REGISTRY[name] for name in nd_laws()}
     tot = result["totals"]
     lines = [
         "# Which L(N, D) law predicts the cooldown experiment's held-out runs",

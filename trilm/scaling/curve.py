@@ -24,8 +24,8 @@ import numpy as np
 from trilm.config import Config, require
 from trilm.scaling import optim
 from trilm.scaling.fit import HUBER_DELTA, FitError
+from trilm.scaling.fitter import HuberLog
 from trilm.scaling.identify import MAX_EXPONENT, MIN_EXPONENT
-from trilm.scaling.laws import JacobianHuber
 
 
 @dataclasses.dataclass
@@ -123,7 +123,7 @@ def fit_curve(cfg: CurveConfig, s1, s2, loss) -> CurveFit:
     if not (np.all(s1 > 0) and np.all(s2 >= 0) and np.all(loss > 0) and np.all(np.isfinite(loss))):
         raise FitError("curve: S1 and the losses must be positive and finite, S2 non-negative")
     x, log_y = np.stack([s1, s2]), np.log(loss)
-    obj = JacobianHuber(CURVE, x, log_y, delta=cfg.delta)
+    obj = HuberLog(CURVE, x, log_y, delta=cfg.delta)  # type: ignore[arg-type]
     res = optim.minimize_batched(obj.fun_grad, _grid())
     fun = np.where(res.converged & np.isfinite(res.fun), res.fun, np.inf)
     if not np.isfinite(fun).any():

@@ -25,16 +25,12 @@ from typing import Any
 
 import numpy as np
 
-from trilm.config import ConfigError
 from trilm.scaling import optim
+from trilm.scaling.errors import FitError
 
 HUBER_DELTA = 1e-3
 BLOCK_ELEMENTS = 65536
 UNDERFLOW = 1e-280
-
-
-class FitError(ConfigError):
-    """A scaling-law fit cannot be made or trusted; the message says which fit and why."""
 
 
 @dataclasses.dataclass(frozen=True)
