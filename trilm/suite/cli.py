@@ -8,6 +8,7 @@
     trilm suite status minisuite                      # state, step, tokens, checkpoints, losses, ETA
     trilm suite analyse minisuite                     # results table → fits, family comparison → report
     trilm suite cooldown cooldown --at 0.25,0.5,1.0 --fraction 0.2   # cooldown branches of WSD runs
+    trilm suite convert SUITE                         # its conversions: float runs continued as TriLMs
 
 SUITE is a name in ``configs/suites/`` or a path to a suite YAML (``docs/suites.md``).
 """
@@ -23,6 +24,7 @@ from trilm.config import ConfigError
 from trilm.suite import launch
 from trilm.suite.analyse import analyse_suite, other_notes, summary_text
 from trilm.suite.config import load_suite
+from trilm.suite.convert import analyse_conversions, conversion_branches
 from trilm.suite.cooldown import branch_records, cooldown_branches, render_branches, run_cooldown
 from trilm.suite.plan import plan_suite
 from trilm.suite.predicted import FORECAST_FROM, text_lines
@@ -46,7 +48,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def build_parser(parser: argparse.ArgumentParser, command: str = "suite") -> None:
     sub = parser.add_subparsers(
-        dest="action", required=True, metavar="{plan,launch,status,analyse,sweep,cooldown}"
+        dest="action", required=True, metavar="{plan,launch,status,analyse,sweep,cooldown,convert}"
     )
     plan = sub.add_parser("plan", help="per-run cost: params, FLOPs, tokens, steps, GPUs, GPU-hours, disk")
     _common(plan)
@@ -135,6 +137,20 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "suite") -> Non
         "--jobs", type=int, default=1, help="train this many branches at once (single-threaded)"
     )
     add_no_progress(cool)
+
+    conv = sub.add_parser(
+        "convert",
+        help="conversion branches of the suite's float runs (its conversions section): each continues as"
+        " a TriLM or BiLM to the end of its parent's budget",
+    )
+    _common(conv)
+    conv.add_argument("--runs", default="", help="comma-separated parent runs (default: all)")
+    conv.add_argument("--dry-run", action="store_true", help="write the branch configs; train nothing")
+    conv.add_argument("--force", action="store_true", help="start branches that look like they are running")
+    conv.add_argument(
+        "--jobs", type=int, default=1, help="train this many branches at once (single-threaded)"
+    )
+    add_no_progress(conv)
 
     for name in ("analyse", "analyze"):
         ana = sub.add_parser(
@@ -237,17 +253,36 @@ def run(args: argparse.Namespace) -> int:
         )
         print(f"suite {suite.name}: {len(branches)} cooldown branches; " + _count(branch_outcomes))
         return 1 if any(o.action in ("failed", "missing") for o in branch_outcomes) else 0
+    if args.action == "convert":
+        conversions = conversion_branches(suite, parents=_split(args.runs) or None)
+        if not conversions:
+            raise ConfigError(f"{suite.path}: no conversion branches: the suite has no conversions section")
+        branch_outcomes = run_cooldown(
+            suite,
+            conversions,
+            jobs=args.jobs,
+            progress=not args.no_progress,
+            dry_run=args.dry_run,
+            force=args.force,
+            label="convert",
+        )
+        print(f"suite {suite.name}: {len(conversions)} conversion branches; " + _count(branch_outcomes))
+        return 1 if any(o.action in ("failed", "missing") for o in branch_outcomes) else 0
     if args.action == "status":
         statuses = add_forecasts(suite_status(suite, stale_after=args.stale_after))
         branches = cooldown_branches(suite) if suite.config.cooldown.at else []
+        conversions = conversion_branches(suite)
         if args.json:
             records = [s.to_dict() for s in statuses]
-            data = {"runs": records, "branches": branch_records(branches)} if branches else records
+            listed = branch_records(branches + conversions)
+            data = {"runs": records, "branches": listed} if listed else records
             print(json.dumps(data, indent=1))
         else:
             print(render_status(suite, statuses))
             if branches:
                 print("\n" + render_branches(branches))
+            if conversions:
+                print("\n" + render_branches(conversions, title="conversion branches"))
         return 0
 
     forecast_from = FORECAST_FROM if args.forecast_from is None else args.forecast_from
@@ -265,6 +300,9 @@ def run(args: argparse.Namespace) -> int:
     print(summary_text(result.report))
     if result.predictions is not None:
         print("", *text_lines(result.predictions), sep="\n")
+    converted = analyse_conversions(suite, result.out_dir)
+    if converted is not None:
+        print("\n" + converted)
     if result.without_loss:
         print(f"\n{len(result.without_loss)} snapshot(s) have no recorded loss and are not in the table")
     for note in other_notes(result.report):

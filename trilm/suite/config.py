@@ -178,6 +178,69 @@ class SuiteCooldownConfig(Config):
 
 
 @dataclasses.dataclass
+class SuiteConversionConfig(Config):
+    """Conversion branches (``trilm suite convert``): every run of the family ``parents`` continues, from its
+    state at ``start``, as a ``family`` model to the end of its budget — the same total tokens as the run
+    of ``family`` trained from scratch, which it is compared with (:mod:`trilm.train.convert`)."""
+
+    family: str = "trilm"
+    """What the branches become: ``trilm`` or ``bilm``."""
+    parents: str = "floatlm"
+    """The family whose runs are branched."""
+    start: str = "cooldown"
+    """``cooldown``: where the parent's WSD cooldown starts (Apple's fused QAT); or a fraction of the
+    parent's steps in (0, 1): the conversion then trains the rest, a share 1 − start of the tokens."""
+    name: str = ""
+    """Branches are named ``<parent run>-<name>``; empty = ``to-<family>``. Conversions of one family with
+    different recipes need different names."""
+    overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Nested run-config keys of the branches: the recipe (``convert``), the conversion's own ``schedule``
+    (laid over its steps), ``distill``, ``optim.weight_decay``; e.g. ``{convert: {lr_scale: 0.25}}``."""
+
+    def validate(self) -> None:
+        for key in ("family", "parents"):
+            value = getattr(self, key)
+            require(value in FAMILY_NAMES, f"{key}: {value!r} is not one of {list(FAMILY_NAMES)}")
+        require(
+            self.family != self.parents,
+            f"family: a {self.family} branch of {self.parents} runs converts nothing",
+        )
+        require(
+            self.start == "cooldown" or 0 < _fraction(self.start) < 1,
+            f"start: 'cooldown' or a fraction of the parent's steps in (0, 1), got {self.start!r}",
+        )
+        require("/" not in self.name, f"name: {self.name!r} must be a plain name")
+
+    @property
+    def suffix(self) -> str:
+        return self.name or f"to-{self.family}"
+
+    def start_step(self, cfg: TrainConfig) -> int:
+        """The parent's step the branches start from, for a parent run ``cfg``."""
+        if self.start == "cooldown":
+            if cfg.schedule.kind != "wsd":
+                raise ConfigError(
+                    f"start: cooldown needs a WSD parent (schedule.kind: wsd), not kind {cfg.schedule.kind!r}"
+                )
+            cooldown = Schedule.for_optimizer(cfg.optim, cfg.schedule, cfg.steps).cooldown_start
+            assert cooldown is not None  # a WSD schedule has a cooldown
+            return cooldown
+        step = round(_fraction(self.start) * cfg.steps)
+        if not 0 < step < cfg.steps:
+            raise ConfigError(
+                f"start: {self.start} of {cfg.steps} steps leaves no step to convert or none before"
+            )
+        return step
+
+
+def _fraction(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return -1.0
+
+
+@dataclasses.dataclass
 class SuiteConfig(Config):
     name: str = ""
     description: str = ""
@@ -197,6 +260,9 @@ class SuiteConfig(Config):
     hardware: HardwareConfig = dataclasses.field(default_factory=HardwareConfig)
     analysis: SuiteAnalysisConfig = dataclasses.field(default_factory=SuiteAnalysisConfig)
     cooldown: SuiteCooldownConfig = dataclasses.field(default_factory=SuiteCooldownConfig)
+    conversions: list[SuiteConversionConfig] = dataclasses.field(default_factory=list)
+    """Conversion branches of the suite's runs (``trilm suite convert``), listed by ``status`` and
+    ``analyse`` beside the cooldown branches."""
 
     def validate(self) -> None:
         require(bool(self.name) and "/" not in self.name, f"name: {self.name!r} must be a plain name")
@@ -214,6 +280,15 @@ class SuiteConfig(Config):
         require(all(t > 0 for t in self.tokens), f"tokens: budgets must be > 0, got {self.tokens}")
         require(len(set(self.tokens)) == len(self.tokens), f"tokens: repeated budget in {self.tokens}")
         require(self.seq_len >= 0, f"seq_len: must be >= 0, got {self.seq_len}")
+        families = [f.name for f in self.families]
+        for i, conv in enumerate(self.conversions):
+            require(
+                conv.parents in families,
+                f"conversions[{i}].parents: {conv.parents} is not a family of the suite",
+            )
+        suffixes = [(c.parents, c.suffix) for c in self.conversions]
+        dup = sorted({f"{p}-{s}" for p, s in suffixes if suffixes.count((p, s)) > 1})
+        require(not dup, f"conversions: {', '.join(dup)} named twice (give each a name)")
 
     @property
     def root_dir(self) -> Path:
@@ -237,6 +312,18 @@ class SuiteRun:
     """A cooldown branch's parent run (empty for the suite's own runs)."""
     branch_step: int = 0
     """The parent's step a branch starts from."""
+    converts_from: str = ""
+    """A conversion branch's parent family (its schedule starts at ``branch_step``)."""
+
+    @property
+    def schedule(self) -> Schedule:
+        """The schedule the run trains with: a conversion branch's is laid over its own steps."""
+        cfg = self.cfg
+        if self.converts_from:
+            return Schedule.for_optimizer(
+                cfg.optim, cfg.schedule, cfg.steps, start=self.branch_step, lr_scale=cfg.convert.lr_scale
+            )
+        return Schedule.for_optimizer(cfg.optim, cfg.schedule, cfg.steps)
 
     @property
     def run_dir(self) -> Path:
@@ -430,6 +517,24 @@ def _keep_branch_states(cfg: TrainConfig, cooldown: SuiteCooldownConfig, name: s
     return cfg.replace(checkpoint=cfg.checkpoint.replace(keep_states_at=kept))
 
 
+def _keep_conversion_states(
+    cfg: TrainConfig, conversions: list[SuiteConversionConfig], family: str, name: str
+) -> TrainConfig:
+    """The parent keeps a state (and a snapshot) where each of its conversion branches starts."""
+
+    starts = []
+    for i, conv in enumerate(conversions):
+        if conv.parents == family:
+            try:
+                starts.append(conv.start_step(cfg))
+            except ConfigError as exc:
+                raise ConfigError(f"run {name}: conversions[{i}].{exc}") from None
+    if not starts:
+        return cfg
+    kept = sorted({*cfg.checkpoint.keep_states_at, *starts})
+    return cfg.replace(checkpoint=cfg.checkpoint.replace(keep_states_at=kept))
+
+
 def expand(suite: SuiteConfig, suite_file: Path, families: list[str] | None = None) -> list[SuiteRun]:
     """The suite's runs; ``families`` picks families by name (default: every non-optional one)."""
     known = {f.name: f for f in suite.families}
@@ -450,6 +555,7 @@ def expand(suite: SuiteConfig, suite_file: Path, families: list[str] | None = No
                 cfg = _run_config(suite, fam, size, tokens, name, suite_file)
                 if suite.cooldown.at:
                     cfg = _keep_branch_states(cfg, suite.cooldown, name)
+                cfg = _keep_conversion_states(cfg, suite.conversions, fam.name, name)
                 tp = cfg.parallel.tensor_parallel
                 dp = size.data_parallel or suite.hardware.data_parallel
                 per_node = suite.hardware.devices_per_node

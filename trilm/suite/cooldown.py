@@ -24,6 +24,7 @@ from trilm.config import ConfigError
 from trilm.schedule import CooldownBranch, Schedule, cooldown_branch
 from trilm.store.integrity import is_complete
 from trilm.suite.config import Suite, SuiteRun, budget_label, is_parent_itself
+from trilm.suite.forecast import run_forecast
 from trilm.suite.launch import launch_local
 from trilm.suite.status import run_status
 from trilm.suite.text import si, table
@@ -40,6 +41,9 @@ class Branch:
     spec: CooldownBranch
     itself: bool
     """The branch is its parent: as long, cooled down the same way (its final checkpoint is the point)."""
+    conversion: str = ""
+    """A conversion branch's family (:mod:`trilm.suite.convert`): its ``cooldown_steps`` are the steps
+    it trains as that family."""
 
     @property
     def start_state(self):
@@ -128,9 +132,10 @@ def branch_state(branch: Branch) -> tuple[str, str]:
     parent = run_status(branch.parent)
     if parent.step < branch.spec.start and parent.state != "finished":
         return "waiting", f"for its parent ({parent.step:,} of {branch.spec.start:,} steps)"
+    where = "conversions" if branch.conversion else f"cooldown.at (add {branch.spec.at:g})"
     return "missing", (
-        f"its parent passed step {branch.spec.start:,} without keeping that state (add {branch.spec.at:g} to"
-        " the suite's cooldown.at before the parent trains, so checkpoint.keep_states_at holds it)"
+        f"its parent passed step {branch.spec.start:,} without keeping that state (list the branch in the"
+        f" suite's {where} before the parent trains, so checkpoint.keep_states_at holds it)"
     )
 
 
@@ -153,6 +158,7 @@ def run_cooldown(
     dry_run: bool = False,
     force: bool = False,
     echo: Callable[[str], None] = print,
+    label: str = "cooldown",
 ) -> list[CooldownOutcome]:
     """Train every branch whose parent state is there (finished ones are skipped, stopped ones resume);
     say for the others why not (the parent has not got there yet, or did not keep the state)."""
@@ -168,8 +174,9 @@ def run_cooldown(
             outcomes.append(CooldownOutcome(b.run.name, action, detail))
             echo(str(outcomes[-1]))
     if ready:
+        what = "its conversion" if label == "convert" else "its cooldown"
         echo(
-            f"cooldown: {len(ready)} branch(es) to train, each only its cooldown"
+            f"{label}: {len(ready)} branch(es) to train, each only {what}"
             f" ({sum(b.spec.cooldown_steps for b in ready):,} steps in all) → {suite.root / BRANCHES_DIR}"
         )
         done = launch_local(
@@ -185,31 +192,39 @@ def run_cooldown(
     return outcomes
 
 
-def render_branches(branches: list[Branch]) -> str:
-    """The branch table of ``trilm suite status``: parent, start, length, state and loss of every branch."""
-    headers = ["branch", "parent", "from step", "steps", "tokens", "cooldown", "state", "val loss", "note"]
+def render_branches(branches: list[Branch], title: str = "cooldown branches") -> str:
+    """The branch table of ``trilm suite status``: parent, start, length, state and loss of every branch;
+    a table of conversion branches also gives each one's final-loss forecast (:mod:`trilm.suite.forecast`,
+    fitted on the conversion's own checkpoints)."""
+    converted = any(b.conversion for b in branches)
+    phase = "converted" if converted else "cooldown"
+    headers = ["branch", "parent", "from step", "steps", "tokens", phase, "state", "val loss", "note"]
+    if converted:
+        headers.insert(-1, "final loss [interval]")
     rows = []
     for b in branches:
         state, detail = branch_state(b)
         status = run_status(b.parent if b.itself else b.run)
         loss = status.val_loss if status.state == "finished" else None
-        rows.append(
-            [
-                b.run.name,
-                b.parent.name,
-                f"{b.spec.start:,}",
-                f"{b.spec.steps:,}",
-                si(b.tokens),
-                f"{b.spec.cooldown_steps:,}",
-                state,
-                "–" if loss is None else f"{loss:.4f}",
-                detail if state in ("waiting", "missing") else "",
-            ]
-        )
+        row = [
+            b.run.name,
+            b.parent.name,
+            f"{b.spec.start:,}",
+            f"{b.spec.steps:,}",
+            si(b.tokens),
+            f"{b.spec.cooldown_steps:,}",
+            state,
+            "–" if loss is None else f"{loss:.4f}",
+            detail if state in ("waiting", "missing") else "",
+        ]
+        if converted:
+            forecast = run_forecast(b.run, status.state)
+            row.insert(-1, "–" if forecast is None else forecast.text())
+        rows.append(row)
     counts: dict[str, int] = {}
     for row in rows:
         counts[row[6]] = counts.get(row[6], 0) + 1
-    head = f"cooldown branches: {len(branches)} (" + ", ".join(f"{n} {s}" for s, n in counts.items()) + ")"
+    head = f"{title}: {len(branches)} (" + ", ".join(f"{n} {s}" for s, n in counts.items()) + ")"
     return "\n".join([head, "", table(headers, rows, left=2)])
 
 
@@ -229,6 +244,7 @@ def branch_records(branches: list[Branch]) -> list[dict[str, Any]]:
                 "tokens": b.tokens,
                 "state": state,
                 "detail": detail,
+                **({"conversion": b.conversion} if b.conversion else {}),
             }
         )
     return out

@@ -119,6 +119,13 @@ def run_forecast(run, state: str, cfg: ForecastConfig | None = None) -> Forecast
         return Forecast("no fit", note="finished without a final snapshot loss")
     if state == "pending":
         return None
+    if getattr(run, "converts_from", ""):
+        # a conversion branch is fitted as a run of its own: its checkpoints and schedule from the branch
+        # point on (the float run's steps before it are another model's curve)
+        start, c = run.branch_step, run.cfg
+        phase = Schedule.for_optimizer(c.optim, c.schedule, c.steps - start, lr_scale=c.convert.lr_scale)
+        kept = [(s - start, v) for s, v in zip(steps, losses, strict=True) if s > start]
+        return forecast_curve([s for s, _ in kept], [v for _, v in kept], phase, cfg)
     schedule = Schedule.for_optimizer(run.cfg.optim, run.cfg.schedule, run.cfg.steps)
     return forecast_curve(steps, losses, schedule, cfg)
 

@@ -1,0 +1,147 @@
+"""``trilm suite convert``: a WSD FloatLM of a toy suite continued as a TriLM from its cooldown start, killed
+and resumed, and listed by status and analyse beside the float run's own cooldown and the TriLM from
+scratch."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tests.suite.conftest import write_suite
+from trilm.cli import main
+from trilm.config import ConfigError
+from trilm.parallel import shutdown_parallel
+from trilm.store.layout import WEIGHTS_FILE
+from trilm.suite import load_suite
+from trilm.suite.convert import conversion_branches
+from trilm.suite.cooldown import branch_state
+from trilm.suite.launch import launch_local
+from trilm.train.trainer import Trainer
+
+PICO = {"name": "pico", "preset": "nano", "model": {"hidden": 32, "ffn": 96, "heads": 2, "layers": 1}}
+BASE = {
+    "model": {"vocab_size": 512},
+    "batch_tokens": 1024,
+    "micro_batch": 16,
+    "data": {"valid_sequences": 16},
+    "log": {"every": 1, "tensorboard": False, "progress": False},
+    "schedule": {
+        "kind": "wsd",
+        "warmup": 2,
+        "cooldown": 0.2,
+        "lr_drop_at": None,
+        "weight_decay_off_at": None,
+    },
+    "optim": {"min_lr_ratio": 0.0},
+}
+CHECKPOINTS = {"snapshot_every": 4, "log_spaced_until": 2, "state_every": 2, "keep_last": 2}
+
+
+def _suite(tmp_path, prepared, conversions):
+    return write_suite(
+        tmp_path,
+        prepared,
+        families=("floatlm", "trilm"),
+        steps=20,
+        sizes=[PICO],
+        overrides=BASE,
+        checkpoint=CHECKPOINTS,
+        conversions=conversions,
+    )
+
+
+class _Killed(RuntimeError):
+    pass
+
+
+class _DiesAtStep(Trainer):
+    """A trainer that fails in the middle of a step, after it has written a state: a kill, in-process."""
+
+    def __init__(self, cfg, at: int):
+        super().__init__(cfg)
+        self.at = at
+
+    def _micro_loss(self, engine, step, chunk):
+        if step == self.at:
+            raise _Killed(f"killed in step {step}")
+        return super()._micro_loss(engine, step, chunk)
+
+
+def _weights(run_dir, step):
+    return load_file(str(run_dir / "snapshots" / f"step-{step}" / WEIGHTS_FILE))
+
+
+def test_a_wsd_float_run_converted_at_its_cooldown_start_resumes_exactly_and_is_listed(
+    tmp_path, prepared, capsys
+):
+    path = _suite(tmp_path, prepared, [{"family": "trilm"}])
+    suite = load_suite(path)
+    assert suite.run("floatlm-pico").cfg.checkpoint.keep_states_at == [16]  # 20 steps, the last 4 cool down
+    (branch,) = conversion_branches(suite)
+    assert (branch.run.name, branch.spec.start, branch.run.cfg.steps) == ("floatlm-pico-to-trilm", 16, 20)
+    assert branch.run.cfg.model.family == "trilm" and branch.run.cfg.convert.optimizer is None  # kept
+    assert branch_state(branch)[0] == "waiting"
+
+    launch_local(suite, suite.runs, progress=False, echo=lambda _: None)
+    assert branch_state(branch)[0] == "ready"
+    reference = branch.run.cfg.replace(run_dir=str(tmp_path / "reference"))
+    try:
+        assert Trainer(reference).fit().resumed_from == 16
+        with pytest.raises(_Killed):
+            _DiesAtStep(branch.run.cfg, at=19).fit()
+    finally:
+        shutdown_parallel()
+    assert main(["suite", "status", str(path)]) == 0
+    assert "conversion branches: 1 (1 stopped)" in capsys.readouterr().out
+
+    assert main(["suite", "convert", str(path), "--no-progress"]) == 0
+    assert "1 resumed" in capsys.readouterr().out
+    events = [json.loads(x) for x in (branch.run.run_dir / "logs" / "events.jsonl").read_text().splitlines()]
+    assert [e["detail"].split("/")[-1] for e in events if e["event"] in ("branch", "resume")] == [
+        "step-16",
+        "step-18",
+    ]
+    a, b = _weights(tmp_path / "reference", 20), _weights(branch.run.run_dir, 20)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+    assert main(["suite", "status", str(path)]) == 0
+    status = capsys.readouterr().out
+    assert "conversion branches: 1 (1 finished)" in status
+    line = next(x for x in status.splitlines() if x.strip().startswith("floatlm-pico-to-trilm"))
+    assert "floatlm-pico" in line and "(final)" in line
+    assert main(["suite", "status", str(path), "--json"]) == 0
+    (record,) = json.loads(capsys.readouterr().out)["branches"]
+    assert record["conversion"] == "trilm" and record["start_step"] == 16 and record["state"] == "finished"
+
+    assert main(["suite", "analyse", str(path), "--bootstrap", "0", "--no-plots"]) == 0
+    out = capsys.readouterr().out
+    assert "conversion branches at equal total tokens" in out
+    table = (suite.root / "analysis" / "conversions.md").read_text()
+    row = next(x for x in table.splitlines() if x.strip().startswith("floatlm-pico-to-trilm"))
+    assert "trilm-pico" in row and "20%" in row  # compared with the TriLM from scratch; 4 of 20 steps
+    assert (suite.root / "conversions.csv").is_file()
+    assert "to-trilm" not in (suite.root / "results.csv").read_text()  # kept out of the family laws
+
+
+def test_conversions_are_checked_when_the_suite_loads(tmp_path, prepared):
+    with pytest.raises(ConfigError, match=r"conversions\[0\]\.parents: bilm is not a family of the suite"):
+        load_suite(_suite(tmp_path, prepared, [{"family": "trilm", "parents": "bilm"}]))
+    with pytest.raises(ConfigError, match=r"family: a trilm branch of trilm runs converts nothing"):
+        load_suite(_suite(tmp_path, prepared, [{"family": "trilm", "parents": "trilm"}]))
+    with pytest.raises(ConfigError, match=r"start: 'cooldown' or a fraction"):
+        load_suite(_suite(tmp_path, prepared, [{"family": "trilm", "start": 1.5}]))
+    with pytest.raises(ConfigError, match=r"conversions: floatlm-to-trilm named twice"):
+        load_suite(_suite(tmp_path, prepared, [{"family": "trilm"}, {"family": "trilm"}]))
+    with pytest.raises(ConfigError, match=r"conversion floatlm-pico-to-trilm: unknown key 'convert\.ramps'"):
+        conversion_branches(
+            load_suite(_suite(tmp_path, prepared, [{"overrides": {"convert": {"ramps": 1}}}]))
+        )
+    suite = load_suite(
+        _suite(tmp_path, prepared, [{"start": 0.5, "name": "half", "overrides": {"convert": {"ramp": 0.25}}}])
+    )
+    assert suite.run("floatlm-pico").cfg.checkpoint.keep_states_at == [10]
+    (branch,) = conversion_branches(suite)
+    assert branch.run.name == "floatlm-pico-half" and branch.run.cfg.convert.ramp == 0.25
