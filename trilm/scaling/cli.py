@@ -5,8 +5,13 @@ Launch::
     trilm scaling fit runs/suite/results.csv --out runs/suite/scaling            # auto: what the data support
     trilm scaling fit a.csv b.json --form N --bootstrap 1000 --seed 0 --reference floatlm
     trilm scaling chinchilla --out outputs/chinchilla                            # reproduce Epoch AI's fit
+    trilm scaling fit --law tissue --out fits/run run/logs/metrics.jsonl other-schedule.csv
+    trilm scaling fit --law precision --out fits/suite runs/suite/results.csv
+    trilm scaling predict fits/run/fit.json --schedule longer.csv --out fits/run/longer.json
+    trilm scaling predict fits/suite/fit.json --params 1e8 1e9 --tokens 2e10 --bits 1.58
 
-``fit`` writes ``fit.json`` (parameters, intervals, residuals, comparisons), ``report.md`` and PNG + SVG plots
+``fit --law NAME`` fits any law of the registry (:mod:`trilm.scaling.commands`). Without it, ``fit`` writes
+``fit.json`` (parameters, intervals, residuals, comparisons), ``report.md`` and PNG + SVG plots
 into ``--out`` (default: ``scaling/`` next to the first table).
 """
 
@@ -19,19 +24,38 @@ from trilm.cli_options import add_bootstrap, add_size_axis
 from trilm.config import require_directory_path
 from trilm.scaling.analyse import analyse
 from trilm.scaling.chinchilla import render_comparison, reproduce
+from trilm.scaling.commands import fit_law_command, predict_command
 from trilm.scaling.fit import HUBER_DELTA
+from trilm.scaling.laws import LAWS
 from trilm.scaling.results import AnalysisConfig
 
 
 def build_parser(parser: argparse.ArgumentParser, command: str = "scaling") -> None:
-    sub = parser.add_subparsers(dest="action", required=True, metavar="{fit,chinchilla}")
+    sub = parser.add_subparsers(dest="action", required=True, metavar="{fit,predict,chinchilla}")
     fit = sub.add_parser(
         "fit",
         help="fit L(N), L(D), L(N, D) over results tables; compare families; plot",
         description="Fit scaling laws (Chinchilla approach 3) over results tables.",
     )
     fit.add_argument(
-        "tables", nargs="+", type=Path, metavar="RESULTS", help="results tables (.csv, .json, .jsonl)"
+        "tables",
+        nargs="+",
+        type=Path,
+        metavar="TABLE",
+        help="results tables (.csv, .json, .jsonl); with a curve --law, loss-curve tables (step, lr, loss)",
+    )
+    laws = ", ".join(f"{name} ({law.formula})" for name, law in LAWS.items())
+    fit.add_argument(
+        "--law",
+        choices=list(LAWS),
+        default=None,
+        metavar="NAME",
+        help=f"fit one law of the registry and write fit.json: {laws}",
+    )
+    fit.add_argument(
+        "--loss",
+        default="loss",
+        help="with a curve --law: the loss column of the curve tables (default loss)",
     )
     fit.add_argument(
         "--form",
@@ -65,6 +89,23 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "scaling") -> N
     fit.add_argument("--no-plots", action="store_true", help="skip the plots")
     fit.add_argument("--delta", type=float, default=HUBER_DELTA, help="Huber δ on log-loss residuals")
 
+    pred = sub.add_parser(
+        "predict",
+        help="what a fit.json predicts: a curve along a schedule, or losses at sizes and budgets",
+        description="Evaluate a fit written by `trilm scaling fit --law`, with its bootstrap interval.",
+    )
+    pred.add_argument("fit", type=Path, metavar="FIT", help="fit.json written by trilm scaling fit --law")
+    pred.add_argument(
+        "--schedule", type=Path, default=None, help="curve laws: a table of step, lr (CSV/JSONL)"
+    )
+    pred.add_argument("--params", type=float, nargs="+", default=None, help="size laws: parameter counts N")
+    pred.add_argument("--tokens", type=float, nargs="+", default=None, help="size laws: training tokens D")
+    pred.add_argument("--bits", type=float, nargs="+", default=None, help="precision law: bits per weight P")
+    pred.add_argument(
+        "--out", type=Path, default=None, help="predictions JSON (default: predictions.json by FIT)"
+    )
+    pred.add_argument("--no-plot", action="store_true", help="skip the plot (default: beside --out, .png)")
+
     chin = sub.add_parser(
         "chinchilla",
         help="reproduce Epoch AI's approach-3 fit of the Chinchilla data",
@@ -78,6 +119,10 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "scaling") -> N
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.action == "predict":
+        return predict_command(args)
+    if args.action == "fit" and args.law is not None:
+        return fit_law_command(args)
     if args.action == "chinchilla":
         result = reproduce(args.csv, args.out, n_resamples=args.bootstrap, seed=args.seed)
         print(render_comparison(result))

@@ -146,6 +146,29 @@ def _records(path: Path) -> Iterable[tuple[str, dict[str, Any]]]:
 def read_curve(path: str | Path, *, loss_column: str = "loss", name: str | None = None) -> LossCurve:
     """Read one loss-curve table (CSV or JSONL); see the module docstring for the columns."""
     path = Path(path)
+    lr, steps, losses, _ = _parse(path, loss_column, require_column=True)
+    return LossCurve(name or str(path), lr, steps, losses)
+
+
+SCHEDULE_POINTS = 200
+"""How many evenly spaced steps :func:`read_schedule` predicts at, besides the table's own rows."""
+
+
+def read_schedule(path: str | Path, *, loss_column: str = "loss") -> tuple[LossCurve, LossCurve | None]:
+    """A schedule table (``step``, ``lr``; losses optional) as where to predict — every row's step and
+    :data:`SCHEDULE_POINTS` evenly spaced steps — and, if it has losses, the measured curve."""
+    path = Path(path)
+    lr, steps, losses, rated = _parse(path, loss_column, require_column=False)
+    where = np.union1d(rated[rated >= 1], np.linspace(1, lr.size, SCHEDULE_POINTS).round().astype(int))
+    target = LossCurve(str(path), lr, where, np.ones(where.size))
+    measured = LossCurve(str(path), lr, steps, losses) if steps.size else None
+    return target, measured
+
+
+def _parse(
+    path: Path, loss_column: str, require_column: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(per-step rates, steps with a loss, their losses, the steps of rated rows) of one table."""
     rates: dict[int, float] = {}
     losses: dict[int, float] = {}
     first: dict[str, str] = {}
@@ -174,7 +197,7 @@ def read_curve(path: str | Path, *, loss_column: str = "loss", name: str | None 
             first.setdefault(str(s), where)
     if not rates:
         raise FitError(f"{path}: no row has an 'lr': the schedule is not defined")
-    if not seen_column:
+    if require_column and not seen_column:
         raise FitError(f"{path}: no {loss_column!r} column")
     rated = np.array(sorted(rates))
     last = int(rated[-1])
@@ -189,7 +212,7 @@ def read_curve(path: str | Path, *, loss_column: str = "loss", name: str | None 
     every = np.arange(1, last + 1)
     lr = np.interp(every, rated, [rates[int(s)] for s in rated])
     steps = np.array(sorted(losses), int)
-    return LossCurve(name or str(path), lr, steps, np.array([losses[int(s)] for s in steps], float))
+    return lr, steps, np.array([losses[int(s)] for s in steps], float), rated
 
 
 def read_curves(paths: Sequence[str | Path], *, loss_column: str = "loss") -> list[LossCurve]:
@@ -219,4 +242,12 @@ def run_curve_path(run_dir: str | Path) -> Path:
     return Path(run_dir) / "logs" / "metrics.jsonl"
 
 
-__all__ = ["CURVE_COLUMNS", "LossCurve", "read_curve", "read_curves", "run_curve_path", "write_curve"]
+__all__ = [
+    "CURVE_COLUMNS",
+    "LossCurve",
+    "read_curve",
+    "read_curves",
+    "read_schedule",
+    "run_curve_path",
+    "write_curve",
+]
