@@ -139,9 +139,12 @@ def test_conversions_are_checked_when_the_suite_loads(tmp_path, prepared):
         conversion_branches(
             load_suite(_suite(tmp_path, prepared, [{"overrides": {"convert": {"ramps": 1}}}]))
         )
-    suite = load_suite(
-        _suite(tmp_path, prepared, [{"start": 0.5, "name": "half", "overrides": {"convert": {"ramp": 0.25}}}])
-    )
+    recipe = {"convert": {"ramp": 0.25}, "model": {"quant": {"scale_group": "row"}}}
+    suite = load_suite(_suite(tmp_path, prepared, [{"start": 0.5, "name": "half", "overrides": recipe}]))
     assert suite.run("floatlm-pico").cfg.checkpoint.keep_states_at == [10]
     (branch,) = conversion_branches(suite)
-    assert branch.run.name == "floatlm-pico-half" and branch.run.cfg.convert.ramp == 0.25
+    assert branch.run.name == "floatlm-pico-half" and branch.spec.start == 10
+    cfg = branch.run.cfg
+    assert (
+        cfg.convert.ramp == 0.25 and cfg.model.quant.scale_group == "row" and cfg.model.name == "trilm-pico"
+    )
