@@ -10,10 +10,13 @@ For each size (N non-embedding parameters), budget D = D/N · N (rounded to whol
 - ``floatlm-stable``: a FloatLM for 0.9·D tokens at its best rate held constant after the warm-up (the
   stable phase of a WSD run of D tokens; its snapshot at (1 − f)·D is the cooldown start of every
   f); ``trilm-cool``: the snapshot at the cooldown start continued as a TriLM for the last f·D tokens,
-  the conversion taking the place of the float run's cooldown.
+  the conversion taking the place of the float run's cooldown (``init_from``: a fresh optimizer, its own
+  data order); ``trilm-branch``: the same as a conversion branch (``branch_from`` the stable run's state
+  at the cooldown start: its AdamW moments kept or reset, its data order continued).
 
-Both conversions use one recipe (:data:`RECIPES`), chosen by a sweep at one point (:data:`RECIPE_POINT`,
-plain conversions, both f, two seeds) and then held fixed. The best rates come from a sweep of
+Every conversion uses one recipe (:data:`RECIPES`), chosen by a sweep at one point (:data:`RECIPE_POINT`,
+plain conversions, both f, two seeds) and then held fixed; a branch keeps or resets the moments as the
+same point's branches (both f, two seeds) found better. The best rates come from a sweep of
 :data:`RATES` at D/N = 50, seed 1, for each family and size. Nothing of that is typed in by hand: the
 driver reads the sweeps' rows as they land, and the grid's runs are defined once the sweeps they need are
 complete (``--recipe`` pins the recipe instead).
@@ -84,11 +87,16 @@ RECIPES: dict[str, dict[str, Any]] = {
         for ratio in (1.0, 0.5, 0.25)
         for tau in (None, 1.0, 5.0)
     },
+    "r1-kd1-ramp0.1": {"ratio": 1.0, "schedule": "cosine0", "distill": 1.0, "ramp": (0.1, "linear")},
+    "r1-kd1-ramp0.25s": {"ratio": 1.0, "schedule": "cosine0", "distill": 1.0, "ramp": (0.25, "sigmoid")},
 }
 """The conversion recipes of the sweep. ``ratio``: the conversion's peak rate over its source's.
 ``spectra``: the TriLM recipe's schedule (5 % warm-up, rate halved at ½, weight decay 0.1 off at ⅔), the
 split experiment's; ``cosine0``: no warm-up, cosine to 0, no weight decay (ParetoQ's). ``distill``: the
-temperature of logit distillation from the source (weight ½), or none."""
+temperature of logit distillation from the source (weight ½), or none. ``ramp``: a λ ramp (its share of
+the conversion's steps and shape, ``convert.ramp``), tried on the best recipe of the first ten."""
+OPTIMIZERS = ("keep", "reset")
+"""A conversion branch's AdamW moments (``convert.optimizer``)."""
 CONVERSION_DATA_SEED = 1000
 """Added to the seed for a conversion's data order: a conversion starts the sampler at sample 0, and with
 the source's own seed it would see again exactly the first tokens its source saw."""
@@ -140,6 +148,8 @@ class Run:
     """The run's peak rate; for a conversion, its source's (the recipe scales it)."""
     fraction: float = 0.0
     recipe: str = ""
+    optimizer: str = ""
+    """A branch's moments: ``keep`` or ``reset``."""
 
     @property
     def budget(self) -> int:
@@ -149,7 +159,9 @@ class Run:
     def name(self) -> str:
         head = {"floatlm-pre": f"floatlm-pre{self.fraction:g}", "trilm-conv": f"trilm-conv{self.fraction:g}"}
         head["trilm-cool"] = f"trilm-cool{self.fraction:g}"
+        head["trilm-branch"] = f"trilm-branch{self.fraction:g}"
         tag = head.get(self.arm, self.arm) + (f"-{self.recipe}" if self.recipe else "")
+        tag += f"-{self.optimizer}" if self.optimizer else ""
         return f"{tag}-lr{self.lr:g}-{self.size}-d{self.dn:g}-s{self.seed}"
 
     @property
@@ -171,9 +183,14 @@ class Run:
         """The FloatLM a conversion starts from."""
         if self.arm == "trilm-conv":
             return Run(self.size, self.dn, self.seed, "floatlm-pre", self.lr, self.fraction)
-        if self.arm == "trilm-cool":
+        if self.arm in ("trilm-cool", "trilm-branch"):
             return Run(self.size, self.dn, self.seed, "floatlm-stable", self.lr)
         return None
+
+    @property
+    def final_step(self) -> int:
+        """The step of the run's last snapshot: a branch counts its steps from its parent's beginning."""
+        return (self.budget if self.arm == "trilm-branch" else self.tokens) // BATCH_TOKENS
 
     @property
     def run_lr(self) -> float:
@@ -223,6 +240,8 @@ def run_config(run: Run, root: Path, data: dict[str, Path]) -> dict[str, Any]:
             if f != min(FRACTIONS)
         ]
     source = run.source
+    if run.arm == "trilm-branch":
+        return branch_config(run, root, cfg)
     if source is not None:
         recipe = RECIPES[run.recipe]
         snapshot = str(source_snapshot(root, run))
@@ -236,6 +255,42 @@ def run_config(run: Run, root: Path, data: dict[str, Path]) -> dict[str, Any]:
             cfg["optim"].update(min_lr_ratio=0.0, weight_decay=0.0)
         if recipe["distill"]:
             cfg["distill"] = {"teacher": snapshot, "weight": 0.5, "temperature": recipe["distill"]}
+        if recipe.get("ramp"):
+            cfg["convert"] = {"ramp": recipe["ramp"][0], "ramp_shape": recipe["ramp"][1]}
+    return cfg
+
+
+def branch_config(run: Run, root: Path, own: dict[str, Any]) -> dict[str, Any]:
+    """A conversion branch's config: its parent's (the stable FloatLM's resolved config, as the branch
+    check wants it) with the TriLM family, the whole budget's length, the recipe's schedule over the
+    branch's own steps, its rate as ``convert.lr_scale`` of the parent's, and this run's checkpoints."""
+    assert run.source is not None
+    recipe = RECIPES[run.recipe]
+    parent = yaml.safe_load((root / run.source.name / "resolved_config.yaml").read_text())
+    step = (run.budget - run.tokens) // BATCH_TOKENS
+    cfg = {k: v for k, v in parent.items() if k not in ("init_from", "distill", "convert")}
+    cfg.update(
+        run_dir=own["run_dir"],
+        model={**parent["model"], "family": "trilm", "name": own["model"]["preset"]},
+        tokens=run.budget,
+        branch_from=str(root / run.source.name / "state" / f"step-{step}"),
+        checkpoint={**own["checkpoint"], "snapshot_every": run.final_step, "state_every": run.final_step},
+        log=own["log"],
+    )
+    cfg["model"].pop("quant", None)
+    convert: dict[str, Any] = {"lr_scale": recipe["ratio"], "optimizer": run.optimizer or "keep"}
+    if recipe.get("ramp"):
+        convert.update(ramp=recipe["ramp"][0], ramp_shape=recipe["ramp"][1])
+    cfg["convert"] = convert
+    if recipe["schedule"] == "spectra":
+        cfg["schedule"] = {**own["schedule"], "warmup": 0.05}
+        cfg["optim"] = {**parent["optim"], "weight_decay": own["optim"]["weight_decay"]}
+    else:
+        cfg["schedule"] = {"kind": "decay", "decay": "cosine", "warmup": 0}
+        cfg["optim"] = {**parent["optim"], "min_lr_ratio": 0.0, "weight_decay": 0.0}
+    if recipe["distill"]:
+        teacher = str(source_snapshot(root, run))
+        cfg["distill"] = {"teacher": teacher, "weight": 0.5, "temperature": recipe["distill"]}
     return cfg
 
 
@@ -296,6 +351,33 @@ def chosen_recipe(rows: dict[str, dict[str, Any]], pinned: str | None) -> str | 
     return min(losses, key=lambda r: sum(losses[r]) / len(losses[r]))
 
 
+def branch_losses(rows: dict[str, dict[str, Any]], float_lr: float, recipe: str) -> dict[str, list[float]]:
+    """Per moment choice, the sweep point's branch losses (both f, the sweep's seeds) finished so far."""
+    size, dn = RECIPE_POINT
+    return {
+        opt: [
+            loss
+            for f in FRACTIONS
+            for seed in RECIPE_SEEDS
+            if (loss := _loss(rows, Run(size, dn, seed, "trilm-branch", float_lr, f, recipe, opt)))
+            is not None
+        ]
+        for opt in OPTIMIZERS
+    }
+
+
+def chosen_optimizer(rows: dict[str, dict[str, Any]], recipe: str | None) -> str | None:
+    """``keep`` or ``reset``, whichever gave the lower mean branch loss at the sweep point; None until
+    both have all their rows."""
+    float_lr = best_rate(rows, "floatlm", RECIPE_POINT[0])
+    if float_lr is None or recipe is None:
+        return None
+    losses = branch_losses(rows, float_lr, recipe)
+    if any(len(v) < len(FRACTIONS) * len(RECIPE_SEEDS) for v in losses.values()):
+        return None
+    return min(losses, key=lambda o: sum(losses[o]) / len(losses[o]))
+
+
 def wanted(
     rows: dict[str, dict[str, Any]], sizes: list[str], dns: list[float], seeds: list[int], pinned: str | None
 ) -> list[tuple[tuple[Any, ...], Run]]:
@@ -320,7 +402,17 @@ def wanted(
                     for recipe in RECIPES:
                         run = Run(size, dn, seed, "trilm-conv", float_lr, f, recipe)
                         out.append(((1, 1, run.tokens), run))
+            stable = Run(size, dn, seed, "floatlm-stable", float_lr)
+            out.append(((1, 0, stable.tokens), stable))
     recipe = chosen_recipe(rows, pinned)
+    if float_lr is not None and recipe is not None:
+        for seed in RECIPE_SEEDS:
+            if Run(size, dn, seed, "floatlm-stable", float_lr).name in rows:
+                for f in FRACTIONS:
+                    for opt in OPTIMIZERS:
+                        run = Run(size, dn, seed, "trilm-branch", float_lr, f, recipe, opt)
+                        out.append(((1, 2, run.tokens), run))
+    optimizer = chosen_optimizer(rows, recipe)
     for size in sizes:
         tri, flt = best_rate(rows, "trilm", size), best_rate(rows, "floatlm", size)
         for dn in dns:
@@ -341,6 +433,9 @@ def wanted(
                         out.append(((*key, 1), Run(size, dn, seed, "trilm-conv", flt, f, recipe)))
                     if stable.name in rows:
                         out.append(((*key, 1), Run(size, dn, seed, "trilm-cool", flt, f, recipe)))
+                        if optimizer is not None:
+                            branch = Run(size, dn, seed, "trilm-branch", flt, f, recipe, optimizer)
+                            out.append(((*key, 1), branch))
     return out
 
 
@@ -408,7 +503,7 @@ def run(args: argparse.Namespace) -> None:
             failed.add(run_.name)
             print(f"{run_.name}: FAILED\n{error}", file=sys.stderr, flush=True)
             return
-        loss = _val_loss(root / run_.name / "snapshots" / f"step-{run_.tokens // BATCH_TOKENS}")
+        loss = _val_loss(root / run_.name / "snapshots" / f"step-{run_.final_step}")
         rows[run_.name] = {
             "run": run_.name,
             "size": run_.size,
@@ -418,7 +513,7 @@ def run(args: argparse.Namespace) -> None:
             "seed": run_.seed,
             "arm": run_.arm,
             "fraction": run_.fraction,
-            "recipe": run_.recipe,
+            "recipe": run_.recipe + (f"-{run_.optimizer}" if run_.optimizer else ""),
             "lr": f"{run_.lr:g}",
             "tokens": run_.tokens,
             "val_loss": f"{loss:.5f}",
