@@ -19,6 +19,7 @@ from experiments.ternarize.crossover import (
     DEFAULT_SIZES,
     DN,
     FRACTIONS,
+    OPTIMIZERS,
     RATE_POINT,
     RATES,
     RECIPE_POINT,
@@ -28,22 +29,25 @@ from experiments.ternarize.crossover import (
     SIZES,
     Run,
     best_rate,
+    branch_losses,
     budget,
+    chosen_optimizer,
     chosen_recipe,
     nonembedding,
 )
 from experiments.ternarize.stats import mean_interval
 
-VARIANTS = [(arm, f) for arm in ("trilm-conv", "trilm-cool") for f in FRACTIONS]
-"""The four conversions: plain or from the cooldown start, at each converted share f."""
+VARIANTS = [(arm, f) for arm in ("trilm-conv", "trilm-cool", "trilm-branch") for f in FRACTIONS]
+"""The conversions: plain, from the cooldown start's snapshot, or as a branch of the float run's state
+there, at each converted share f."""
+ARMS = {"trilm-conv": "plain", "trilm-cool": "cooldown start", "trilm-branch": "cooldown branch"}
 SPECTRA = ("99m", "1.1b", "3.9b")
 SPECTRA_TOKENS = 300e9
 BOOTSTRAP = 2000
 
 
 def variant_label(arm: str, fraction: float) -> str:
-    where = "plain" if arm == "trilm-conv" else "cooldown start"
-    return f"{where}, f = {fraction:g}"
+    return f"{ARMS[arm]}, f = {fraction:g}"
 
 
 def spectra_dn() -> dict[str, float]:
@@ -99,7 +103,27 @@ def recipe_table(rows: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def points(rows: dict[str, dict[str, Any]], recipe: str | None) -> list[dict[str, Any]]:
+def optimizer_table(rows: dict[str, dict[str, Any]], recipe: str | None) -> dict[str, Any] | None:
+    """The branches' moments at the sweep point: each choice's mean loss, and reset − keep per seed and f."""
+    size, dn = RECIPE_POINT
+    flt = best_rate(rows, "floatlm", size)
+    if flt is None or recipe is None:
+        return None
+    losses = branch_losses(rows, flt, recipe)
+    diffs = []
+    for f in FRACTIONS:
+        for seed in RECIPE_SEEDS:
+            pair = [_loss(rows, Run(size, dn, seed, "trilm-branch", flt, f, recipe, o)) for o in OPTIMIZERS]
+            if None not in pair:
+                diffs.append(pair[1] - pair[0])  # type: ignore[operator]
+    if not diffs:
+        return None
+    return {"losses": losses, "reset_minus_keep": diffs}
+
+
+def points(
+    rows: dict[str, dict[str, Any]], recipe: str | None, optimizer: str | None
+) -> list[dict[str, Any]]:
     """Every grid point (size, D/N) with its per-seed losses and per-variant gaps."""
     out = []
     for size in SIZES:
@@ -128,9 +152,10 @@ def points(rows: dict[str, dict[str, Any]], recipe: str | None) -> list[dict[str
                 entry["sources"]["floatlm-stable"] = {s: v for s, v in stable.items() if v is not None}
             for arm, f in VARIANTS:
                 gaps = {}
-                if flt is not None and recipe is not None:
+                opt = optimizer if arm == "trilm-branch" else ""
+                if flt is not None and recipe is not None and (opt is not None):
                     for s, base in entry["scratch"].items():
-                        conv = _loss(rows, Run(size, dn, s, arm, flt, f, recipe))
+                        conv = _loss(rows, Run(size, dn, s, arm, flt, f, recipe, opt))
                         if conv is not None:
                             gaps[s] = conv - base
                 entry["gaps"][(arm, f)] = gaps
@@ -213,7 +238,8 @@ def fit(pts: list[dict[str, Any]], variant: tuple[str, float], sizes: list[str] 
 def summarise(rows_list: list[dict[str, Any]], pinned: str | None = None) -> dict[str, Any]:
     rows = {r["run"]: r for r in rows_list}
     recipe = chosen_recipe(rows, pinned)
-    pts = points(rows, recipe)
+    optimizer = chosen_optimizer(rows, recipe)
+    pts = points(rows, recipe, optimizer)
     fits = {}
     for variant in VARIANTS:
         pooled = fit(pts, variant)
@@ -228,6 +254,8 @@ def summarise(rows_list: list[dict[str, Any]], pinned: str | None = None) -> dic
                 missing.append((size, dn, sorted(set(SEEDS) - done)))
     return {
         "recipe": recipe,
+        "optimizer": optimizer,
+        "optimizers": optimizer_table(rows, recipe),
         "rates": rate_table(rows),
         "recipes": recipe_table(rows),
         "points": pts,
@@ -307,7 +335,9 @@ def markdown(s: dict[str, Any], train_tokens: int | None = None) -> list[str]:
         "`spectra`: the TriLM recipe's schedule (5 % warm-up, rate halved at ½, weight decay 0.1 off at ⅔) "
         "at the source's rate, the split experiment's recipe. `rX`: no warm-up, cosine to 0, no weight decay "
         "(ParetoQ's) at X times the source's peak rate; `-kdT`: plus logit distillation from the source at "
-        "temperature T, weight ½. Gap to the TriLM from scratch, mean ± 95 % t half-width (seeds):",
+        "temperature T, weight ½; `-rampS`: a λ ramp W + λ·(W̃ − W) over the first S of the steps (`s`: "
+        "sigmoid, else linear), tried on the best of the first ten. Gap to the TriLM from scratch, mean "
+        "± 95 % t half-width (seeds):",
         "",
         "| recipe | " + " | ".join(f"gap, f = {f:g}" for f in FRACTIONS) + " | mean gap |",
         "|---|" + "---|" * len(FRACTIONS) + "---|",
@@ -326,6 +356,20 @@ def markdown(s: dict[str, Any], train_tokens: int | None = None) -> list[str]:
         lines += ["", "The recipe sweep is not complete: no grid conversion is run or shown yet."]
     else:
         lines += ["", f"Every conversion below uses `{s['recipe']}`."]
+    opt = s["optimizers"]
+    if opt:
+        means = {o: (sum(v) / len(v) if v else None) for o, v in opt["losses"].items()}
+        text = ", ".join(f"{o} {m:.4f}" for o, m in means.items() if m is not None)
+        lines += [
+            "",
+            f"Conversion branches at the same point keep or reset the float run's AdamW moments: mean loss "
+            f"{text}; reset − keep {_pm(opt['reset_minus_keep'])}{_verdict(opt['reset_minus_keep'])}. "
+            + (
+                f"The grid's branches {s['optimizer']} them."
+                if s["optimizer"]
+                else "Not every branch of that comparison has finished: the grid has no branch yet."
+            ),
+        ]
     if train_tokens:
         largest = max((p for p in s["points"]), key=lambda p: p["d"], default=None)
         lines += [
@@ -414,9 +458,9 @@ def plot(s: dict[str, Any], out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    fig, axes = plt.subplots(1, len(ARMS), figsize=(5.5 * len(ARMS), 4.2), sharey=True)
     markers = {"16x2": "o", "32x2": "s", "64x2": "^"}
-    for ax, arm in zip(axes, ("trilm-conv", "trilm-cool"), strict=True):
+    for ax, arm in zip(axes, ARMS, strict=True):
         for i, f in enumerate(FRACTIONS):
             color = f"C{i}"
             for size in SIZES:
@@ -456,7 +500,13 @@ def plot(s: dict[str, Any], out: Path) -> None:
         )
         ax.set_xscale("log")
         ax.set_xlabel("D/N: tokens per non-embedding parameter")
-        ax.set_title("plain conversion" if arm == "trilm-conv" else "conversion at the cooldown start")
+        ax.set_title(
+            {
+                "trilm-conv": "plain conversion",
+                "trilm-cool": "from the cooldown start's snapshot",
+                "trilm-branch": "branch at the cooldown start",
+            }[arm]
+        )
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
     axes[0].set_ylabel("converted − from scratch (nats)")
