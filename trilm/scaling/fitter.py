@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 from collections.abc import Hashable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -36,7 +37,8 @@ SCREEN_KEEP = 3
 CHUNK_ELEMENTS = 1 << 21
 """Parameter vectors are evaluated in chunks of about this many Jacobian entries (B·P·n)."""
 EXACT = 1e-7
-"""Largest |log residual| of a fit that passes exactly through its points (data drawn from the law)."""
+"""Largest |log residual| of a fit that passes exactly through more points than it has parameters (data
+drawn from the law): there a zero-width interval is certainty, not degeneracy."""
 
 
 class HuberLog:
@@ -87,6 +89,20 @@ class HuberLog:
         return f, g
 
 
+def percentile_interval(samples: Any, level: float, axis: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The central ``level`` percentile interval of bootstrap samples along ``axis``: the one rule for every
+    interval of a fit, of its predictions and of quantities derived from its refits (a crossing, a matched
+    size). NaN samples (refits where the quantity is undefined) are left out; where some are infinite the
+    bounds are order statistics, since interpolating towards an infinite value gives NaN."""
+    values = np.asarray(samples, float)
+    tail = 100 * (1 - level) / 2
+    method = "linear" if np.isfinite(values[~np.isnan(values)]).all() else "inverted_cdf"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN slice has no interval: NaN
+        lo, hi = np.nanpercentile(values, [tail, 100 - tail], axis=axis, method=method)
+    return np.asarray(lo), np.asarray(hi)
+
+
 @dataclasses.dataclass
 class Prediction:
     """A law's value at some inputs and the percentile interval of its bootstrap refits there (``None``
@@ -123,6 +139,9 @@ class Fit:
     bootstrap: dict[str, Any] = dataclasses.field(default_factory=dict)
     reasons: tuple[str, ...] = ()
     label: str = ""
+    boot_index: np.ndarray | None = None
+    """The resample number of each row of ``boot_thetas``: fits bootstrapped over the same units with the
+    same seed drew the same resamples, and are paired on the numbers they share."""
 
     @property
     def identified(self) -> bool:
@@ -160,25 +179,31 @@ class Fit:
             low = high = None
             if self.boot_thetas is not None and len(self.boot_thetas) >= MIN_RESAMPLES:
                 samples = np.exp(law.log_predict(self.boot_thetas, design))
-                tail = 100 * (1 - self.level) / 2
-                lo, hi = np.nanpercentile(samples, [tail, 100 - tail], axis=0)
+                lo, hi = percentile_interval(samples, self.level)
                 low, high = (
                     np.minimum(lo, value.ravel()).reshape(shape),
                     np.maximum(hi, value.ravel()).reshape(shape),
                 )
         return Prediction(value, low, high)
 
-    def param_intervals(self) -> dict[str, list[float]]:
+    def param_intervals(self, law: Law | None = None) -> dict[str, list[float]]:
+        """Percentile intervals of the natural parameters over the bootstrap refits (``law``: the law the
+        fit was made with, where it is not the registry's, such as a joint fit)."""
         if self.boot_thetas is None or len(self.boot_thetas) < MIN_RESAMPLES:
             return {}
-        law = get_law(self.law)
-        nat = [law.natural(t) for t in self.boot_thetas]
-        tail = 100 * (1 - self.level) / 2
         out: dict[str, list[float]] = {}
-        for k in self.params:
-            bounds = np.asarray(np.percentile([p[k] for p in nat], [tail, 100 - tail]), float)
-            out[k] = [float(bounds[0]), float(bounds[1])]
+        for k, values in self.boot_params(law).items():
+            lo, hi = percentile_interval(values, self.level)
+            out[k] = [float(lo), float(hi)]
         return out
+
+    def boot_params(self, law: Law | None = None) -> dict[str, np.ndarray]:
+        """Every bootstrap refit's natural parameters, by name (empty without refits)."""
+        if self.boot_thetas is None or not len(self.boot_thetas):
+            return {}
+        law = law or get_law(self.law)
+        nat = [law.natural(t) for t in self.boot_thetas]
+        return {k: np.array([p[k] for p in nat], float) for k in self.params}
 
     def to_dict(self) -> dict[str, Any]:
         r = self.log_residuals
@@ -349,16 +374,17 @@ def _refit(
     return cand_x[rows, best], np.isfinite(cand_f[rows, best])
 
 
-def interval_reasons(law: Law, fit: Fit, exact: bool) -> list[str]:
-    """Why the bootstrap says the data do not pin the law: too few refits, or an exponent interval that is
-    not finite, has no width, or reaches 0 (the term may be absent)."""
+def interval_reasons(law: Law, fit: Fit, exact: bool, loss: np.ndarray | None = None) -> list[str]:
+    """Why the bootstrap says the data do not pin the law: too few refits, an exponent interval that is
+    not finite, has no width, or reaches 0 (the term may be absent), or a floor whose interval reaches the
+    lowest ``loss`` (that point's loss, not a limit the data show levelling off below it)."""
     if fit.boot_thetas is None:
         return []
     if len(fit.boot_thetas) < MIN_RESAMPLES:
         return [f"only {len(fit.boot_thetas)} bootstrap refits converged: no interval"]
     out = []
     pct = round(fit.level * 100)
-    for name, (lo, hi) in fit.param_intervals().items():
+    for name, (lo, hi) in fit.param_intervals(law).items():
         if name not in law.exponents:
             continue
         cell = f"{name} interval [{lo:.3g}, {hi:.3g}]"
@@ -368,6 +394,15 @@ def interval_reasons(law: Law, fit: Fit, exact: bool) -> list[str]:
             out.append(f"zero-width {cell} (every usable resample is the same data)")
         elif lo <= MIN_EXPONENT:
             out.append(f"{pct}% {cell} reaches 0")
+    if law.floor is not None and loss is not None and loss.size and not exact:
+        low = float(np.min(loss))
+        f_lo, f_hi = fit.param_intervals(law).get(law.floor, (np.nan, np.nan))
+        if fit.params[law.floor] < low <= f_hi:
+            out.append(
+                f"the {pct}% {law.floor} interval [{f_lo:.4g}, {f_hi:.4g}] reaches the lowest loss,"
+                f" {low:.4f}: the data do not show the loss levelling off below it, so {law.floor} is that"
+                " point's loss, not a floor"
+            )
     return out
 
 
@@ -427,10 +462,12 @@ def fit(
         if len(point_units) != loss.size:
             raise FitError(f"{label}: {len(point_units)} unit labels for {loss.size} points")
         counts, unit_list = unit_counts(point_units, bootstrap, seed)
-        good = np.flatnonzero((counts > 0).sum(axis=1) >= 2)
-        weights = point_weights(point_units, counts[good], unit_list)
+        weights = point_weights(point_units, counts, unit_list)
+        good = np.flatnonzero(((counts > 0).sum(axis=1) >= 2) & law.usable(design, weights))
+        weights = weights[good]
         thetas, ok = _refit(law, design, log_y, weights, theta, delta)
         result.boot_thetas = thetas[ok]
+        result.boot_index = good[ok]
         result.bootstrap = {
             "n_resamples": bootstrap,
             "n_accepted": int(ok.sum()),
@@ -439,11 +476,20 @@ def fit(
             "n_units": len(unit_list),
             "seed": seed,
         }
-    exact = bool(np.nanmax(np.abs(resid)) < EXACT) if resid.size else False
+    exact = resid.size > law.n_params and bool(np.nanmax(np.abs(resid)) < EXACT)
     result.reasons = tuple(
-        dict.fromkeys(law.plausibility(theta, design, loss) + interval_reasons(law, result, exact))
+        dict.fromkeys(law.plausibility(theta, design, loss) + interval_reasons(law, result, exact, loss))
     )
     return result
 
 
-__all__ = ["HUBER_DELTA", "Fit", "HuberLog", "Prediction", "fit", "point_weights", "unit_counts"]
+__all__ = [
+    "HUBER_DELTA",
+    "Fit",
+    "HuberLog",
+    "Prediction",
+    "fit",
+    "percentile_interval",
+    "point_weights",
+    "unit_counts",
+]

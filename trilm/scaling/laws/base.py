@@ -34,6 +34,23 @@ EDGE = 0.02
 """How close to a bound of a law's box (relative to the box's width) counts as at its edge."""
 TINY_TERM = 1e-3
 """A term smaller than this fraction of the loss at every point is not seen by the data."""
+MIN_NEW_LOWS = 3
+"""A one-input law needs the loss to reach a new low at this many distinct values: a decrease seen once is a
+difference, not a trend."""
+POINT_NAMES = {"N": "sizes", "D": "values of D", "P": "precisions"}
+"""What the distinct values of each input are called in a reason."""
+
+
+def new_lows(x: np.ndarray, loss: np.ndarray) -> int:
+    """How many distinct x have a (lowest) loss below that at every smaller x; the smallest counts."""
+    best: dict[float, float] = {}
+    for xi, li in zip(np.asarray(x, float), np.asarray(loss, float)):
+        best[xi] = min(li, best.get(xi, np.inf))
+    count, low = 0, np.inf
+    for xi in sorted(best):
+        if best[xi] < low:
+            count, low = count + 1, best[xi]
+    return count
 
 
 def product_grid(*axes: Sequence[float]) -> np.ndarray:
@@ -114,6 +131,11 @@ class Law(abc.ABC):
         """The label of each point's resampling unit for the bootstrap (default: each point alone)."""
         return list(range(self.observed(data).size))
 
+    def usable(self, design: Any, weights: np.ndarray) -> np.ndarray:
+        """Which bootstrap resamples (rows of point ``weights (R, n)``) can pin the law at all; the others are
+        dropped as degenerate rather than refitted to an arbitrary answer (default: all)."""
+        return np.ones(weights.shape[0], bool)
+
     def extra_reasons(self, params: dict[str, float], design: Any, loss: np.ndarray) -> list[str]:
         """Law-specific reasons why a fit is not plausible (e.g. a term the data never see)."""
         return []
@@ -130,6 +152,10 @@ class Law(abc.ABC):
                 reasons.append(
                     f"{name} = {params[name]:.3g} > {MAX_EXPONENT:g}"
                     " (the decrease is a step, not a power law)"
+                )
+            elif params[name] > MAX_EXPONENT - EDGE * (MAX_EXPONENT - MIN_EXPONENT):
+                reasons.append(
+                    f"{name} = {params[name]:.3g} is pinned at the top of the search box ({MAX_EXPONENT:g})"
                 )
         low = float(np.min(loss))
         if self.floor is not None:
@@ -230,6 +256,20 @@ class SizeLaw(Law):
             return list(data["unit"])
         return super().units(data)
 
+    def usable(self, design: np.ndarray, weights: np.ndarray) -> np.ndarray:
+        """Resamples that draw at least as many points as the law has parameters and
+        :attr:`min_distinct` distinct values of every varying input."""
+        drawn = weights > 0
+        ok = drawn.sum(axis=1) >= self.n_params
+        for j, name in enumerate(self.inputs):
+            if name not in self.varying_inputs():
+                continue
+            values, inverse = np.unique(design[j], return_inverse=True)
+            present = np.zeros((weights.shape[0], values.size))
+            np.add.at(present.T, inverse, drawn.T.astype(float))
+            ok &= (present > 0).sum(axis=1) >= self.min_distinct
+        return ok
+
     def check_fittable(self, data: Any) -> None:
         """Refuse data that cannot pin the law: fewer points than parameters or too few distinct values."""
         loss = self.observed(data)
@@ -266,10 +306,23 @@ class SizeLaw(Law):
         return value.reshape(arrays[0].shape)
 
     def extra_reasons(self, params: dict[str, float], design: np.ndarray, loss: np.ndarray) -> list[str]:
+        """A term the data never see; and what the points cannot show: a one-input law whose loss reaches a
+        new low at fewer than :data:`MIN_NEW_LOWS` values, or with no more distinct values (more points, for
+        several inputs) than parameters, which the law passes through exactly and nothing tests."""
+        out = []
+        if len(self.inputs) == 1:
+            distinct, what = np.unique(design[0]).size, POINT_NAMES.get(self.inputs[0], "values")
+            lows = new_lows(design[0], loss)
+            if lows < MIN_NEW_LOWS:
+                out.append(f"a new low at only {lows} of {distinct} {what}")
+            if distinct <= self.n_params:
+                exact = " (an exact fit: nothing tests it, no interval)" if distinct == self.n_params else ""
+                out.append(f"{distinct} {what} for {self.n_params} parameters{exact}")
+        elif loss.size <= self.n_params:
+            out.append(f"{loss.size} points for {self.n_params} parameters")
         theta = self.theta(params)[None]
         terms, _ = self.terms(theta, design)
         share = np.exp(terms[0] - self.log_predict(theta, design)[0][None])
-        out = []
         for j in range(terms.shape[1]):
             if float(np.max(share[j])) < TINY_TERM:
                 out.append(
@@ -285,6 +338,7 @@ __all__ = [
     "MAX_EXPONENT",
     "MIN_EXPONENT",
     "MIN_FLOOR_FRACTION",
+    "MIN_NEW_LOWS",
     "TINY_TERM",
     "FitError",
     "Law",
@@ -292,6 +346,7 @@ __all__ = [
     "get_law",
     "laws_of_kind",
     "lse_jac",
+    "new_lows",
     "product_grid",
     "register",
 ]
