@@ -23,6 +23,7 @@ from trilm.store.snapshot import read_snapshot_config
 from trilm.train.config import OptimConfig
 from trilm.train.convert import ConvertConfig, ramp_lambda
 from trilm.train.distill import Teacher, kl_divergence
+from trilm.train.plan import RunPlan
 from trilm.train.trainer import Trainer
 
 from .conftest import tiny_config
@@ -145,6 +146,8 @@ def test_lr_scale_is_relative_to_the_float_runs_rate(prepared, parent, tmp_path)
     cfg = _branch(
         prepared, tmp_path / "run", parent, **{"convert.lr_scale": 0.25, "tokens": 1024 * (START + 2)}
     )
+    plan = RunPlan(cfg, dp_size=1, tp_size=1).report()  # the dry run shows the conversion's schedule
+    assert "peak 0.00075, warmup 0 steps, cosine to 0 (the conversion's, from step 24)" in plan
     _fit(cfg)
     assert _metrics(tmp_path / "run")[0]["lr"] == pytest.approx(0.25 * 3e-3)
 

@@ -48,17 +48,19 @@ def _data_line(key: str, path: str, cfg: TrainConfig) -> str:
 def dry_run(cfg: TrainConfig) -> str:
     """The plan without building the model or touching the run directory (``init_from`` weights are
     read and verified: a damaged one is refused here, not after the run directory is made)."""
+    family = ""
     if cfg.init_from:
         source = open_model(cfg.init_from)
         cfg.check_init_from(source)
         source.weights.float_state()
+        family = source.config.family
     info = init_parallel(cfg.parallel)
     lines = [
         "# resolved config",
         cfg.replace(model=cfg.model.resolved(info.tp_size)).to_yaml().rstrip(),
         "",
         "# plan",
-        RunPlan(cfg, info.dp_size, info.tp_size).report(),
+        RunPlan(cfg, info.dp_size, info.tp_size, source_family=family).report(),
     ]
     lines += [
         _data_line(key, path, cfg)

@@ -19,6 +19,7 @@ import dataclasses
 from trilm.model.flops import flops_per_token, parameter_counts
 from trilm.schedule import Schedule
 from trilm.train.config import TrainConfig
+from trilm.train.convert import conversion_schedule, planned_start
 from trilm.train.engine import use_bf16
 from trilm.train.save_steps import snapshot_steps, state_steps
 
@@ -28,6 +29,9 @@ class RunPlan:
     cfg: TrainConfig
     dp_size: int
     tp_size: int
+    source_family: str = ""
+    """The family of the model ``init_from`` names, where the caller has it open (a conversion's schedule
+    peaks at ``convert.lr_scale`` × ``optim.lr``)."""
 
     @property
     def accumulation(self) -> int:
@@ -82,7 +86,11 @@ class RunPlan:
         cfg = self.cfg
         counts = parameter_counts(cfg.model)
         fpt = flops_per_token(cfg.model, cfg.sequence_length)
-        sched = Schedule.for_optimizer(cfg.optim, cfg.schedule, cfg.steps)
+        converts_at = planned_start(cfg, self.source_family)
+        if converts_at is None:
+            sched = Schedule.for_optimizer(cfg.optim, cfg.schedule, cfg.steps)
+        else:
+            sched = conversion_schedule(cfg, converts_at)
         snaps = snapshot_steps(cfg.checkpoint, cfg.steps)
         states = state_steps(cfg.checkpoint, cfg.steps)
         start = _branch_step(cfg.branch_from)
@@ -106,14 +114,15 @@ class RunPlan:
             f"steps              {cfg.steps:,} ({cfg.steps * cfg.batch_tokens:,} tokens, "
             f"{cfg.steps * cfg.batch_tokens / counts.total:.1f} tokens/param, "
             f"{fpt * cfg.steps * cfg.batch_tokens:.3g} FLOPs)",
-            f"lr schedule        peak {cfg.optim.lr:g}, warmup {sched.warmup_steps} steps, "
+            f"lr schedule        peak {sched.peak_lr:g}, warmup {sched.warmup_steps} steps, "
             + (
                 f"constant, then a {cfg.schedule.cooldown_shape} cooldown over the last"
                 f" {sched.cooldown_steps} steps (WSD)"
                 if cfg.schedule.kind == "wsd"
                 else cfg.schedule.decay
             )
-            + f" to {cfg.optim.lr * cfg.optim.min_lr_ratio:g}",
+            + f" to {sched.peak_lr * cfg.optim.min_lr_ratio:g}"
+            + ("" if converts_at is None else f" (the conversion's, from step {converts_at:,})"),
         ]
         for ev in sched.events():
             lines.append(f"  event            step {ev.step}: {ev.name} ({ev.detail})")

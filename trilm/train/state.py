@@ -167,12 +167,11 @@ def branch_point(path: str | Path, run_cfg, info: ParallelInfo) -> ResumePoint:
         raise ConfigError(
             f"{where}: the parent ({parent_file}) differs from this run in {', '.join(differ)}; {what}"
         )
-    if converts:
-        if canonical_shapes(parent.model) != canonical_shapes(mine.model):
-            raise ConfigError(
-                f"{where}: the parent's {parent.model.family} {parent.model.name} has other tensors than this"
-                f" run's {mine.model.family} {mine.model.name}; a conversion keeps the parent's shapes"
-            )
+    if converts and canonical_shapes(parent.model) != canonical_shapes(mine.model):
+        raise ConfigError(
+            f"{where}: the parent's {parent.model.family} {parent.model.name} has other tensors than this"
+            f" run's {mine.model.family} {mine.model.name}; a conversion keeps the parent's shapes"
+        )
     first = None
     if not converts:  # a conversion's schedule starts at the branch point
         first = Schedule.for_optimizer(parent.optim, parent.schedule, parent.steps).first_difference(
