@@ -274,3 +274,37 @@ def test_recipes_that_cannot_apply_are_refused_by_key(prepared, parent, tmp_path
     )
     with pytest.raises(ConfigError, match=r"differs from this run in convert\.lr_scale; a branch continues"):
         _fit(same_family)
+
+
+def test_reset_moments_reaches_adamw_under_zero_1(prepared, tmp_path):
+    """Under ZeRO the moments live in DeepSpeed's partitioned optimizer: reset finds the AdamW inside it,
+    zeroes its moments and step count, and the next step starts them again as a fresh optimizer's."""
+    from trilm.model.transformer import Decoder
+    from trilm.parallel import init_parallel
+    from trilm.train.convert import reset_moments
+    from trilm.train.engine import build_engine, prepare_model
+
+    cfg = tiny_config(prepared, tmp_path / "run", zero_stage=1)
+    info = init_parallel(cfg.parallel)
+    try:
+        model = Decoder(cfg.model.resolved(1), info, seed=0)
+        prepare_model(model, cfg)
+        engine = build_engine(model, cfg, cfg.accumulation(1), info)
+        ids = torch.randint(0, 512, (8, 65), generator=torch.Generator().manual_seed(0))
+
+        def step():
+            engine.backward(engine(ids[:, :-1], labels=ids[:, 1:]).mean())
+            engine.step()
+
+        def states():
+            return list(engine.optimizer.optimizer.state.values())
+
+        step()
+        assert states() and all(float(s["exp_avg"].abs().sum()) > 0 for s in states())
+        assert reset_moments(engine) == len(states())
+        for s in states():
+            assert float(s["step"]) == 0 and not s["exp_avg"].any() and not s["exp_avg_sq"].any()
+        step()
+        assert all(float(s["step"]) == 1 for s in states())
+    finally:
+        shutdown_parallel()
