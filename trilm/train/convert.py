@@ -12,8 +12,10 @@ The levers (``TrainConfig.convert``) are what the anchors vary (docs/training.md
 model"): the peak rate relative to the float run's (ParetoQ's QAT rate is about 1/25 of its pretraining
 rate), whether the AdamW moments are kept (Nielsen et al. 2025 keep them) and a λ ramp that phases the
 quantization in (Hugging Face's 1.58-bit fine-tuning). Warm-up 0 and the distillation temperature are the
-``schedule.warmup`` and ``distill.temperature`` of the same run. Their defaults leave a conversion as
-trilm has always trained one: the run's own rate, no ramp, the branch's moments kept.
+``schedule.warmup`` and ``distill.temperature`` of the same run. The defaults (the run's own rate, no
+ramp, a branch's moments kept) make a run without a ``convert`` section train as the conversions of
+docs/results/ternarize/ did; they are fields so that a study's winning recipe can become the default
+(docs/training.md says where each value comes from).
 """
 
 from __future__ import annotations
