@@ -1,4 +1,5 @@
-"""Tests, benchmarks and the library read their reference data from the repository, never from beside it.
+"""Tests, benchmarks, experiments and the library read their reference data from the repository, never from
+beside it.
 
 A plain clone must run every CPU test; data kept next to the checkout (``../shared``) or at a machine's
 absolute path would make those tests skip there. This scans the Python sources for code that builds such
@@ -16,7 +17,16 @@ OUTSIDE = re.compile(r"""(/\s*["']shared["'])|(["'](\.\./|/work/)shared)|(["']/w
 
 def test_no_source_builds_a_path_outside_the_repository():
     offenders = []
-    for folder in ("trilm", "tests", "benchmarks", "train", "kernels", "checkpoints_tools"):
+    for folder in (
+        "trilm",
+        "tests",
+        "benchmarks",
+        "experiments",
+        "loopback_cluster",
+        "train",
+        "kernels",
+        "checkpoints_tools",
+    ):
         for path in sorted((ROOT / folder).rglob("*.py")):
             if path == Path(__file__).resolve():
                 continue  # its own examples below

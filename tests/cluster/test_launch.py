@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cluster import free_port, launchers
-from tests.support.cluster.launchers import Launch, NodeFailed, Torchrun
-from tests.support.cluster.processes import ProcessSet
+from loopback_cluster import free_port, launchers
+from loopback_cluster.launchers import Launch, NodeFailed, Torchrun
+from loopback_cluster.processes import ProcessSet
 
 pytestmark = pytest.mark.distributed
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from tests.support.cluster import run_distributed
+from loopback_cluster import run_distributed
 from trilm.model import build_model, preset
 from trilm.parallel import ParallelConfig, init_parallel
 from trilm.train.models import load_model, save_model

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cluster.runs import write_suite
+from loopback_cluster.runs import write_suite
 from trilm.data.pipeline import prepare_embedded
 
 REPO = Path(__file__).resolve().parents[2]

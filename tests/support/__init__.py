@@ -1,1 +1,2 @@
-"""Harnesses the tests share (a loopback cluster); checkout-only, like the tests."""
+"""What the tests share beyond fixtures (the xdist worker groups); the loopback cluster they launch is the
+top-level ``loopback_cluster`` package, which the multi-node drills import too."""

@@ -4,7 +4,7 @@ pytest process running them must still exit by itself."""
 
 import torch
 
-from tests.support.cluster import run_distributed
+from loopback_cluster import run_distributed
 from trilm.model import preset
 from trilm.model.transformer import Decoder
 from trilm.parallel import init_parallel

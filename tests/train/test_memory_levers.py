@@ -4,7 +4,7 @@ plain path (recompute on one process; sequence parallelism on two gloo ranks at 
 import pytest
 import torch
 
-from tests.support.cluster import run_distributed
+from loopback_cluster import run_distributed
 from trilm.model import build_model, preset
 from trilm.parallel import ParallelConfig, init_parallel
 

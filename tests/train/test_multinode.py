@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.support.cluster import run_distributed
-from tests.support.cluster.drills import (
+from loopback_cluster import run_distributed
+from loopback_cluster.drills import (
     compare_runs,
     events,
     final_weights,
@@ -36,8 +36,8 @@ from tests.support.cluster.drills import (
     state_save_started,
     unfinished_checkpoints,
 )
-from tests.support.cluster.launchers import Torchrun
-from tests.support.cluster.processes import ProcessSet
+from loopback_cluster.launchers import Torchrun
+from loopback_cluster.processes import ProcessSet
 from trilm.store.integrity import complete_steps, verify_directory
 from trilm.train.checkpoint import RunDir
 

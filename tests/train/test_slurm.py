@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.cluster import slurm
-from tests.support.cluster.drills import cancel_suite_run, compare_runs, events
-from tests.support.cluster.launchers import ROOT, node_env, venv_tool
-from tests.support.cluster.processes import ProcessSet
+from loopback_cluster import slurm
+from loopback_cluster.drills import cancel_suite_run, compare_runs, events
+from loopback_cluster.launchers import ROOT, node_env, venv_tool
+from loopback_cluster.processes import ProcessSet
 
 from .conftest import LAUNCH_TIMEOUT, MULTINODE_STEPS, SUITE_STEPS, multinode_config, slurm_suite
 

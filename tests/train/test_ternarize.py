@@ -262,7 +262,7 @@ def _fit(cfg):
 @pytest.mark.distributed
 @pytest.mark.slow
 def test_a_distilled_conversion_under_tensor_parallelism_matches_one_process(prepared, float_model, tmp_path):
-    from tests.support.cluster import run_distributed
+    from loopback_cluster import run_distributed
 
     model = {"family": "trilm", "quant": {"partitions": 2}}  # the same scales at TP 1 and TP 2
     short = {"tokens": 1024 * 4, "model": model}

@@ -24,9 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.support.cluster import free_port
-from tests.support.cluster.launchers import LOOPBACK_HOSTS
-from tests.support.cluster.processes import ProcessSet, signal_tagged
+from loopback_cluster import free_port
+from loopback_cluster.launchers import LOOPBACK_HOSTS
+from loopback_cluster.processes import ProcessSet, signal_tagged
 
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "scontrol", "sinfo", "srun")
 ACCOUNTING = ("slurmdbd", "sacctmgr", "sacct", "mariadbd", "mariadb-install-db")

@@ -1,4 +1,5 @@
-"""The tests' cluster harness: multi-node runs on one machine, checkout-only like the tests.
+"""The loopback-cluster harness: multi-node runs on one machine, for the multi-node tests and the drills
+(``python -m benchmarks.train.multinode``) alike. Checkout-only, like both: the wheel does not ship it.
 
 Submodules: ``processes`` (tagged process trees, ended whatever failed), ``launchers`` (torchrun and the
 DeepSpeed launcher as loopback nodes), ``sshd`` and ``slurm`` (an sshd and a real SLURM on loopback),

@@ -22,10 +22,10 @@ import sys
 import time
 from pathlib import Path
 
-from tests.support.cluster import free_port
-from tests.support.cluster.processes import TAG_VAR, Launched, ProcessSet, signal_tagged
+from loopback_cluster import free_port
+from loopback_cluster.processes import TAG_VAR, Launched, ProcessSet, signal_tagged
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[1]
 PRETRAIN = ROOT / "train" / "pretrain.py"
 LOOPBACK_HOSTS = ("127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4")
 
@@ -165,7 +165,7 @@ class DeepSpeedNoSsh(Launcher):
 
 class DeepSpeedSsh(Launcher):
     """The DeepSpeed launcher's default path: one command on the first host, which reaches every host
-    of the hostfile through pdsh and ssh (here an sshd on loopback, see :mod:`tests.support.cluster.sshd`).
+    of the hostfile through pdsh and ssh (here an sshd on loopback, see :mod:`loopback_cluster.sshd`).
 
     Processes started over ssh do not inherit the launcher's environment; DeepSpeed passes on the
     variables listed in its ``.deepspeed_env`` file (``DS_ENV_FILE``), which carries the thread count,

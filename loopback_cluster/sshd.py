@@ -15,8 +15,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.support.cluster import free_port
-from tests.support.cluster.processes import ProcessSet
+from loopback_cluster import free_port
+from loopback_cluster.processes import ProcessSet
 
 SSHD = "/usr/sbin/sshd"
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from tests.support.cluster.launchers import Launch, Launcher
-from tests.support.cluster.processes import Launched, ProcessSet
+from loopback_cluster.launchers import Launch, Launcher
+from loopback_cluster.processes import Launched, ProcessSet
 from trilm.store.integrity import complete_steps
 from trilm.store.layout import step_dir_name
 from trilm.train.checkpoint import RunDir
@@ -160,8 +160,8 @@ def run_to_end(
     timeout: float,
     overrides: list[str] | None = None,
 ) -> Outcome:
-    """Launch and wait for every node; raises :class:`~tests.support.cluster.launchers.NodeFailed` as soon
-    as one node fails while another still runs (see :class:`~tests.support.cluster.launchers.Launch`)."""
+    """Launch and wait for every node; raises :class:`~loopback_cluster.launchers.NodeFailed` as soon
+    as one node fails while another still runs (see :class:`~loopback_cluster.launchers.Launch`)."""
     started = time.monotonic()
     launch = Launch(processes, launcher, config, label, overrides)
     codes = launch.wait(timeout)
@@ -289,7 +289,7 @@ class SuiteCancel:
 
 def _suite_cli(cluster, args: list[str], timeout: float) -> tuple[str, str]:
     """``trilm suite ARGS`` as a user submitting to ``cluster`` runs it; returns (command, stdout)."""
-    from tests.support.cluster.launchers import ROOT, node_env, venv_tool
+    from loopback_cluster.launchers import ROOT, node_env, venv_tool
 
     cmd = [sys.executable, "-m", "trilm.cli", "suite", *args]
     done = subprocess.run(
@@ -326,7 +326,7 @@ def cancel_suite_run(
     run has logged ``after_step`` and written a state, ``scancel`` its array task and wait for the array;
     ``trilm suite status``; launch the suite again (only unfinished runs are resubmitted) and wait. The
     cancelled run's config also trains straight through meanwhile, for the comparison."""
-    from tests.support.cluster.launchers import PRETRAIN, ROOT, node_env
+    from loopback_cluster.launchers import PRETRAIN, ROOT, node_env
 
     launch = ["launch", str(suite_file), "--slurm", "--no-progress"]
     commands, outputs = [], []
