@@ -4,8 +4,6 @@ measured in the same run and speedup over fp16 ``F.linear``, plus a whole-model 
     python -m benchmarks.kernels                 # every format × 2 shapes × batch 1/16, + model (~4 min)
     python -m benchmarks.kernels --formats ternary int4 --shapes 8192x8192 --batches 1 --no-model
     python -m benchmarks.kernels --crossover     # GEMM vs dequantize + cuBLAS over M; stores the crossover
-    python -m benchmarks.kernels --instructions  # CPU: SASS instructions per weight, before vs after
-    python -m benchmarks.kernels --bits-table 4096x4096  # CPU: storage bits/weight per format
 
 Two timings per case, both streaming weights from HBM: **flushed** — ``triton.testing.do_bench`` (256 MB
 L2 flush before every run, normal launch: host overhead included) — and **graph** — one CUDA graph that
@@ -16,19 +14,25 @@ stored weight bytes (codes + scales + metadata) + fp16 activations in + outputs 
 its dequantized weight first. Results go to ``benchmarks/results/kernels-<device>-<date>.json`` after every
 case. Whole model: FloatLM-1.1B bf16 vs TriLM-1.1B packed ternary vs FloatLM-1.1B packed int4 (random
 weights; ``trilm.infer.InferenceModel``), one token, eager and CUDA graph. gemlite is an optional baseline.
+The timings and the row they make are :mod:`benchmarks.kernels._timing`.
+
+What the CPU can say about the kernels is in ``tools/``: SASS instructions per weight
+(``python -m benchmarks.kernels.tools.instructions``) and storage bits per weight
+(``python -m benchmarks.kernels.tools.bits_table``). ``--instructions`` and ``--bits-table`` here run those
+commands, as aliases for one release.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import re
 import sys
 import time
 from pathlib import Path
 
 from benchmarks.common import CHECKOUT, today, write_result
+from benchmarks.kernels._timing import Timer, case_row
 
 SHAPES = ["8192x8192", "4096x11008"]
 BATCHES = [1, 16]
@@ -39,43 +43,6 @@ TARGETS = {  # issue 11, H200, 8192 × 8192 from HBM: (format, batch, × fp16, %
     "int4 g128 GEMV ≥3x fp16": ("int4", 1, 3.0, None),
     "int2 GEMV ≥4.5x fp16": ("int2", 1, 4.5, None),
     "ternary batch 16 ≥2x fp16": ("ternary", 16, 2.0, None),
-}
-
-BITS_NOMINAL = {  # value bits the method papers quote (computed by trilm.bits), where one exists
-    "int2": ("gptq_bits", (2, 128)),
-    "int3": ("gptq_bits", (3, 128)),
-    "int4": ("gptq_bits", (4, 128)),
-    "int4_act": ("gptq_bits", (4, 128)),
-    "billm": ("billm_bits", (0.1,)),
-    "stbllm": ("stbllm_bits", (0.1, 4, 8)),
-    "pbllm": ("pbllm_bits", (0.1,)),
-}
-
-
-def nominal_bits(kind: str) -> str:
-    """``gptq_bits(4, 128) = 4.156``: the paper's count for a sample kind, from trilm.bits."""
-    if kind not in BITS_NOMINAL:
-        return ""
-    import trilm.bits
-
-    name, args = BITS_NOMINAL[kind]
-    value = getattr(trilm.bits, name)(*args)
-    return f"{name}({', '.join(map(str, args))}) = {value:.4g}"
-
-
-BITS_LAYOUT = {
-    "ternary": "2-bit codes, per-row fp32 scales (g = K)",
-    "binary": "1-bit signs, per-row fp32 scales",
-    "binary_mean": "1-bit signs, per-row fp32 scale and mean",
-    "nm2:4": "keep-bitmap + 2 sign slots per 4, per-row fp32 scales",
-    "nm4:8": "keep-bitmap + 4 sign slots per 8, per-row fp32 scales",
-    "billm": "2 bit-planes, 2 column classes, fp16 table per 128 columns",
-    "stbllm": "3 bit-planes (4:8 pruned), 2 classes, fp16 table per 128 columns",
-    "int2": "2-bit, g128, fp16 scales, uint8 zeros",
-    "int3": "2-bit + 1-bit planes, g128, fp16 scales, uint8 zeros",
-    "int4": "4-bit, g128, fp16 scales, uint8 zeros",
-    "int4_act": "int4 g128 with act-order g_idx",
-    "pbllm": "1-bit + 10 % salient int8 (CSR, int16 columns), per-row tables",
 }
 
 
@@ -125,12 +92,14 @@ def parse_args(argv):
         "the kernels in the interpreter); numbers are meaningless",
     )
     p.add_argument(
-        "--instructions", action="store_true", help="CPU: SASS instructions/weight before vs after"
+        "--instructions",
+        action="store_true",
+        help="alias of python -m benchmarks.kernels.tools.instructions (for one release)",
     )
     p.add_argument(
         "--bits-table",
         metavar="KxN",
-        help="only print the storage bits/weight of every format at this shape (CPU, no GPU needed)",
+        help="alias of python -m benchmarks.kernels.tools.bits_table KxN (for one release)",
     )
     args = p.parse_args(argv)
     args.argv = argv
@@ -153,105 +122,6 @@ def parse_args(argv):
     return args
 
 
-def bits_table(shape: str) -> None:
-    """Markdown table of storage bits/weight per sample kind (docs/kernels.md quotes it)."""
-    from trilm.formats.samples import KINDS, random_packed
-
-    k, n = (int(v) for v in shape.split("x"))
-    print(
-        f"| kind | format | layout | storage bits/weight | ideal vs fp16 | paper's nominal bits |  ({shape})"
-    )
-    print("|---|---|---|---|---|---|")
-    for kind in KINDS:
-        w = random_packed(kind, n, k)
-        bits = w.bits_per_weight()
-        row = (
-            kind,
-            f"`{w.FORMAT}`",
-            BITS_LAYOUT[kind],
-            f"{bits:.3f}",
-            f"{16 / bits:.2f}x",
-            nominal_bits(kind),
-        )
-        print("| " + " | ".join(row) + " |")
-
-
-def instructions(args) -> int:
-    """Before/after SASS instructions per weight (benchmarks.kernels.tools._instructions), printed and written
-    as JSON."""
-    from benchmarks.kernels.tools._instructions import print_table
-
-    rows = print_table()
-    args.out.mkdir(parents=True, exist_ok=True)
-    import triton
-
-    path = args.out / f"instructions-sm90-triton{triton.__version__}.json"
-    result = {"triton": triton.__version__, "shape": "8192x8192", "rows": rows}
-    write_result(path, result, module=__spec__.name, argv=args.argv)
-    print(f"\nwrote {path}")
-    return 0
-
-
-class Timer:
-    """The two timings of a case (see the module docstring), plus the copy bandwidth of this device."""
-
-    def __init__(self, args, dev):
-        import torch
-
-        self.args, self.dev, self.torch = args, dev, torch
-        self.smoke = args.cpu_smoke
-        self.l2 = 0 if self.smoke else torch.cuda.get_device_properties(dev).L2_cache_size
-
-    def copy_gbps(self) -> float | None:
-        if self.smoke:
-            return None
-        import triton.testing as tt
-
-        src = self.torch.empty(1 << 30, dtype=self.torch.uint8, device=self.dev)
-        dst = self.torch.empty_like(src)
-        ms = tt.do_bench(lambda: dst.copy_(src), warmup=10, rep=50, return_mode="median")
-        return 2 * src.numel() / (ms * 1e-3) / 1e9
-
-    def copies(self, layer_bytes: int) -> int:
-        return max(2, math.ceil(self.args.l2_multiple * self.l2 / max(layer_bytes, 1)))
-
-    def flushed(self, fn) -> float:
-        if self.smoke:
-            runs = []
-            for _ in range(3):
-                t0 = time.perf_counter()
-                fn()
-                runs.append((time.perf_counter() - t0) * 1e6)
-            return sorted(runs)[1]
-        import triton.testing as tt
-
-        return tt.do_bench(fn, warmup=self.args.warmup_ms, rep=self.args.rep_ms, return_mode="median") * 1e3
-
-    def graph(self, fns) -> float:
-        """µs per call of ``fns`` (one per layer copy), captured in one CUDA graph and replayed."""
-        if self.smoke:
-            return self.flushed(lambda: [f() for f in fns]) / len(fns)
-        torch = self.torch
-        for f in fns:  # warm up: plans, tuning, workspaces — all outside the capture
-            f()
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for f in fns:
-                f()
-        graph.replay()
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        times = []
-        for _ in range(10):
-            start.record()
-            graph.replay()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) * 1e3 / len(fns))
-        return sorted(times)[len(times) // 2]
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.dry_run:
@@ -261,11 +131,13 @@ def main(argv=None) -> int:
               f"{'on' if args.compare_pairs else 'off'}, whole model {model} "
               f"→ {args.out}")  # fmt: skip
         return 0
+    # deferred for start-up time: the CPU tools compile kernels (triton) that --dry-run never needs
+    from benchmarks.kernels.tools import bits_table, instructions
+
     if args.bits_table:
-        bits_table(args.bits_table)
-        return 0
+        return bits_table.main([args.bits_table])
     if args.instructions:
-        return instructions(args)
+        return instructions.main(["--out", str(args.out)])
     import torch
     import torch.nn.functional as F
 
@@ -327,7 +199,7 @@ def main(argv=None) -> int:
             fp16[m] = (t_flush, t_graph)
             nbytes = w_bytes + x.numel() * 2 + m * n * 2
             report["results"].append(
-                _row("fp16", "F.linear", shape, m, t_flush, t_graph, nbytes, 16.0, copy, fp16)
+                case_row("fp16", "F.linear", shape, m, t_flush, t_graph, nbytes, 16.0, copy, fp16)
             )
         del weights
         save()
@@ -345,7 +217,7 @@ def main(argv=None) -> int:
                 t_flush = timer.flushed(lambda x=x, layer=layers[0]: layer(x))
                 t_graph = timer.graph([lambda x=x, layer=layer: layer(x) for layer in layers])
                 nbytes = w_bytes + x.numel() * 2 + m * n * 2
-                row = _row(
+                row = case_row(
                     kind,
                     first.FORMAT,
                     shape,
@@ -392,26 +264,6 @@ def main(argv=None) -> int:
     return 0
 
 
-def _row(label, fmt, shape, m, t_flush, t_graph, nbytes, bits, copy, fp16):
-    base_flush, base_graph = fp16.get(m, (None, None))
-    gbps_graph = nbytes / (t_graph * 1e-6) / 1e9
-    return {
-        "format": label,
-        "codec": fmt,
-        "shape": shape,
-        "batch": m,
-        "bits_per_weight": round(bits, 4),
-        "bytes": nbytes,
-        "us_l2_flushed": round(t_flush, 2),
-        "us_cuda_graph": round(t_graph, 2),
-        "gbps_flushed": round(nbytes / (t_flush * 1e-6) / 1e9, 1),
-        "gbps_graph": round(gbps_graph, 1),
-        "pct_copy_graph": round(100 * gbps_graph / copy, 1) if copy else None,
-        "speedup_vs_fp16": round(base_flush / t_flush, 3) if base_flush else None,
-        "speedup_vs_fp16_cuda_graph": round(base_graph / t_graph, 3) if base_graph else None,
-    }
-
-
 def _gemv_row(gemm_row, layers, x, wdq, timer, nbytes, bits, copy, fp16, config=None, label="gemv") -> dict:
     """The same product on the CUDA-core GEMV (the default at batch 1), for the row of the tensor-core GEMM
     that serves this batch by default; with ``config``, on that GEMV plan (``--compare-pairs``)."""
@@ -423,8 +275,8 @@ def _gemv_row(gemm_row, layers, x, wdq, timer, nbytes, bits, copy, fp16, config=
     y, ref = plans[0](x), F.linear(x.float(), wdq)
     t_flush = timer.flushed(lambda: plans[0](x))
     t_graph = timer.graph([lambda plan=plan: plan(x) for plan in plans])
-    row = _row(gemm_row["format"], gemm_row["codec"], gemm_row["shape"], m, t_flush, t_graph, nbytes, bits,
-               copy, fp16)  # fmt: skip
+    row = case_row(gemm_row["format"], gemm_row["codec"], gemm_row["shape"], m, t_flush, t_graph, nbytes,
+                   bits, copy, fp16)  # fmt: skip
     row.update(
         max_rel_err=((y.float() - ref).abs().max() / ref.abs().max()).item(),
         copies=len(plans),
@@ -541,7 +393,7 @@ def _gemlite_rows(shape, k, n, xs, timer, copy, fp16):
             nbytes = k * n // 2 + k * n // 128 * 4 + x.numel() * 2 + m * n * 2
             version = getattr(gemlite, "__version__", "?")
             rows.append(
-                _row(
+                case_row(
                     "gemlite-int4", f"gemlite {version}", shape, m, t_flush, t_graph, nbytes, 4.25, copy, fp16
                 )
             )

@@ -1,5 +1,9 @@
 """SASS instructions per weight of the batch-1 GEMV (and batch-16 GEMM), before vs after issue 11, on CPU.
 
+    python -m benchmarks.kernels.tools.instructions [--out benchmarks/results]
+
+Prints the table and the issue floor it implies, and writes ``instructions-sm90-triton<version>.json``.
+
 "Before" is the general kernel of :mod:`trilm.kernels.general.jit` — what every format ran on at commit
 52262e2 (still the kernel of N:M, multi-plane and PB-LLM weights) — at the config the autotuner chose on the
 H200 (``benchmarks/results/kernels-nvidia-h200-2026-12-01.json``; the first GPU config where that run had
@@ -13,15 +17,19 @@ the old ternary GEMV found it bound by instruction issue, which is what this num
 
 from __future__ import annotations
 
+import argparse
+from pathlib import Path
 from typing import Any
 
 import torch
+import triton
 from trilm.kernels.affine.plan import candidates
 from trilm.kernels.aot import TORCH_TO_TRITON, compile_affine, compile_jit
 from trilm.kernels.general.launch import GPU_GEMV, KERNELS
 from trilm.kernels.launch_model import H200
 from trilm.kernels.triton_runtime import kernel_module
 
+from benchmarks.common import CHECKOUT, write_result
 from benchmarks.kernels.tools._sass import per_weight, sass_listing
 from trilm.formats.samples import relabelled
 
@@ -130,3 +138,20 @@ def print_table(kinds=KINDS, paths=("gemv", "gemm"), cc: int = 90) -> list[dict[
             r["issue_floor_us"] = {"after": round(after, 2), "pairs": round(pairs, 2)}
             print(f"  {r['kind']:12s} {after:6.2f} / {pairs:6.2f}")
     return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=CHECKOUT / "benchmarks" / "results")
+    args = parser.parse_args(argv)
+    rows = print_table()
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"instructions-sm90-triton{triton.__version__}.json"
+    result = {"triton": triton.__version__, "shape": f"{N}x{K}", "rows": rows}
+    write_result(path, result, module=__spec__.name, argv=argv)
+    print(f"\nwrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
