@@ -131,7 +131,7 @@ def test_conversions_are_checked_when_the_suite_loads(tmp_path, prepared):
         load_suite(_suite(tmp_path, prepared, [{"family": "trilm", "parents": "bilm"}]))
     with pytest.raises(ConfigError, match=r"family: a trilm branch of trilm runs converts nothing"):
         load_suite(_suite(tmp_path, prepared, [{"family": "trilm", "parents": "trilm"}]))
-    with pytest.raises(ConfigError, match=r"start: 'cooldown' or a fraction"):
+    with pytest.raises(ConfigError, match=r"start: 'cooldown', 'end' or a fraction"):
         load_suite(_suite(tmp_path, prepared, [{"family": "trilm", "start": 1.5}]))
     with pytest.raises(ConfigError, match=r"conversions: floatlm-to-trilm named twice"):
         load_suite(_suite(tmp_path, prepared, [{"family": "trilm"}, {"family": "trilm"}]))
@@ -148,3 +148,13 @@ def test_conversions_are_checked_when_the_suite_loads(tmp_path, prepared):
     assert (
         cfg.convert.ramp == 0.25 and cfg.model.quant.scale_group == "row" and cfg.model.name == "trilm-pico"
     )
+
+    # the plain conversion: the float run to its end (its own cooldown), then a fifth of a longer total
+    with pytest.raises(ConfigError, match=r"share: start end needs the conversion's share in \(0, 1\)"):
+        load_suite(_suite(tmp_path, prepared, [{"start": "end"}]))
+    with pytest.raises(ConfigError, match=r"share: only with start: end"):
+        load_suite(_suite(tmp_path, prepared, [{"share": 0.25}]))
+    suite = load_suite(_suite(tmp_path, prepared, [{"start": "end", "share": 0.2, "name": "after"}]))
+    (branch,) = conversion_branches(suite)
+    assert (branch.spec.start, branch.run.cfg.steps, branch.run.tokens) == (20, 25, 25 * 1024)
+    assert branch.run.cfg.branch_from.endswith("floatlm-pico/state/step-20")

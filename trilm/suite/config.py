@@ -181,15 +181,22 @@ class SuiteCooldownConfig(Config):
 class SuiteConversionConfig(Config):
     """Conversion branches (``trilm suite convert``): every run of the family ``parents`` continues, from its
     state at ``start``, as a ``family`` model to the end of its budget — the same total tokens as the run
-    of ``family`` trained from scratch, which it is compared with (:mod:`trilm.train.convert`)."""
+    of ``family`` trained from scratch, which it is compared with (:mod:`trilm.train.convert`). With
+    ``start: end`` the float run is trained to its end (its own cooldown included) and the branch adds a
+    share ``share`` of the total after it: the "plain" conversion, whose scratch run is the suite's run of
+    ``family`` with the branch's total budget."""
 
     family: str = "trilm"
     """What the branches become: ``trilm`` or ``bilm``."""
     parents: str = "floatlm"
     """The family whose runs are branched."""
     start: str = "cooldown"
-    """``cooldown``: where the parent's WSD cooldown starts (Apple's fused QAT); or a fraction of the
-    parent's steps in (0, 1): the conversion then trains the rest, a share 1 − start of the tokens."""
+    """``cooldown``: where the parent's WSD cooldown starts (Apple's fused QAT); a fraction of the
+    parent's steps in (0, 1): the conversion then trains the rest, a share 1 − start of the tokens; or
+    ``end``: the parent's last step, the conversion then training ``share`` of a longer total."""
+    share: float = 0.0
+    """With ``start: end`` only: the conversion's share f of the branch's total tokens, which are the
+    parent's / (1 − f)."""
     name: str = ""
     """Branches are named ``<parent run>-<name>``; empty = ``to-<family>``. Conversions of one family with
     different recipes need different names."""
@@ -206,9 +213,19 @@ class SuiteConversionConfig(Config):
             f"family: a {self.family} branch of {self.parents} runs converts nothing",
         )
         require(
-            self.start == "cooldown" or 0 < _fraction(self.start) < 1,
-            f"start: 'cooldown' or a fraction of the parent's steps in (0, 1), got {self.start!r}",
+            self.start in ("cooldown", "end") or 0 < _fraction(self.start) < 1,
+            f"start: 'cooldown', 'end' or a fraction of the parent's steps in (0, 1), got {self.start!r}",
         )
+        if self.start == "end":
+            require(
+                0 < self.share < 1,
+                f"share: start end needs the conversion's share in (0, 1), got {self.share}",
+            )
+        else:
+            require(
+                self.share == 0,
+                f"share: only with start: end (else the parent's end sets it), got {self.share}",
+            )
         require("/" not in self.name, f"name: {self.name!r} must be a plain name")
 
     @property
@@ -225,12 +242,23 @@ class SuiteConversionConfig(Config):
             cooldown = Schedule.for_optimizer(cfg.optim, cfg.schedule, cfg.steps).cooldown_start
             assert cooldown is not None  # a WSD schedule has a cooldown
             return cooldown
+        if self.start == "end":
+            return cfg.steps
         step = round(_fraction(self.start) * cfg.steps)
         if not 0 < step < cfg.steps:
             raise ConfigError(
                 f"start: {self.start} of {cfg.steps} steps leaves no step to convert or none before"
             )
         return step
+
+    def end_step(self, cfg: TrainConfig) -> int:
+        """The branches' last step (their length), for a parent run ``cfg``."""
+        if self.start != "end":
+            return cfg.steps
+        end = round(cfg.steps / (1 - self.share))
+        if end <= cfg.steps:
+            raise ConfigError(f"share: {self.share} of a run after {cfg.steps} steps is not one step")
+        return end
 
 
 def _fraction(text: str) -> float:

@@ -33,11 +33,13 @@ from trilm.train.config import TrainConfig
 
 
 def _branch_config(
-    suite: Suite, parent: SuiteRun, conv: SuiteConversionConfig, start: int, name: str
+    suite: Suite, parent: SuiteRun, conv: SuiteConversionConfig, start: int, end: int, name: str
 ) -> TrainConfig:
     """The parent's config as a ``conv.family`` model (same tensors; the family's quantizer defaults),
-    started from the parent's state at ``start``, with the conversion's overrides on top."""
+    started from the parent's state at ``start`` and trained to step ``end``, with the conversion's
+    overrides on top."""
     data = parent.cfg.to_dict()
+    data["tokens"] = end * parent.cfg.batch_tokens
     model = dict(data["model"])
     model.pop("quant", None)  # the new family's quantizer unless the overrides set one
     model["family"] = conv.family
@@ -62,13 +64,14 @@ def conversion_branches(suite: Suite, parents: list[str] | None = None) -> list[
         for parent in suite.runs:
             if parent.family != conv.parents or (chosen is not None and parent.name not in chosen):
                 continue
-            start = conv.start_step(parent.cfg)
+            start, end = conv.start_step(parent.cfg), conv.end_step(parent.cfg)
             name = f"{parent.name}-{conv.suffix}"
-            cfg = _branch_config(suite, parent, conv, start, name)
+            cfg = _branch_config(suite, parent, conv, start, end, name)
             run = dataclasses.replace(
                 parent,
                 name=name,
                 family=conv.family,
+                tokens=cfg.tokens,
                 cfg=cfg,
                 parent=parent.name,
                 branch_step=start,
@@ -87,15 +90,18 @@ def _final_loss(run: SuiteRun) -> float | None:
 
 
 def conversion_comparison(suite: Suite, branches: list[Branch]) -> list[dict[str, Any]]:
-    """Per conversion branch, its final validation loss beside the two runs it competes with at equal
-    total tokens: its parent's own end (the float run's cooldown) and the run of its family trained from
-    scratch at the parent's size and budget (None where a run is not finished or not in the suite)."""
+    """Per conversion branch, its final validation loss beside the two runs it competes with: its parent's
+    own end (the float run's cooldown; at equal tokens unless the branch starts there) and the run of its
+    family trained from scratch at the parent's size and the branch's total tokens (None where a run is not
+    finished or not in the suite)."""
     out = []
     for b in branches:
         scratch = [
             r
             for r in suite.runs
-            if r.family == b.conversion and r.size == b.parent.size and r.cfg.tokens == b.parent.cfg.tokens
+            if r.family == b.conversion
+            and r.size == b.parent.size
+            and r.cfg.steps * r.cfg.batch_tokens == b.run.cfg.steps * b.run.cfg.batch_tokens
         ]
         final = _final_loss(b.run)
         scratch_loss = _final_loss(scratch[0]) if scratch else None
