@@ -110,3 +110,8 @@ def _bomb(levels: int) -> str:
 YAML_BOMB = _bomb(8)
 """A "billion laughs" YAML value (one flow list, anchors defined inside it): 9**8 leaves if anything
 expanded its aliases, as ``repr`` of it would. Put it where any value goes: ``seed: {YAML_BOMB}``."""
+
+
+YAML_DEEP = "[" * 600
+"""Flow lists nested past Python's recursion limit in PyYAML's composer (a few frames per level). Deeper
+costs PyYAML's scanner quadratic time before it gets there (100,000 levels: about 5 s), not another error."""

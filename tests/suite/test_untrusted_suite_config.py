@@ -20,6 +20,7 @@ from trilm.configs import packaged
 from tests.untrusted import (
     SETTINGS,
     YAML_BOMB,
+    YAML_DEEP,
     dotted_keys,
     hostile_values,
     named,
@@ -99,7 +100,7 @@ def test_hostile_values_are_named(tmp_path, key, value):
 HOSTILE_FILES = {
     "not utf-8": b"name: q\xff\n",
     "a list": b"- name\n- q\n",
-    "nested too deeply": b"[" * 100_000,
+    "nested too deeply": YAML_DEEP.encode(),
     "an integer of 5,000 digits": b"name: q\ntokens: [" + b"9" * 5000 + b"]\n",
     "aliases that would expand to 9**8 items": f"name: {YAML_BOMB}\n".encode(),
 }

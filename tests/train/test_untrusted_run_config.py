@@ -20,6 +20,7 @@ from trilm.configs import packaged
 from tests.untrusted import (
     SETTINGS,
     YAML_BOMB,
+    YAML_DEEP,
     dotted_keys,
     hostile_values,
     named,
@@ -67,7 +68,7 @@ def test_any_value_at_any_key_is_read_or_named(tmp_path, key, value, extra):
 @SETTINGS
 @given(
     key=st.sampled_from([".".join(k) for k in KEYS]) | st.text(max_size=12),
-    value=st.text(max_size=20) | st.sampled_from(["[", "{a: ", "9" * 5000, "9" * 400, "[" * 5000, "*a"]),
+    value=st.text(max_size=20) | st.sampled_from(["[", "{a: ", "9" * 5000, "9" * 400, YAML_DEEP, "*a"]),
 )
 def test_any_override_is_applied_or_named(key, value):
     base = TrainConfig.from_yaml(BASE)
@@ -81,7 +82,7 @@ def test_any_override_is_applied_or_named(key, value):
 HOSTILE = {
     "not utf-8": b"seed: 1\nrun_dir: \xff\xfe\n",
     "a list": b"- seed\n- 1\n",
-    "nested too deeply": b"[" * 100_000,
+    "nested too deeply": YAML_DEEP.encode(),
     "an integer of 5,000 digits": b"tokens: " + b"9" * 5000 + b"\n",
     "a float past its range": b"optim: {lr: " + b"9" * 400 + b"}\n",
     "a preset that is a number": b"model: {preset: 5}\n",

@@ -86,11 +86,35 @@ def read_complete(directory: str | Path) -> Complete | None:
         return None
     try:
         payload = json.loads(path.read_text())
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise IntegrityError(f"{path}: unreadable completion marker ({exc})") from None
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: not UTF-8, not JSON
+        problem = "nested too deeply" if isinstance(exc, RecursionError) else exc
+        raise IntegrityError(f"{path}: unreadable completion marker ({problem})") from None
     if not isinstance(payload, dict):
         raise IntegrityError(f"{path}: the completion marker is not a JSON object")
+    problem = _manifest_problem(payload.get("files"))
+    if problem:
+        raise IntegrityError(f"{path}: the manifest is damaged: {problem}")
     return Complete(path, payload)
+
+
+def _manifest_problem(files: Any) -> str | None:
+    """What is wrong with a marker's ``files`` (None when sound or absent): every entry a relative path
+    inside the directory, with an integer size and CRC-32."""
+    if files is None:
+        return None
+    if not isinstance(files, dict):
+        return f"'files' is a {type(files).__name__}, not a mapping"
+    for rel, record in files.items():
+        parts = Path(rel).parts
+        if not rel or "\x00" in rel or Path(rel).is_absolute() or ".." in parts:
+            return f"{rel!r} is not a path inside the directory"
+        sound = isinstance(record, dict) and all(
+            isinstance(record.get(k), int) and not isinstance(record.get(k), bool) and record[k] >= 0
+            for k in ("bytes", "crc32")
+        )
+        if not sound:
+            return f"{rel}: expected bytes and crc32 as counts, got {record!r}"[:300]
+    return None
 
 
 def check_file(
@@ -110,8 +134,10 @@ def check_file(
     if path.suffix == ".json":
         try:
             json.loads(path.read_text())
-        except (ValueError, UnicodeDecodeError) as exc:
-            return f"{path}: not valid JSON ({exc})"
+        except (OSError, ValueError, RecursionError) as exc:  # ValueError: not UTF-8, not JSON
+            return (
+                f"{path}: not valid JSON ({'nested too deeply' if isinstance(exc, RecursionError) else exc})"
+            )
     return None
 
 

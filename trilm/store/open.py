@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import warnings
 from functools import cached_property
 from pathlib import Path
@@ -236,6 +237,8 @@ def open_model(
     hash, :mod:`trilm.store.tokenizer`; ``force_tokenizer`` accepts one that does not); ``family`` is the
     family of an HF directory whose config does not say it.
     """
+    if not isinstance(path, str | os.PathLike):  # a config's value that should have been a path
+        raise StoreError(f"{shown(path)}: not a path to a model directory (expected {WHAT})")
     given = Path(path)
     try:
         exists = given.exists()

@@ -9,6 +9,7 @@ rank writes into one staging directory, and writers that check the result before
 from __future__ import annotations
 
 import json
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 import torch
 
 from trilm.atomic import atomic_directory, copy_file, write_text
-from trilm.config import ConfigError
+from trilm.config import ConfigError, shown
 from trilm.formats import save_packed
 from trilm.model.config import ModelConfig
 from trilm.model.snapshot import SnapshotMeta
@@ -66,10 +67,34 @@ def read_snapshot_config(directory: str | Path) -> tuple[ModelConfig, SnapshotMe
     meta = payload.get("meta") or {}
     if not isinstance(meta, dict):
         raise StoreError(f"{path}: 'meta' must be a mapping, got {type(meta).__name__}")
-    try:
-        return cfg, SnapshotMeta.from_dict(meta)
-    except TypeError as exc:
-        raise StoreError(f"{path}: meta: {exc}") from None
+    problem = _meta_problem(meta)
+    if problem:
+        raise StoreError(f"{path}: meta.{problem}")
+    return cfg, SnapshotMeta.from_dict(meta)
+
+
+_META_KINDS = {
+    float: (int, float),
+    int: (int,),
+    str: (str,),
+    dict: (dict,),
+}
+
+
+def _meta_problem(meta: dict[str, Any]) -> str | None:
+    """The first field of a snapshot's ``meta`` whose value is not of its type (None when all are): every
+    reader of a snapshot uses these fields as typed (steps and counts in arithmetic, names as text)."""
+    for name, tp in typing.get_type_hints(SnapshotMeta).items():
+        value = meta.get(name)
+        if value is None:
+            continue
+        if typing.get_origin(tp) is dict:
+            kind: type = dict
+        else:
+            kind = next(k for k in (float, int, str) if k in (tp, *typing.get_args(tp)))
+        if isinstance(value, bool) or not isinstance(value, _META_KINDS[kind]):
+            return f"{name}: expected {'a mapping' if kind is dict else kind.__name__}, got {shown(value)}"
+    return None
 
 
 def is_snapshot(directory: str | Path) -> bool:

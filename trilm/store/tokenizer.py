@@ -32,8 +32,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from trilm.config import ConfigError, read_yaml_file
 from trilm.data.errors import DataError
 from trilm.data.tokenizer import (
     HF_TOKENIZER_FILE,
@@ -245,10 +244,8 @@ def trained_with_bos(
     if run_dir is None or not (run_dir / RUN_CONFIG).is_file():
         return False
     try:
-        train_dir = (
-            (yaml.safe_load((run_dir / RUN_CONFIG).read_text()) or {}).get("data", {}).get("train_dir")
-        )
+        train_dir = (read_yaml_file(run_dir / RUN_CONFIG) or {}).get("data", {}).get("train_dir")
         index = json.loads((Path(train_dir) / "index.json").read_text()) if train_dir else {}
-    except (OSError, yaml.YAMLError, json.JSONDecodeError, TypeError, AttributeError):
-        return False
-    return bool(index.get("settings", {}).get("add_bos", False))
+        return bool(index.get("settings", {}).get("add_bos", False))
+    except (ConfigError, OSError, ValueError, RecursionError, TypeError, AttributeError):
+        return False  # a damaged run config or index says nothing: trilm's convention holds
