@@ -46,14 +46,18 @@ def test_suite_fits_report_and_plots(suite):
     data = json.loads((out / "fit.json").read_text())
     for family in LAWS:
         law = data["families"][family]["L(x)"]
-        assert set(law["params"]) == {"E", "A", "alpha"} and law["converged"]
+        assert law["law"] == "n" and set(law["params"]) == {"E", "A", "alpha"}
+        assert law["status"].startswith("converged")
         assert len(law["log_residuals"]) == len(SIX)
         boot = law["bootstrap"]
         assert boot["n_resamples"] == 100 and boot["seed"] == 0
+        assert len(law["boot_thetas"]) == boot["n_accepted"]
         for name, value in law["params"].items():
-            assert boot["params"][name]["lo"] <= value <= boot["params"][name]["hi"], (family, name)
+            lo, hi = law["param_intervals"][name]
+            assert lo <= value <= hi, (family, name)
+            assert law["param_se"][name] > 0, (family, name)
         assert len(law["leave_one_size_out"]) == len(SIX)
-        assert data["families"][family]["L(bits)"]["converged"]
+        assert data["families"][family]["L(bits)"]["status"].startswith("converged")
     assert len(data["runs_L(D)"]) == 2 * len(SIX)
     axes = sorted(c["axis"] for c in data["comparisons"])
     assert axes == ["bits", "observed", "params"]

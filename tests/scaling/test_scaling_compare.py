@@ -8,7 +8,7 @@ import pytest
 from tests.scaling.synthetic import synthetic_suite
 from trilm.scaling import analyse, write_table
 from trilm.scaling.compare import crossings_theta, matched_x
-from trilm.scaling.fit import FORMS
+from trilm.scaling.laws import get_law
 
 # FloatLM: 2.0 + 100/N^0.3. TriLM: lower E, larger A, chosen so the curves cross at N* = 1e9 exactly.
 N_STAR = 1e9
@@ -18,7 +18,7 @@ SIZES = {f"s{i}": (n, 0.8 * n, 0.2 * n) for i, n in enumerate(np.geomspace(1e8, 
 
 
 def _theta(p):
-    return FORMS["N"].theta_from_natural(p)
+    return get_law("n").theta(p)
 
 
 def test_crossing_of_known_curves():

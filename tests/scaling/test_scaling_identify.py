@@ -12,7 +12,9 @@ import pytest
 from tests.scaling.synthetic import SPECTRA_SIZES, synthetic_suite
 from trilm.scaling import analyse, write_table
 from trilm.scaling import plots as plots_module
-from trilm.scaling.identify import identify, new_lows
+from trilm.scaling.fitter import interval_reasons
+from trilm.scaling.laws import get_law
+from trilm.scaling.laws.base import new_lows
 from trilm.suite.analyse import fit_lines, run_fit_lines, summary_text
 
 FIVE = dict(list(SPECTRA_SIZES.items())[:5])
@@ -81,7 +83,7 @@ def test_a_clean_decrease_is_identified_printed_and_drawn(tmp_path, drawn):
     )
     report = analyse(write_table(tmp_path / "r.csv", rows), tmp_path / "out", bootstrap=200, seed=0)
     law = report.families["floatlm"].law_x
-    assert law.identified and law.identification.reasons == ()
+    assert law.identified and law.fit.reasons == ()
     text = _all_text(report, tmp_path / "out")
     assert _assert_only_identified_laws_printed(text) >= 4  # L(N) of both families in summary and report
     assert "not identified" not in "\n".join(fit_lines(report))
@@ -94,10 +96,10 @@ def test_the_quickstart_losses_of_issue_21_are_not_a_law(tmp_path, drawn):
     losses = {"floatlm": [4.894, 5.095, 5.085], "trilm": [5.10, 5.16, 5.22]}
     report = analyse(write_table(tmp_path / "r.csv", _rows(THREE, losses)), tmp_path / "out", bootstrap=200)
     for fam in losses:
-        ident = report.families[fam].law_x.identification
-        assert not ident.identified
-        assert any("new low at only 1 of 3 sizes" in r for r in ident.reasons)
-        assert any("3 sizes for 3 parameters (an exact fit" in r for r in ident.reasons)
+        law = report.families[fam].law_x
+        assert not law.identified
+        assert any("new low at only 1 of 3 sizes" in r for r in law.fit.reasons)
+        assert any("3 sizes for 3 parameters (an exact fit" in r for r in law.fit.reasons)
     text = _all_text(report, tmp_path / "out")
     assert _assert_only_identified_laws_printed(text) == 0
     lines = "\n".join(fit_lines(report))
@@ -116,10 +118,10 @@ def test_three_decreasing_sizes_fit_exactly_and_get_a_zero_width_interval(tmp_pa
     report = analyse(write_table(tmp_path / "r.csv", _rows(THREE, losses)), None, bootstrap=100)
     law = report.families["floatlm"].law_x
     assert law.fit.params["alpha"] > 0
-    summary = law.bootstrap.summary()["alpha"]
-    assert summary["hi"] - summary["lo"] < 1e-6  # every usable resample redraws the same three sizes
+    lo, hi = law.fit.param_intervals()["alpha"]
+    assert hi - lo < 1e-6  # every usable resample redraws the same three sizes
     assert not law.identified
-    assert any("zero-width α interval" in r for r in law.identification.reasons)
+    assert any("zero-width alpha interval" in r for r in law.fit.reasons)
     assert _assert_only_identified_laws_printed(summary_text(report)) == 0
 
 
@@ -127,8 +129,8 @@ def test_an_interval_reaching_zero_is_not_a_law(tmp_path):
     losses = {"floatlm": [4.30, 4.20, 4.25, 4.10, 4.19]}  # new lows at 3 sizes, but no clear trend
     report = analyse(write_table(tmp_path / "r.csv", _rows(FIVE, losses)), tmp_path / "o", bootstrap=300)
     law = report.families["floatlm"].law_x
-    reasons = " ".join(law.identification.reasons)
-    assert not law.identified and any(k in reasons for k in ("reaches 0", "≤ 0", "not pinned down")), reasons
+    reasons = " ".join(law.fit.reasons)
+    assert not law.identified and any(k in reasons for k in ("reaches 0", "≤ 0", "a step")), reasons
     assert _assert_only_identified_laws_printed(_all_text(report, tmp_path / "o")) == 0
 
 
@@ -150,9 +152,10 @@ def test_identify_reads_the_bootstrap_of_every_exponent(tmp_path):
     rows = synthetic_suite({"floatlm": LAW}, sizes=FIVE, checkpoints=1, noise=0.001)
     report = analyse(write_table(tmp_path / "r.csv", rows), None, bootstrap=100, loso=False)
     law = report.families["floatlm"].law_x
-    assert identify(law).identified
-    degenerate = dataclasses.replace(law.bootstrap, thetas=np.tile(law.fit.theta, (law.bootstrap.n_ok, 1)))
-    assert "zero-width α interval" in identify(dataclasses.replace(law, bootstrap=degenerate)).because
+    assert law.identified and interval_reasons(get_law("n"), law.fit, exact=False, loss=law.loss) == []
+    tiled = np.tile(law.fit.theta, (len(law.fit.boot_thetas), 1))
+    degenerate = dataclasses.replace(law.fit, boot_thetas=tiled)
+    assert any("zero-width alpha interval" in r for r in interval_reasons(get_law("n"), degenerate, False))
 
 
 def test_a_zero_width_interval_of_exact_data_is_certainty_not_degeneracy(tmp_path):
@@ -162,8 +165,8 @@ def test_a_zero_width_interval_of_exact_data_is_certainty_not_degeneracy(tmp_pat
         .families["floatlm"]
         .law_x
     )
-    summary = law.bootstrap.summary()["alpha"]
-    assert summary["hi"] - summary["lo"] < 1e-6 and law.identified
+    lo, hi = law.fit.param_intervals()["alpha"]
+    assert hi - lo < 1e-6 and law.identified
 
 
 def test_the_summary_says_where_loss_does_not_fall_with_size(tmp_path):
@@ -182,5 +185,7 @@ def test_l_of_d_after_warm_up_and_a_collapsed_e_is_not_a_law(tmp_path):
     law = report.run_fits["floatlm-99M"]
     assert law.fit.n_points == 6 and law.identified  # log-spaced from 1/64 of the budget: two below 0.05
     assert any("L(D) from D = " in n and "2 earlier checkpoint(s) left out" in n for n in report.notes)
-    bare = dataclasses.replace(law, fit=dataclasses.replace(law.fit, params={**law.fit.params, "E": 1e-12}))
-    assert "E = 1e-12 ≈ 0 (the irreducible loss is not identified)" in identify(bare, "checkpoints").because
+    d = get_law("d")
+    bare = d.theta({**law.fit.params, "E": 1e-12})
+    reasons = d.plausibility(bare, d.design(law.data), law.loss)
+    assert "E = 1e-12 ≈ 0 (the irreducible loss is not identified)" in reasons

@@ -1,6 +1,8 @@
 """Scaling-law tools: fit L(N), L(D), L(N, D) over results tables, bootstrap them, compare families, plot.
 
-Pure numpy/matplotlib (no torch). The one-call entry point is :func:`analyse`::
+Every law is one class of :data:`trilm.scaling.laws.LAWS`, fitted by :func:`trilm.scaling.fitter.fit` into a
+:class:`trilm.scaling.fitter.Fit`. Pure numpy/matplotlib (no torch). The one-call entry point is
+:func:`analyse`::
 
     from trilm.scaling import analyse
     report = analyse(["runs/suite/results.csv"], "runs/suite/scaling", form="auto", bootstrap=1000, seed=0)
@@ -8,10 +10,11 @@ Pure numpy/matplotlib (no torch). The one-call entry point is :func:`analyse`::
 and the command line is ``trilm scaling fit RESULTS… --out DIR`` (see :mod:`trilm.scaling.cli`).
 """
 
-from trilm.scaling.analyse import analyse
-from trilm.scaling.bootstrap import BootstrapResult, bootstrap_fit, leave_one_out
-from trilm.scaling.fit import FORMS, HUBER_DELTA, FitError, FitResult, fit_law
-from trilm.scaling.results import AnalysisConfig, Report
+from trilm.scaling.analyse import LAW_OF_FORM, analyse, leave_one_out
+from trilm.scaling.errors import FitError
+from trilm.scaling.fitter import HUBER_DELTA, Fit, Prediction
+from trilm.scaling.laws import LAWS, get_law
+from trilm.scaling.results import AnalysisConfig, FittedPoints, Report
 from trilm.scaling.table import (
     TERNARY_BITS,
     ResultRow,
@@ -29,22 +32,23 @@ analyze = analyse
 stays beside ``trilm suite analyse``)."""
 
 __all__ = [
-    "FORMS",
     "HUBER_DELTA",
+    "LAWS",
+    "LAW_OF_FORM",
     "TERNARY_BITS",
     "AnalysisConfig",
-    "BootstrapResult",
+    "Fit",
     "FitError",
-    "FitResult",
+    "FittedPoints",
+    "Prediction",
     "Report",
     "ResultRow",
     "TableError",
     "analyse",
     "analyze",
     "append_rows",
-    "bootstrap_fit",
     "default_linear_bits",
-    "fit_law",
+    "get_law",
     "leave_one_out",
     "model_bits",
     "quantized_linear_bits",

@@ -11,9 +11,11 @@
   run with its branches), while L(N) and L(bits) use the runs' own finals only;
 - L(D) along each run, over its checkpoints with D > 0: training dynamics, not a scaling law in D.
 
+Each is one :func:`trilm.scaling.fitter.fit` of a registered law (L(N) and L(bits): ``n``; L(D): ``d``;
+L(N, D): ``additive``) with its bootstrap inside, and leave-one-size-out is that fit again without each size.
 ``form="auto"`` fits what the data support and writes a note for what it skipped and why; an explicit form
-is strict and raises :class:`~trilm.scaling.fit.FitError` when a family or run cannot be fitted. Families
-are then compared with a reference family (FloatLM by default) on both axes.
+is strict and raises :class:`~trilm.scaling.errors.FitError` when a family or run cannot be fitted.
+Families are then compared with a reference family (FloatLM by default) on both axes.
 """
 
 from __future__ import annotations
@@ -29,20 +31,19 @@ import numpy as np
 
 from trilm.atomic import write_text
 from trilm.scaling import report as report_md
-from trilm.scaling.bootstrap import (
-    bootstrap_many,
-    leave_one_out,
-    point_weights,
-    unit_counts,
-)
 from trilm.scaling.compare import compare_observed, compare_pair
 from trilm.scaling.envelope import envelope
-from trilm.scaling.fit import FitError, fit_many
-from trilm.scaling.identify import identify, implausible_family
-from trilm.scaling.results import AnalysisConfig, FamilyAnalysis, Identification, LawFit, Report
+from trilm.scaling.errors import FitError
+from trilm.scaling.fitter import Fit, fit
+from trilm.scaling.identify import implausible_family
+from trilm.scaling.laws import get_law
+from trilm.scaling.results import AnalysisConfig, FamilyAnalysis, FittedPoints, Report
 from trilm.scaling.table import ResultRow, family_kind, read_table
 
 FAMILY_ORDER = {"floatlm": 0, "trilm": 1, "bilm": 2, "quantlm": 3, "other": 4}
+LAW_OF_FORM = {"N": "n", "D": "d", "ND": "additive"}
+"""The registered law (:data:`trilm.scaling.laws.LAWS`) each ``--form`` fits."""
+MIN_LOSO_GROUPS = 4
 
 
 def _family_sort_key(name: str) -> tuple[int, str]:
@@ -80,79 +81,102 @@ def _group_runs(rows: list[ResultRow]) -> dict[str, list[ResultRow]]:
 
 @dataclasses.dataclass
 class _Spec:
-    """A law to fit, before fitting: its data, how to bootstrap it, and where the result goes."""
+    """A law to fit, before fitting: its data, how to bootstrap it, and where the result goes.
+
+    ``units`` are the bootstrap's resampling units (None: no bootstrap); specs with the same units in the
+    same order and the same ``seed`` draw the same resamples, which pairs them."""
 
     label: str
     form: str
     inputs: dict[str, np.ndarray]
     loss: np.ndarray
     labels: list[str]
-    attach: Callable[[LawFit], None]
-    weights: np.ndarray | None = None
+    attach: Callable[[FittedPoints], None]
+    units: list[Hashable] | None = None
+    seed: int = 0
     loso_groups: list[str] | None = None
-    law: LawFit | None = None
 
 
 def _fit_specs(specs: list[_Spec], cfg: AnalysisConfig, strict: bool, notes: list[str]) -> None:
-    """Fit all specs, one batch per form; then bootstrap and leave-one-size-out, also batched."""
-    for form in ("N", "D", "ND"):
-        group = [s for s in specs if s.form == form]
-        if not group:
-            continue
-        results = fit_many(
-            form,
-            [(s.inputs, s.loss) for s in group],
-            labels=[s.label for s in group],
-            delta=cfg.delta,
-            errors="raise" if strict else "return",
-        )
-        for spec, result in zip(group, results):
-            if isinstance(result, FitError):
-                notes.append(f"{spec.label}: not fitted: {result}")
-                continue
-            notes.extend(f"{spec.label}: {n}" for n in result.notes)
-            spec.law = LawFit(
-                label=spec.label, fit=result, inputs=spec.inputs, loss=spec.loss, labels=spec.labels
-            )
-            spec.attach(spec.law)
-        boot = [(s, s.law, s.weights) for s in group if s.law is not None and s.weights is not None]
-        if boot:
-            boots = bootstrap_many(
-                [law.fit for _, law, _ in boot],
-                [(s.inputs, s.loss) for s, _, _ in boot],
-                [weights for _, _, weights in boot],
-                seed=cfg.seed,
+    """Fit every spec with its bootstrap; then leave-one-size-out on the identified ones."""
+    for spec in specs:
+        try:
+            result = fit(
+                LAW_OF_FORM[spec.form],
+                {**spec.inputs, "loss": spec.loss},
+                bootstrap=cfg.bootstrap if spec.units is not None else 0,
+                seed=spec.seed,
                 level=cfg.level,
                 delta=cfg.delta,
-                labels=[s.label for s, _, _ in boot],
+                units=spec.units,
+                label=spec.label,
             )
-            for (spec, law, _), boot_result in zip(boot, boots):
-                if isinstance(boot_result, FitError):
-                    notes.append(f"{spec.label}: no bootstrap interval: {boot_result}")
-                else:
-                    law.bootstrap = boot_result
-        for spec in group:
-            if spec.law is None:
-                continue
-            spec.law.identification = identify(
-                spec.law,
-                "checkpoints" if form == "D" else "sizes",
-                "bits" if spec.label.endswith("L(bits)") else None,
+        except FitError as exc:
+            if strict:
+                raise
+            notes.append(f"{spec.label}: not fitted: {exc}")
+            continue
+        law = FittedPoints(result, spec.inputs, spec.loss, spec.labels)
+        spec.attach(law)
+        boot = result.bootstrap
+        if spec.units is not None and cfg.bootstrap and not boot.get("n_accepted"):
+            notes.append(
+                f"{spec.label}: no bootstrap interval: of {boot.get('n_resamples')} resamples"
+                f" {boot.get('n_degenerate')} were degenerate (too few distinct values of an input) and"
+                f" {boot.get('n_not_converged')} did not converge"
             )
-            if not spec.law.identified:
-                notes.append(f"{spec.label}: not identified: {spec.law.identification.because}")
-        for spec in group:
-            if not cfg.loso or spec.law is None or spec.loso_groups is None or not spec.law.identified:
-                continue
-            n_groups = len(set(spec.loso_groups))
-            if n_groups >= 4:
-                spec.law.loso = leave_one_out(
-                    spec.law.fit, spec.inputs, spec.loss, spec.loso_groups, delta=cfg.delta, label=spec.label
-                )
-            else:
-                notes.append(
-                    f"{spec.label}: leave-one-size-out skipped: it needs at least 4 sizes, has {n_groups}"
-                )
+        if not law.identified:
+            notes.append(f"{spec.label}: not identified: {law.because}")
+            continue
+        if not cfg.loso or spec.loso_groups is None:
+            continue
+        n_groups = len(set(spec.loso_groups))
+        if n_groups >= MIN_LOSO_GROUPS:
+            law.loso = leave_one_out(result, law.data, spec.loso_groups, delta=cfg.delta)
+        else:
+            notes.append(
+                f"{spec.label}: leave-one-size-out skipped: it needs at least {MIN_LOSO_GROUPS} sizes,"
+                f" has {n_groups}"
+            )
+
+
+def leave_one_out(
+    full: Fit, data: dict[str, np.ndarray], groups: list[str], *, delta: float
+) -> list[dict[str, Any]]:
+    """Refit ``full``'s law without each group (a model size) and compare its predicted and observed losses.
+
+    Each entry: the group, how many points it had, the mean observed and predicted loss, the relative error
+    ``predicted / observed − 1`` (mean over the group's points), whether the group lay outside the range of
+    the remaining sizes (a true extrapolation), or ``skipped`` with the reason the refit was impossible.
+    Each refit starts from the law's coarse grid and from the full-data fit (removing one size moves the
+    optimum a little)."""
+    law = get_law(full.law)
+    starts = np.vstack([law.coarse_grid(), full.theta])
+    first = next(k for k in data if k != "loss")
+    out = []
+    for group in dict.fromkeys(groups):
+        held = np.array([g == group for g in groups])
+        entry: dict[str, Any] = {"group": group, "n_points": int(held.sum())}
+        try:
+            refit = fit(
+                law, {k: v[~held] for k, v in data.items()}, starts=starts, delta=delta,
+                label=f"{full.label} without {group}",
+            )  # fmt: skip
+        except FitError as exc:
+            entry["skipped"] = str(exc)
+            out.append(entry)
+            continue
+        observed = data["loss"][held]
+        pred = refit.predict(**{k: v[held] for k, v in data.items() if k != "loss"}).value
+        x = data[first]
+        entry.update(
+            observed=float(np.mean(observed)),
+            predicted=float(np.mean(pred)),
+            rel_error=float(np.mean(pred / observed - 1.0)),
+            extrapolation=bool(np.all(x[held] > x[~held].max()) or np.all(x[held] < x[~held].min())),
+        )
+        out.append(entry)
+    return out
 
 
 def analyse(
@@ -204,19 +228,25 @@ def analyse(
         for f in sorted(by_family, key=_family_sort_key)
     }
 
-    # Families measured at the same set of sizes share their resample draws (a paired bootstrap); a family
-    # with another set of sizes gets its own draws (an independent bootstrap, also valid for a difference).
-    size_sets = sorted({tuple(sorted({r.size for r in fa.finals})) for fa in families.values()})
-    draws = {
-        sizes: unit_counts(sizes, max(cfg.bootstrap, 1), cfg.seed + 1000 * i)
-        for i, sizes in enumerate(size_sets)
+    # Families measured at the same set of sizes draw the same resamples (a paired bootstrap): the same seed,
+    # and their points in one order of sizes, so that the sizes are the same units in the same order. A
+    # family with another set of sizes gets its own seed (an independent bootstrap, also valid for a
+    # difference).
+    finals = [r for fa in families.values() for r in fa.finals]
+    size_rank = {
+        size: i
+        for i, size in enumerate(
+            sorted({r.size for r in finals}, key=lambda s: (min(r.params for r in finals if r.size == s), s))
+        )
     }
-    run_fits: dict[str, LawFit] = {}
+    size_sets = sorted({tuple(sorted({r.size for r in fa.finals})) for fa in families.values()})
+    seeds = {sizes: cfg.seed + 1000 * i for i, sizes in enumerate(size_sets)}
+    run_fits: dict[str, FittedPoints] = {}
     specs: list[_Spec] = []
     for fa in families.values():
         if cfg.form in ("auto", "N"):
             sizes = tuple(sorted({r.size for r in fa.finals}))
-            specs += _family_x_specs(fa, cfg, *draws[sizes], strict, notes)
+            specs += _family_x_specs(fa, cfg, size_rank, seeds[sizes], strict, notes)
         if cfg.form in ("auto", "ND"):
             specs += _family_nd_specs(fa, runs, cfg, strict, notes)
     if cfg.form in ("auto", "D"):
@@ -276,12 +306,12 @@ def _skip(strict: bool, notes: list[str], message: str) -> None:
 def _family_x_specs(
     fa: FamilyAnalysis,
     cfg: AnalysisConfig,
-    counts: np.ndarray,
-    units: list[Hashable],
+    size_rank: dict[str, int],
+    seed: int,
     strict: bool,
     notes: list[str],
 ) -> list[_Spec]:
-    finals = fa.finals
+    finals = sorted(fa.finals, key=lambda r: (size_rank[r.size], r.params, r.tokens))
     sizes = sorted({r.size for r in finals}, key=lambda s: min(r.params for r in finals if r.size == s))
     if len(sizes) < 3:
         _skip(
@@ -299,19 +329,20 @@ def _family_x_specs(
         )
     labels = [r.size for r in finals]
     loss = np.array([r.loss for r in finals])
-    weights = point_weights(labels, counts, units)[: cfg.bootstrap] if cfg.bootstrap else None
+    units: list[Hashable] | None = list(labels) if cfg.bootstrap else None
     x = np.array([getattr(r, cfg.x) for r in finals], dtype=float)
     bits = np.array([r.model_bits for r in finals])
 
-    def set_x(law: LawFit) -> None:
+    def set_x(law: FittedPoints) -> None:
         fa.law_x = law
 
-    def set_bits(law: LawFit) -> None:
+    def set_bits(law: FittedPoints) -> None:
         fa.law_bits = law
 
+    label = f"{fa.family} L({_axis_name(cfg.x)})"
     return [
-        _Spec(f"{fa.family} L({_axis_name(cfg.x)})", "N", {"N": x}, loss, labels, set_x, weights, labels),
-        _Spec(f"{fa.family} L(bits)", "N", {"N": bits}, loss, labels, set_bits, weights),
+        _Spec(label, "N", {"N": x}, loss, labels, set_x, units, seed, labels),
+        _Spec(f"{fa.family} L(bits)", "N", {"N": bits}, loss, labels, set_bits, units, seed),
     ]
 
 
@@ -358,25 +389,21 @@ def _family_nd_specs(
         "N": np.array([getattr(r, cfg.x) for r in points], dtype=float),
         "D": np.array([r.tokens for r in points]),
     }
-    weights = None
-    if cfg.bootstrap:
-        units = [lineage(r) for r in points]  # resample whole runs, each with its branches
-        counts, unit_list = unit_counts(units, cfg.bootstrap, cfg.seed)
-        weights = point_weights(units, counts, unit_list)
+    # resample whole runs, each with its branches
+    units: list[Hashable] | None = [lineage(r) for r in points] if cfg.bootstrap else None
 
-    def set_nd(law: LawFit) -> None:
+    def set_nd(law: FittedPoints) -> None:
         fa.law_nd = law
 
     loss = np.array([r.loss for r in points])
-    return [
-        _Spec(f"{fa.family} L(N, D)", "ND", inputs, loss, labels, set_nd, weights, [r.size for r in points])
-    ]
+    groups = [r.size for r in points]
+    return [_Spec(f"{fa.family} L(N, D)", "ND", inputs, loss, labels, set_nd, units, cfg.seed, groups)]
 
 
 def _run_specs(
     run: str,
     items: list[ResultRow],
-    run_fits: dict[str, LawFit],
+    run_fits: dict[str, FittedPoints],
     cfg: AnalysisConfig,
     strict: bool,
     notes: list[str],
@@ -402,7 +429,7 @@ def _run_specs(
         )
         return []
 
-    def set_run(law: LawFit) -> None:
+    def set_run(law: FittedPoints) -> None:
         run_fits[run] = law
 
     # No bootstrap: checkpoints of one run are one trajectory, not independent samples of L(D).
@@ -412,11 +439,11 @@ def _run_specs(
 
 
 def _check_run_fits_together(
-    run_fits: dict[str, LawFit], runs: dict[str, list[ResultRow]], cfg: AnalysisConfig, notes: list[str]
+    run_fits: dict[str, FittedPoints], runs: dict[str, list[ResultRow]], cfg: AnalysisConfig, notes: list[str]
 ) -> None:
     """Per family, the identified L(D) fits must agree with each other: E may not rise with N. Each run of a
     pair where it does loses its "identified" (:func:`trilm.scaling.identify.implausible_family`)."""
-    by_family: dict[str, dict[str, LawFit]] = defaultdict(dict)
+    by_family: dict[str, dict[str, FittedPoints]] = defaultdict(dict)
     for run, law in run_fits.items():
         if law.identified:
             by_family[runs[run][-1].family][run] = law
@@ -424,8 +451,7 @@ def _check_run_fits_together(
         sizes = {run: float(getattr(runs[run][-1], cfg.x)) for run in fits}
         for run, why in implausible_family(fits, sizes).items():
             law = fits[run]
-            assert law.identification is not None  # by_family holds identified fits only
-            law.identification = Identification(False, (*law.identification.reasons, why))
+            law.fit.reasons = (*law.fit.reasons, why)
             notes.append(f"{law.label}: not identified: {why}")
 
 
@@ -499,8 +525,6 @@ def _fitted_pair(
         mine.fit,
         points,
         x_ref,
-        boot_ref=theirs.bootstrap,
-        boot_fam=mine.bootstrap,
         axis=axis,
         level=cfg.level,
     )

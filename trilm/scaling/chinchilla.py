@@ -2,8 +2,9 @@
 
 Epoch AI ("Chinchilla Scaling: A replication attempt", Besiroglu et al. 2024) extracted 245 (model size,
 training FLOP, loss) points from Fig. 4 of Hoffmann et al. (2022), dropped the 5 highest-loss points and
-fitted approach 3 to the remaining 240 with D = FLOP / (6 N). Their CSV ships with trilm as package data
-(``trilm/scaling/data/``, whose README records its source, checksum and licence status).
+fitted approach 3 to the remaining 240 with D = FLOP / (6 N). trilm's refit is the law ``additive`` through
+:func:`trilm.scaling.fitter.fit`, the fitter every scaling tool uses. Their CSV ships with trilm as package
+data (``trilm/scaling/data/``, whose README records its source, checksum and licence status).
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from pathlib import Path
 import numpy as np
 
 from trilm.atomic import write_text
-from trilm.scaling.bootstrap import bootstrap_fit
-from trilm.scaling.fit import FitResult, fit_law
-from trilm.scaling.results import LawFit
+from trilm.scaling import fitter
+from trilm.scaling.fitter import Fit
+from trilm.scaling.results import FittedPoints
 from trilm.scaling.table import TableError
 
 CSV_NAME = "chinchilla_svg_extracted_data.csv"
@@ -102,28 +103,32 @@ def reproduce(
     *,
     n_resamples: int = 4000,
     seed: int = 42,
-    fit: FitResult | None = None,
+    fit: Fit | None = None,
 ) -> dict:
-    """Fit L(N, D) on the 240 points from Hoffmann's grid, bootstrap it, compare with Epoch's estimates.
+    """Fit L(N, D) (law ``additive``) on the 240 points from Hoffmann's grid with ``n_resamples`` bootstrap
+    refits, and compare with Epoch's estimates.
 
     Returns (and with ``out_dir`` writes as ``fit.json`` + ``report.md`` + ``loss_nd.png/svg``) the fit,
     the bootstrap standard errors and intervals, and for each parameter the distance to Epoch's estimate
-    in units of Epoch's standard error. ``fit`` reuses a fit already made on the same data.
+    in units of Epoch's standard error. ``fit`` is a fit already made on the same data, used as it is (with
+    its own refits, if any).
     """
 
     data = load_chinchilla(path)
     inputs = {"N": data.N, "D": data.D}
     if fit is None:
-        fit = fit_law("ND", inputs, data.loss, label="Chinchilla L(N, D)")
-    boot = bootstrap_fit(fit, inputs, data.loss, n_resamples=n_resamples, seed=seed) if n_resamples else None
-    summary = boot.summary() if boot else {}
+        fit = fitter.fit(
+            "additive", {**inputs, "loss": data.loss}, bootstrap=n_resamples, seed=seed, label="Chinchilla"
+        )
+    boot = fit.boot_params()
+    intervals = fit.param_intervals()
     rows = {}
     for name, epoch in EPOCH_ESTIMATES.items():
         value = fit.params[name]
         rows[name] = {
             "ours": value,
-            "ours_se": summary.get(name, {}).get("se"),
-            "ours_interval": [summary[name]["lo"], summary[name]["hi"]] if name in summary else None,
+            "ours_se": float(np.std(boot[name], ddof=1)) if name in boot and boot[name].size > 1 else None,
+            "ours_interval": intervals.get(name),
             "epoch": epoch,
             "epoch_se": EPOCH_STANDARD_ERRORS[name],
             "z_vs_epoch": (value - epoch) / EPOCH_STANDARD_ERRORS[name],
@@ -133,7 +138,6 @@ def reproduce(
         "n_points": int(data.loss.size),
         "dropped_losses": data.dropped_loss.tolist(),
         "fit": fit.to_dict(),
-        "bootstrap": boot.to_dict() if boot else None,
         "comparison": rows,
     }
     if out_dir is not None:
@@ -146,7 +150,7 @@ def reproduce(
         out.mkdir(parents=True, exist_ok=True)
         write_text(out / "fit.json", json.dumps(result, indent=1) + "\n")
         write_text(out / "report.md", render_comparison(result))
-        law = LawFit(label="Chinchilla", fit=fit, inputs=inputs, loss=data.loss, labels=[""] * data.loss.size)
+        law = FittedPoints(fit, inputs, data.loss, [""] * data.loss.size)
         fig = Figure(figsize=(7, 4.8))
         draw_nd(fig.subplots(), law, "Chinchilla (Epoch's 240 points): L(N, D) fit, lines at 8 sizes")
         for ext in ("png", "svg"):

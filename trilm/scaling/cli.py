@@ -25,7 +25,7 @@ from trilm.config import require_directory_path
 from trilm.scaling.analyse import analyse
 from trilm.scaling.chinchilla import render_comparison, reproduce
 from trilm.scaling.commands import fit_law_command, predict_command
-from trilm.scaling.fit import HUBER_DELTA
+from trilm.scaling.fitter import HUBER_DELTA
 from trilm.scaling.laws import LAWS
 from trilm.scaling.results import AnalysisConfig
 

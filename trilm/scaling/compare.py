@@ -3,19 +3,20 @@ family matches a model's loss.
 
 Spectra's question is whether TriLM approaches FloatLM at equal parameters and beats it at equal size in
 bits. With ``x`` the parameter count this answers the first, with ``x`` the model size in bits the second.
-Uncertainty comes from paired bootstrap resamples (the same sizes drawn for both families): every
-derived number is recomputed on each resample pair and reported as a percentile interval.
+Uncertainty comes from paired bootstrap resamples (the same sizes drawn for both families, paired on
+:attr:`trilm.scaling.fitter.Fit.boot_index`): every derived number is recomputed on each resample pair and
+reported as its percentile interval (:func:`trilm.scaling.fitter.percentile_interval`).
 """
 
 from __future__ import annotations
 
 import itertools
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
-from trilm.scaling.bootstrap import BootstrapResult
-from trilm.scaling.fit import FitResult, get_form, predict_log
+from trilm.scaling.fitter import Fit, percentile_interval
+from trilm.scaling.laws import get_law
 
 EXTRAPOLATE = 10.0
 """A fitted law is read at most this factor (one decade) beyond its data: curves are drawn that far, and a
@@ -23,7 +24,8 @@ size matched further out is reported as beyond the reference's reach, not as a r
 
 
 def _curve_log(thetas: np.ndarray, log_x: np.ndarray) -> np.ndarray:
-    return predict_log(get_form("N"), thetas, log_x[None, :])
+    """log L̂ of the one-input law ``n`` (θ = [ln A, α, ln E]) for ``thetas (B, 3)`` at ``log_x (n,)``."""
+    return get_law("n").log_predict(thetas, log_x[None, :])
 
 
 def crossings_theta(
@@ -71,35 +73,31 @@ def matched_x(theta_ref: np.ndarray, loss: np.ndarray | float) -> np.ndarray | f
     return float(x[0]) if single else x
 
 
-def _paired(
-    boot_a: BootstrapResult | None, boot_b: BootstrapResult | None
-) -> tuple[np.ndarray, np.ndarray] | None:
-    if boot_a is None or boot_b is None:
+def _paired(fit_a: Fit, fit_b: Fit) -> tuple[np.ndarray, np.ndarray] | None:
+    """The two fits' refits of the resamples both accepted, row by row (None without refits)."""
+    if fit_a.boot_thetas is None or fit_b.boot_thetas is None:
         return None
-    common, ia, ib = np.intersect1d(boot_a.indices, boot_b.indices, return_indices=True)
+    if fit_a.boot_index is None or fit_b.boot_index is None:
+        return None
+    common, ia, ib = np.intersect1d(fit_a.boot_index, fit_b.boot_index, return_indices=True)
     if common.size == 0:
         return None
-    return boot_a.thetas[ia], boot_b.thetas[ib]
+    return fit_a.boot_thetas[ia], fit_b.boot_thetas[ib]
 
 
 def _interval(values: np.ndarray, level: float) -> list[float]:
-    tail = 100 * (1 - level) / 2
-    # Linear interpolation towards an infinite value gives NaN; take order statistics then.
-    method: Literal["linear", "inverted_cdf"] = "linear" if np.isfinite(values).all() else "inverted_cdf"
-    lo, hi = np.percentile(values, [tail, 100 - tail], method=method)
+    lo, hi = percentile_interval(values, level)
     return [float(lo), float(hi)]
 
 
 def compare_pair(
     reference: str,
     family: str,
-    fit_ref: FitResult,
-    fit_fam: FitResult,
+    fit_ref: Fit,
+    fit_fam: Fit,
     points: list[dict[str, Any]],
     x_ref: np.ndarray,
     *,
-    boot_ref: BootstrapResult | None = None,
-    boot_fam: BootstrapResult | None = None,
     axis: str = "params",
     level: float = 0.95,
 ) -> dict[str, Any]:
@@ -109,7 +107,8 @@ def compare_pair(
     Returns the crossings of the two fitted curves (searched from a tenth of the smallest to a thousand
     times the largest model of either family; ``within_data`` when both fits interpolate there), which
     family is lower between crossings, and for each model of ``family`` the reference x whose fitted loss
-    equals the family's fitted loss at the model's x, with paired-bootstrap intervals.
+    equals the family's fitted loss at the model's x, with paired-bootstrap intervals (from the fits'
+    refits, where both have them).
     """
     x_fam = np.array([p["x"] for p in points], dtype=float)
     lo = 0.1 * min(x_fam.min(), np.min(x_ref))
@@ -120,7 +119,7 @@ def compare_pair(
     segments = []
     for left, right in itertools.pairwise(edges):
         mid = np.sqrt(left * right)
-        lower = family if fit_fam.predict(N=mid) < fit_ref.predict(N=mid) else reference
+        lower = family if fit_fam.predict(N=mid).value < fit_ref.predict(N=mid).value else reference
         segments.append({"from": float(left), "to": float(right), "lower": lower})
     out: dict[str, Any] = {
         "axis": axis,
@@ -132,11 +131,11 @@ def compare_pair(
         "crossings": [{"x": x, "within_data": bool(both_lo <= x <= both_hi)} for x in cross],
         "lower_family_by_range": segments,
     }
-    if boot_ref is not None:
-        e = boot_ref.summary()["E"]
-        out["reference_E_interval"] = [e["lo"], e["hi"]]
-        out["level"] = boot_ref.level
-    pairs = _paired(boot_fam, boot_ref)
+    e_interval = fit_ref.param_intervals().get("E")
+    if e_interval is not None:
+        out["reference_E_interval"] = e_interval
+        out["level"] = fit_ref.level
+    pairs = _paired(fit_fam, fit_ref)
     if pairs is not None:
         th_fam, th_ref = pairs
         first = np.array(
@@ -153,7 +152,7 @@ def compare_pair(
         }
     matches = []
     for p in points:
-        fam_loss = float(fit_fam.predict(N=p["x"]))
+        fam_loss = float(fit_fam.predict(N=p["x"]).value)
         ref_x = matched_x(fit_ref.theta, fam_loss)
         entry = {
             "size": p["size"],
@@ -163,7 +162,7 @@ def compare_pair(
             "reference_x": ref_x,
             "ratio": ref_x / float(p["x"]),
             "beyond_reference_data": bool(ref_x > EXTRAPOLATE * float(np.max(x_ref))),
-            "reference_loss_at_x": float(fit_ref.predict(N=p["x"])),
+            "reference_loss_at_x": float(fit_ref.predict(N=p["x"]).value),
         }
         if pairs is not None:
             th_fam, th_ref = pairs
@@ -179,8 +178,8 @@ def compare_pair(
 
 
 def fitted_gaps(
-    fit_ref: FitResult,
-    fit_fam: FitResult,
+    fit_ref: Fit,
+    fit_fam: Fit,
     points: list[dict[str, Any]],
     pairs: tuple[np.ndarray, np.ndarray] | None,
     level: float,

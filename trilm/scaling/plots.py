@@ -7,8 +7,8 @@ Every figure follows the same rules, so that a reader sees the data and not the 
 - the axes are bounded by the data, with a margin (:func:`log_limits`, :func:`lin_limits`); a fitted
   curve is drawn over its data's range (solid) and at most one decade beyond (dashed), never further,
   and curves and bands that leave the axes are clipped at them;
-- only identified laws are drawn (:mod:`trilm.scaling.identify`); the others' points are joined by a
-  thin line and their legend entry says "no law identified";
+- only identified laws are drawn (:attr:`trilm.scaling.fitter.Fit.identified`); the others' points are
+  joined by a thin line and their legend entry says "no law identified";
 - the legend sits outside the axes, right of them, so it never covers a point.
 
 Figures are built on :class:`matplotlib.figure.Figure` directly (no pyplot state, no backend switch), so
@@ -32,7 +32,7 @@ from trilm.scaling.compare import EXTRAPOLATE
 from trilm.scaling.table import family_kind
 
 if TYPE_CHECKING:
-    from trilm.scaling.results import LawFit, Report
+    from trilm.scaling.results import FittedPoints, Report
 
 KIND_COLORS = {"floatlm": "tab:blue", "trilm": "tab:red", "bilm": "tab:green"}
 OTHER_COLORS = ["tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan", "tab:gray", "tab:orange"]
@@ -96,7 +96,7 @@ def save(fig: Figure, out_dir: Path, stem: str) -> dict[str, str]:
 _save = save
 
 
-def _law_label(law: LawFit, var: str) -> str:
+def _law_label(law: FittedPoints, var: str) -> str:
     p = law.fit.params
     coef, exp = ("A", "alpha") if "A" in p else ("B", "beta")
     return f"E={p['E']:.3g} + {p[coef]:.3g}/{var}^{p[exp]:.3g}"
@@ -104,7 +104,7 @@ def _law_label(law: LawFit, var: str) -> str:
 
 def _draw_law(
     ax: Any,
-    law: LawFit,
+    law: FittedPoints,
     var: str,
     x_data: np.ndarray,
     color: str,
@@ -117,14 +117,14 @@ def _draw_law(
     lo, hi = float(x_data.min()), float(x_data.max())
     top = min(x_max if x_max is not None else hi * EXTRAPOLATE, hi * EXTRAPOLATE)
     xs = np.geomspace(lo, max(top, hi), 200)
-    ys = law.fit.predict(**{var: xs})
+    pred = law.fit.predict(**{var: xs})
+    ys = pred.value
     inside = xs <= hi * (1 + 1e-9)
     ax.plot(xs[inside], ys[inside], color=color, lw=1.8, label=label)
     if top > hi:
         ax.plot(xs[~inside], ys[~inside], color=color, lw=1.2, ls="--")
-    if law.bootstrap is not None and law.bootstrap.n_ok >= 10:
-        band_lo, band_hi = law.bootstrap.band(**{var: xs})
-        ax.fill_between(xs, band_lo, band_hi, color=color, alpha=0.15, lw=0)
+    if pred.low is not None and pred.high is not None:
+        ax.fill_between(xs, pred.low, pred.high, color=color, alpha=0.15, lw=0)
 
 
 def _final_x(report: Report, fa: Any, axis: str) -> np.ndarray:
@@ -257,7 +257,7 @@ def figure_training_curves(report: Report) -> Figure:
             if law is not None and law.identified:
                 fitted = law.inputs["D"]
                 grid = np.geomspace(fitted.min(), fitted.max(), 100)
-                ax.plot(grid, law.fit.predict(D=grid), "--", lw=1.0, color=color)
+                ax.plot(grid, law.fit.predict(D=grid).value, "--", lw=1.0, color=color)
             for ev in report.events.get(items[0].run, []):
                 events.setdefault((ev["name"], ev["tokens"]), ev)
         if not xs:
@@ -301,7 +301,7 @@ def plot_training_curves(report: Report, out_dir: Path) -> dict[str, str]:
 
 
 def draw_nd(
-    ax: Any, law: LawFit, title: str, extra_points: Sequence[tuple[float, float, float]] = ()
+    ax: Any, law: FittedPoints, title: str, extra_points: Sequence[tuple[float, float, float]] = ()
 ) -> None:
     """Loss vs D coloured by N, with the fitted L(N, D) at each distinct N over the data's D range and at
     most one decade beyond (to the largest of ``extra_points``, (N, D, loss) shown as open circles)."""
@@ -316,7 +316,7 @@ def draw_nd(
     xs = np.geomspace(d.min(), d_hi, 120)
     for value in np.unique(n) if np.unique(n).size <= 12 else np.geomspace(n.min(), n.max(), 8):
         color = cmap(0.9 * (np.log(value) - ln.min()) / span)
-        ys = law.fit.predict(N=np.full_like(xs, value), D=xs)
+        ys = law.fit.predict(N=np.full_like(xs, value), D=xs).value
         inside = xs <= d.max() * (1 + 1e-9)
         ax.plot(xs[inside], ys[inside], lw=1.0, color=color, label=f"N = {value:.3g}")
         ax.plot(xs[~inside], ys[~inside], lw=0.9, ls="--", color=color)

@@ -11,7 +11,7 @@ from trilm.families import display_name
 from trilm.scaling.identify import loss_by_point
 
 if TYPE_CHECKING:
-    from trilm.scaling.results import LawFit, Report
+    from trilm.scaling.results import FittedPoints, Report
 
 
 def fmt(value: Any, digits: int = 4) -> str:
@@ -29,15 +29,15 @@ def fmt(value: Any, digits: int = 4) -> str:
     return f"{value:.{digits}g}"
 
 
-def _param_cell(law: LawFit, name: str) -> str:
+def _param_cell(law: FittedPoints, name: str) -> str:
     value = law.fit.params[name]
-    if law.bootstrap is None:
+    interval = law.fit.param_intervals().get(name)
+    if interval is None:
         return fmt(value)
-    s = law.bootstrap.summary()[name]
-    return f"{fmt(value)} [{fmt(s['lo'], 3)}, {fmt(s['hi'], 3)}]"
+    return f"{fmt(value)} [{fmt(interval[0], 3)}, {fmt(interval[1], 3)}]"
 
 
-def _law_table(title: str, laws: list[tuple[str, LawFit]], names: list[str], level: float) -> list[str]:
+def _law_table(title: str, laws: list[tuple[str, FittedPoints]], names: list[str], level: float) -> list[str]:
     if not laws:
         return []
     head = ["fit", "points", *names, "RMS log-resid", "max |log-resid|", "bootstrap"]
@@ -46,7 +46,7 @@ def _law_table(title: str, laws: list[tuple[str, LawFit]], names: list[str], lev
         "",
         (
             f"Estimates with {int(level * 100)}% percentile bootstrap intervals."
-            if any(law.bootstrap is not None for _, law in laws)
+            if any(law.fit.param_intervals() for _, law in laws)
             else "Point estimates (no bootstrap)."
         ),
         "",
@@ -55,12 +55,12 @@ def _law_table(title: str, laws: list[tuple[str, LawFit]], names: list[str], lev
     ]
     for label, law in laws:
         d = law.fit.to_dict()
-        boot = law.bootstrap
+        boot = law.fit.bootstrap
         boot_cell = (
             (
-                f"{boot.n_ok}/{boot.n_resamples} ok"
-                + (f", {boot.n_degenerate} degenerate" if boot.n_degenerate else "")
-                + (f", {boot.n_failed} not converged" if boot.n_failed else "")
+                f"{boot['n_accepted']}/{boot['n_resamples']} ok"
+                + (f", {boot['n_degenerate']} degenerate" if boot["n_degenerate"] else "")
+                + (f", {boot['n_not_converged']} not converged" if boot["n_not_converged"] else "")
             )
             if boot
             else "–"
@@ -77,26 +77,27 @@ def _law_table(title: str, laws: list[tuple[str, LawFit]], names: list[str], lev
     return [*lines, ""]
 
 
-def _not_identified(laws: list[tuple[str, LawFit]]) -> list[str]:
+def _not_identified(laws: list[tuple[str, FittedPoints]]) -> list[str]:
     """Fits the data do not pin down: why, and the losses that show it (no law, no curve)."""
     if not laws:
         return []
     lines = [
         "### Not identified",
         "",
-        "These fits converged, but the data do not identify a law (`trilm/scaling/identify.py`); they are"
-        " not reported as laws, not drawn and not used to compare families.",
+        "These fits converged, but the data do not identify a law (`Law.plausibility` in"
+        " `trilm/scaling/laws/base.py`, the bootstrap's rules in `trilm/scaling/fitter.py`, and"
+        " `trilm/scaling/identify.py` across runs); they are not reported as laws, not drawn and not used to"
+        " compare families.",
         "",
         "| fit | why not | loss by point |",
         "|---|---|---|",
     ]
     for label, law in laws:
-        reasons = law.identification.because if law.identification else "not checked"
-        lines.append(f"| {label} | {reasons} | {loss_by_point(law)} |")
+        lines.append(f"| {label} | {law.because} | {loss_by_point(law)} |")
     return [*lines, ""]
 
 
-def _loso(laws: list[tuple[str, LawFit]]) -> list[str]:
+def _loso(laws: list[tuple[str, FittedPoints]]) -> list[str]:
     rows = [(label, e) for label, law in laws if law.loso for e in law.loso]
     if not rows:
         return []

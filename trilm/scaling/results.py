@@ -1,4 +1,4 @@
-"""What an analysis holds: its configuration, each fitted law with its data and intervals, and the report.
+"""What an analysis holds: its configuration, each fit with the points it was made on, and the report.
 
 Kept apart from :mod:`trilm.scaling.analyse` (which computes them) so the plot and report writers depend on
 these types only, not on the analysis code.
@@ -13,8 +13,7 @@ from typing import Any, Literal
 import numpy as np
 
 from trilm.config import Config, require
-from trilm.scaling.bootstrap import BootstrapResult
-from trilm.scaling.fit import HUBER_DELTA, FitResult
+from trilm.scaling.fitter import HUBER_DELTA, Fit
 from trilm.scaling.table import ResultRow, family_kind
 
 
@@ -48,51 +47,49 @@ class AnalysisConfig(Config):
         require(0 <= self.d_from < 1, f"d_from: must be a fraction in [0, 1), got {self.d_from}")
 
 
-@dataclasses.dataclass(frozen=True)
-class Identification:
-    """Whether the data pin a fitted law down, and if not why (:mod:`trilm.scaling.identify` decides)."""
-
-    identified: bool
-    reasons: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"identified": self.identified, "reasons": list(self.reasons)}
-
-    @property
-    def because(self) -> str:
-        return "; ".join(self.reasons)
-
-
 @dataclasses.dataclass
-class LawFit:
-    """A fit plus what was computed around it: the data, the bootstrap and the leave-one-size-out errors."""
+class FittedPoints:
+    """A :class:`~trilm.scaling.fitter.Fit` with the points it was made on: their inputs, losses and labels
+    (the size or checkpoint of each, which the report names), and the fit's leave-one-size-out refits.
 
-    label: str
-    fit: FitResult
+    The fit itself (parameters, bootstrap refits, intervals, whether it is identified and why not) is
+    ``fit``; this holds only what the fit does not: which table rows it saw."""
+
+    fit: Fit
     inputs: dict[str, np.ndarray]
     loss: np.ndarray
     labels: list[str]
-    bootstrap: BootstrapResult | None = None
     loso: list[dict[str, Any]] | None = None
-    identification: Identification | None = None
-    """Whether the data pin the law down (:mod:`trilm.scaling.identify`); None until checked."""
+
+    @property
+    def label(self) -> str:
+        return self.fit.label
 
     @property
     def identified(self) -> bool:
-        return self.identification is not None and self.identification.identified
+        return self.fit.identified
+
+    @property
+    def because(self) -> str:
+        """Why the fit is not identified, one string (empty when it is)."""
+        return "; ".join(self.fit.reasons)
+
+    @property
+    def data(self) -> dict[str, np.ndarray]:
+        """The fitter's data: the inputs and ``loss``."""
+        return {**self.inputs, "loss": self.loss}
 
     def to_dict(self) -> dict[str, Any]:
         out = self.fit.to_dict()
-        out["label"] = self.label
-        if self.identification is not None:
-            out["identified"] = self.identification.identified
-            out["not_identified_because"] = list(self.identification.reasons)
+        out["log_residuals"] = [float(v) for v in self.fit.log_residuals]
+        out["param_se"] = {
+            k: float(np.std(v, ddof=1)) if v.size > 1 and np.isfinite(v).all() else None
+            for k, v in self.fit.boot_params().items()
+        }
         out["points"] = [
             {"label": lab, **{k: float(v[i]) for k, v in self.inputs.items()}, "loss": float(self.loss[i])}
             for i, lab in enumerate(self.labels)
         ]
-        if self.bootstrap is not None:
-            out["bootstrap"] = self.bootstrap.to_dict()
         if self.loso is not None:
             out["leave_one_size_out"] = self.loso
         return out
@@ -102,9 +99,9 @@ class LawFit:
 class FamilyAnalysis:
     family: str
     finals: list[ResultRow]
-    law_x: LawFit | None = None
-    law_bits: LawFit | None = None
-    law_nd: LawFit | None = None
+    law_x: FittedPoints | None = None
+    law_bits: FittedPoints | None = None
+    law_nd: FittedPoints | None = None
     branch_finals: list[ResultRow] = dataclasses.field(default_factory=list)
     """Final checkpoints of cooldown branches (one per branch): points of L(N, D), not of L(N)."""
     envelope: Any = None
@@ -125,7 +122,7 @@ class Report:
     n_rows: int
     families: dict[str, FamilyAnalysis]
     runs: dict[str, list[ResultRow]]
-    run_fits: dict[str, LawFit]
+    run_fits: dict[str, FittedPoints]
     comparisons: list[dict[str, Any]]
     notes: list[str]
     files: dict[str, str] = dataclasses.field(default_factory=dict)

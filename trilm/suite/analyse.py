@@ -24,7 +24,7 @@ from trilm.families import display_name
 from trilm.scaling import analyze
 from trilm.scaling.compare import EXTRAPOLATE
 from trilm.scaling.envelope import gaps
-from trilm.scaling.fit import FitError
+from trilm.scaling.errors import FitError
 from trilm.scaling.identify import SYMBOLS, loss_by_point
 from trilm.schedule import Schedule
 from trilm.store.integrity import complete_steps
@@ -35,7 +35,7 @@ from trilm.suite.predicted import FORECAST_FROM, markdown_lines, predictions, wr
 from trilm.suite.text import si, table
 
 if TYPE_CHECKING:
-    from trilm.scaling.results import LawFit, Report
+    from trilm.scaling.results import FittedPoints, Report
     from trilm.suite.predicted import Predictions
 
 ORDER = ("floatlm", "trilm", "bilm")
@@ -216,14 +216,14 @@ def loss_table(report: Report, markdown: bool = False) -> str:
     return table(headers, rows, markdown=markdown)
 
 
-def _law_text(law: LawFit, var: str, level: float) -> str:
+def _law_text(law: FittedPoints, var: str, level: float) -> str:
     """An identified law with its exponent's bootstrap interval (only ever called for identified laws)."""
     p = law.fit.params
     coef, exp, sym = ("A", "alpha", "α") if "A" in p else ("B", "beta", "β")
     cell = f"L({var}) = {p['E']:.4g} + {p[coef]:.4g} / {var}^{p[exp]:.4g}"
-    if law.bootstrap is not None:
-        s = law.bootstrap.summary()[exp]
-        cell += f"   ({sym} {int(level * 100)}% CI [{s['lo']:.3g}, {s['hi']:.3g}])"
+    interval = law.fit.param_intervals().get(exp)
+    if interval is not None:
+        cell += f"   ({sym} {int(level * 100)}% CI [{interval[0]:.3g}, {interval[1]:.3g}])"
     return cell
 
 
@@ -242,8 +242,7 @@ def fit_lines(report: Report) -> list[str]:
                 text = _law_text(law, var, report.config.level)
                 lines.append(f"{_name(fam):>8}  {text}   [{law.fit.n_points} sizes]")
             elif var != "bits" or (fa.law_x is not None and fa.law_x.identified):
-                because = law.identification.because if law.identification else "not checked"
-                lines.append(f"{_name(fam):>8}  L({var}) not identified: {because}")
+                lines.append(f"{_name(fam):>8}  L({var}) not identified: {law.because}")
                 lines.append(f"{'':>8}  loss by size: {loss_by_point(law)}")
     return lines
 
@@ -265,8 +264,7 @@ def run_fit_rows(report: Report) -> tuple[list[list[str]], list[str]]:
                 ]
             )
         else:
-            because = law.identification.because if law.identification else "not checked"
-            others.append(f"{run}: {because}")
+            others.append(f"{run}: {law.because}")
     return rows, others
 
 
@@ -308,14 +306,13 @@ def nd_lines(report: Report) -> list[str]:
                     f"L({axis}, D) = {p['E']:.4g} + {p['A']:.4g}/{axis}^{p['alpha']:.3g}"
                     f" + {p['B']:.4g}/D^{p['beta']:.3g}"
                 )
-                if law.bootstrap is not None:
-                    s, level = law.bootstrap.summary(), int(report.config.level * 100)
-                    cis = [f"{SYMBOLS[k]} {level}% CI [{s[k]['lo']:.3g}, {s[k]['hi']:.3g}]" for k in SYMBOLS]
+                s, level = law.fit.param_intervals(), int(report.config.level * 100)
+                if s:
+                    cis = [f"{SYMBOLS[k]} {level}% CI [{s[k][0]:.3g}, {s[k][1]:.3g}]" for k in SYMBOLS]
                     cell += f"   ({', '.join(cis)})"
                 lines.append(f"{_name(fam):>8}  {cell}   [{law.fit.n_points} cooled points]")
             else:
-                because = law.identification.because if law.identification else "not checked"
-                lines.append(f"{_name(fam):>8}  L({axis}, D) not identified: {because}")
+                lines.append(f"{_name(fam):>8}  L({axis}, D) not identified: {law.because}")
         env = fa.envelope
         if env is not None:
             if env.identified:
