@@ -1,6 +1,6 @@
 """Damaged snapshot metadata: a snapshot's ``config.json`` (model config and ``meta``), its ``COMPLETE``
-manifest and its run's ``resolved_config.yaml``. ``open_model`` and the first read of the weights answer
-with a :class:`~trilm.config.ConfigError` (a :class:`~trilm.store.errors.StoreError` or
+manifest, and its run's tokenizer and ``resolved_config.yaml``. ``open_model`` and the first read of the
+weights answer with a :class:`~trilm.config.ConfigError` (a :class:`~trilm.store.errors.StoreError` or
 :class:`~trilm.store.errors.IntegrityError`) naming the snapshot's file, and ``trilm export hf`` exits with
 status 2 writing nothing.
 
@@ -31,6 +31,7 @@ from tests.untrusted import (
 )
 from trilm.cli import main
 from trilm.config import ConfigError
+from trilm.data.tokenizer import TOKENIZER_MODEL, train_tokenizer
 from trilm.model.config import preset
 from trilm.model.snapshot import model_meta
 from trilm.model.spec import canonical_shapes
@@ -38,13 +39,18 @@ from trilm.store.layout import COMPLETE, CONFIG_FILE, RUN_CONFIG
 from trilm.store.open import open_model
 from trilm.store.snapshot import write_snapshot
 
+CFG = preset("floatlm-nano", vocab_size=320, layers=1)
+TEXTS = ["the cat sat on the mat", "a dog ran in the fog", "lorem ipsum dolor sit amet"] * 20
+
 
 def write_run(root: Path) -> Path:
-    cfg = preset("floatlm-nano", vocab_size=64, layers=1)
+    """A run directory with one snapshot, the run's tokenizer (whose hash the snapshot records) and the
+    run's resolved config."""
+    tok = train_tokenizer(TEXTS, root / TOKENIZER_MODEL, vocab_size=300, max_sentences=200)
     gen = torch.Generator().manual_seed(0)
-    state = {name: torch.randn(shape, generator=gen) for name, shape in canonical_shapes(cfg).items()}
-    meta = model_meta(cfg, step=10, tokens=10_240, run=root.name, train_loss=4.0, val_loss=4.1)
-    snap = write_snapshot(root / "snapshots" / "step-10", cfg, meta, state, marker={"kind": "snapshot"})
+    state = {name: torch.randn(shape, generator=gen) for name, shape in canonical_shapes(CFG).items()}
+    meta = model_meta(CFG, step=10, tokens=10_240, run=root.name, tokenizer_hash=tok.hash, val_loss=4.1)
+    snap = write_snapshot(root / "snapshots" / "step-10", CFG, meta, state, marker={"kind": "snapshot"})
     (root / RUN_CONFIG).write_text("run_dir: run\ndata: {train_dir: nowhere}\n")
     return snap
 
@@ -52,7 +58,7 @@ def write_run(root: Path) -> Path:
 def open_and_read(snap: Path) -> int:
     """What every command does with a model directory: open it, then read (and verify) its weights."""
     opened = open_model(snap)
-    _ = opened.label, opened.fingerprint()
+    _ = opened.label, opened.fingerprint(), opened.tokenizer.require(snap).encode("the cat")
     return len(opened.weights.float_state())
 
 
@@ -73,7 +79,7 @@ def copy_of(run, tmp_path):
 
 
 def test_the_snapshot_opens(copy_of):
-    assert open_and_read(copy_of()) == len(canonical_shapes(preset("floatlm-nano", vocab_size=64, layers=1)))
+    assert open_and_read(copy_of()) == len(canonical_shapes(CFG))
 
 
 @SETTINGS
@@ -83,6 +89,18 @@ def test_damaged_bytes_are_read_or_named(copy_of, data, name):
     path = snap / name
     path.write_bytes(truncated_or_flipped(data, path.read_bytes()))
     named(lambda: open_and_read(snap), ConfigError, snap, must_fail=False)
+
+
+@SETTINGS
+@given(data=st.data())
+def test_a_damaged_tokenizer_is_named(copy_of, data):
+    """The snapshot records its tokenizer's hash: any change to the run's tokenizer file is refused."""
+    snap = copy_of()
+    path = snap.parents[1] / TOKENIZER_MODEL
+    raw = path.read_bytes()
+    damaged = truncated_or_flipped(data, raw)
+    path.write_bytes(damaged)
+    named(lambda: open_and_read(snap), ConfigError, path, must_fail=damaged != raw)
 
 
 @SETTINGS
@@ -126,6 +144,7 @@ HOSTILE = {
     "COMPLETE nested too deeply": (COMPLETE, b"[" * 100_000),
     "COMPLETE sizes as text": (COMPLETE, None),
     "COMPLETE a file named with a NUL": (COMPLETE, None),
+    "the run's tokenizer cut in half": (f"../../{TOKENIZER_MODEL}", None),
 }
 
 
@@ -134,6 +153,9 @@ def _edit(snap: Path, case: str) -> None:
     path = snap / name
     if raw is not None:
         path.write_bytes(raw)
+        return
+    if name.endswith(TOKENIZER_MODEL):
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
         return
     content = json.loads(path.read_text())
     if case == "meta extra a string":
@@ -151,9 +173,10 @@ def _edit(snap: Path, case: str) -> None:
 def test_hostile_snapshot_files_exit_2_writing_nothing(copy_of, tmp_path, capsys, case):
     snap = copy_of()
     _edit(snap, case)
-    named(lambda: open_and_read(snap), ConfigError, snap, must_fail=True)
+    where = snap.parents[1] if "tokenizer" in case else snap
+    named(lambda: open_and_read(snap), ConfigError, where, must_fail=True)
     out = tmp_path / "out"
     assert main(["export", "hf", str(snap), str(out)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("trilm export: error: ") and str(snap) in err, err
+    assert err.startswith("trilm export: error: ") and str(where) in err, err
     assert not out.exists()

@@ -186,9 +186,9 @@ def _run_stats(args) -> int:
         index = shards.index
         if args.json:
             keep = ("num_tokens", "num_documents", "tokens_per_source", "documents_per_source", "fingerprint")
-            print(json.dumps({k: index[k] for k in keep}, indent=1))
+            print(json.dumps({k: index.get(k) for k in keep}, indent=1))
             return 0
-        _print_table(index["tokens_per_source"], index["documents_per_source"])
+        _print_table(index.get("tokens_per_source", {}), index.get("documents_per_source", {}))
         print(f"dtype {index['dtype']}, tokenizer {index['tokenizer_hash'][:16]}, fingerprint "
               f"{index['fingerprint'][:16]}, skipped {_skipped(index) or 'none'}")  # fmt: skip
         return 0

@@ -160,7 +160,7 @@ def _check_index(path: Path, index: object) -> dict:
     if vocab is not None and not (_is_count(vocab) and vocab > 0):
         problems.append(f"vocab_size: expected a positive count, got {vocab!r}")
     for key in ("tokens_per_source", "documents_per_source"):
-        table = index.get(key)
+        table = index.get(key, {})  # read by ``trilm data stats`` only
         if not (isinstance(table, dict) and all(_is_count(v) for v in table.values())):
             problems.append(f"{key}: expected counts by source")
     shards = index.get("shards")
