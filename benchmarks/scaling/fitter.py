@@ -13,11 +13,11 @@ parametrization) from the same starts and keep the best:
   (what a plain implementation does);
 - ``scipy-analytic``: the same loop with a hand-written analytic gradient (separates the gain of the
   gradient from the gain of batching);
-- ``trilm``: :func:`trilm.scaling.fit.fit_law`, every start in one batched L-BFGS.
+- ``trilm``: :func:`trilm.scaling.fitter.fit` of the law ``additive``, every start in one batched L-BFGS.
 
 All run single-threaded (one BLAS thread). Then it times bootstraps: 1,000 resamples of the Chinchilla
-fit (and Epoch's 4,000), and 1,000 resamples of a 3-parameter L(N) fit on 9 sizes, which also restarts
-every resample from a screened grid.
+fit (and Epoch's 4,000), and 1,000 resamples of the 3-parameter law ``n`` on 9 sizes. A bootstrap is
+timed as a fit started at the full-data optimum (one start, which converges at once) with its refits.
 """
 
 from __future__ import annotations
@@ -34,17 +34,19 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from benchmarks.common import cpu_model, write_result
-from trilm.scaling.bootstrap import bootstrap_fit
 from trilm.scaling.chinchilla import EPOCH_ESTIMATES, default_csv_path, load_chinchilla
-from trilm.scaling.fit import FORMS, HUBER_DELTA, fit_law, validate_inputs
+from trilm.scaling.fitter import HUBER_DELTA, Fit, fit
+from trilm.scaling.laws import get_law
 
 
 def scipy_multistart(log_n, log_d, log_l, starts, analytic: bool):
-    """Loop over starts with scipy's L-BFGS-B; theta order [a, α, b, β, e] as trilm's ND form."""
+    """Loop over starts with scipy's L-BFGS-B; theta order [ln A, α, ln B, β, ln E] as trilm's law
+    ``additive``."""
     try:
         from scipy.optimize import minimize
     except ImportError as exc:  # the baseline only: trilm's own fit needs no scipy
@@ -100,7 +102,16 @@ class Clock:
 
 
 def params_of(theta):
-    return FORMS["ND"].natural(np.asarray(theta))
+    return get_law("additive").natural(np.asarray(theta))
+
+
+def bootstrap(result: Fit, data: dict, n_resamples: int, seed: int) -> Fit:
+    """``result``'s bootstrap alone: a fit from its own optimum (one start) with ``n_resamples`` refits."""
+    return fit(result.law, data, starts=result.theta[None], bootstrap=n_resamples, seed=seed)
+
+
+def se(boot: Fit) -> dict[str, float]:
+    return {k: float(np.std(v, ddof=1)) for k, v in boot.boot_params().items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,21 +124,22 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     data = load_chinchilla(args.csv or default_csv_path())
-    form = FORMS["ND"]
-    starts = form.default_grid()
+    law = get_law("additive")
+    starts = law.grid()
     if 0 < args.starts < len(starts):
         starts = starts[np.sort(np.random.default_rng(0).permutation(len(starts))[: args.starts])]
-    log_x, log_y = validate_inputs(form, {"N": data.N, "D": data.D}, data.loss)
+    points = {"N": data.N, "D": data.D, "loss": data.loss}
+    log_x, log_y = law.design(points), np.log(data.loss)
     print(
         f"Chinchilla (Epoch): {data.loss.size} points; {len(starts)} grid starts; {os.cpu_count()} CPUs;"
         f" numpy {np.__version__}; {cpu_model()}"
     )
 
     # Wall and CPU seconds: on a shared machine the CPU time of this process is the steadier measure.
-    rows = {}
+    rows: dict[str, tuple[Any, ...]] = {}
     clock = Clock()
-    fit = fit_law(form, {"N": data.N, "D": data.D}, data.loss, grid=starts)
-    rows["trilm"] = (*clock.lap(), fit.objective, fit.params, fit.n_starts - fit.n_starts_converged)
+    full = fit(law, points, starts=starts)
+    rows["trilm"] = (*clock.lap(), full.objective, full.params, full.n_starts - full.n_starts_converged)
     for name, analytic in (("scipy-analytic", True), ("scipy-numgrad", False)):
         clock = Clock()
         best, n_fail = scipy_multistart(log_x[0], log_x[1], log_y, starts, analytic)
@@ -162,23 +174,23 @@ def main(argv: list[str] | None = None) -> int:
     boots = {}
     for n_res in (1000, 4000):
         clock = Clock()
-        boot = bootstrap_fit(fit, {"N": data.N, "D": data.D}, data.loss, n_resamples=n_res, seed=42)
+        boot = bootstrap(full, points, n_res, seed=42)
         boots[f"chinchilla_ND_{n_res}"] = (*clock.lap(), boot)
     n9 = np.geomspace(1e8, 4e9, 9)
     rng = np.random.default_rng(0)
-    loss9 = (1.8 + 400 / n9**0.3) * np.exp(0.005 * rng.standard_normal(9))
-    fit9 = fit_law("N", {"N": n9}, loss9)
+    nine = {"N": n9, "loss": (1.8 + 400 / n9**0.3) * np.exp(0.005 * rng.standard_normal(9))}
+    fit9 = fit("n", nine)
     clock = Clock()
-    boot9 = bootstrap_fit(fit9, {"N": n9}, loss9, n_resamples=1000, seed=0)
+    boot9 = bootstrap(fit9, nine, 1000, seed=0)
     boots["L(N)_9_sizes_1000"] = (*clock.lap(), boot9)
     print()
     for name, (sec, cpu, boot) in boots.items():
-        se = boot.summary()
-        detail = ", ".join(f"SE {k} {v['se']:.4g}" for k, v in se.items() if k in ("E", "alpha", "beta"))
+        b = boot.bootstrap
+        detail = ", ".join(f"SE {k} {v:.4g}" for k, v in se(boot).items() if k in ("E", "alpha", "beta"))
         print(
-            f"bootstrap {name}: {sec:.2f} s wall, {cpu:.2f} s CPU for {boot.n_resamples} resamples"
-            f" ({boot.n_ok} accepted, {boot.n_degenerate} degenerate, {boot.n_failed} not converged);"
-            f" {detail}"
+            f"bootstrap {name}: {sec:.2f} s wall, {cpu:.2f} s CPU for {b['n_resamples']} resamples"
+            f" ({b['n_accepted']} accepted, {b['n_degenerate']} degenerate, {b['n_not_converged']} not"
+            f" converged); {detail}"
         )
 
     if args.json:

@@ -8,7 +8,7 @@ import pytest
 
 from trilm.config import ConfigError
 from trilm.scaling.curve import CurveConfig, areas, fit_curve, schedule_areas
-from trilm.scaling.fit import FitError
+from trilm.scaling.errors import FitError
 from trilm.schedule import Schedule, ScheduleConfig
 
 TRUTH = {"L0": 3.0, "A": 8.0, "alpha": 0.5, "C": 0.002}
