@@ -41,6 +41,10 @@ VARIANTS = [(arm, f) for arm in ("trilm-conv", "trilm-cool", "trilm-branch") for
 """The conversions: plain, from the cooldown start's snapshot, or as a branch of the float run's state
 there, at each converted share f."""
 ARMS = {"trilm-conv": "plain", "trilm-cool": "cooldown start", "trilm-branch": "cooldown branch"}
+TRAINED_FROM = 50
+"""The fit's second range starts here: below it (D/N 5 and 15 at these sizes) every run is still close to
+its start (the TriLM from scratch 1.5–2 nats above its loss at D/N = 150), so a gap there says little
+about a conversion."""
 SPECTRA = ("99m", "1.1b", "3.9b")
 SPECTRA_TOKENS = 300e9
 BOOTSTRAP = 2000
@@ -180,13 +184,20 @@ def _quantiles(values: list[float], lo: float = 0.025, hi: float = 0.975) -> tup
     return s[int(lo * (len(s) - 1))], s[math.ceil(hi * (len(s) - 1))]
 
 
-def fit(pts: list[dict[str, Any]], variant: tuple[str, float], sizes: list[str] | None = None) -> dict | None:
-    """gap = a + b·ln(D/N) over every seed's gap at every point of ``sizes`` (all when None), with
-    bootstrap intervals for a, b, the crossing D/N* and the gap at Spectra's D/N."""
+def _crossing(a: float, b: float) -> float:
+    """exp(−a/b), the D/N where a + b·ln(D/N) = 0 (b < 0); inf past a float's range (a flat slope)."""
+    return math.exp(-a / b) if -a / b < 700 else math.inf
+
+
+def fit(
+    pts: list[dict[str, Any]], variant: tuple[str, float], sizes: list[str] | None = None, dn_from: float = 0
+) -> dict | None:
+    """gap = a + b·ln(D/N) over every seed's gap at every point of ``sizes`` (all when None) from D/N =
+    ``dn_from`` on, with bootstrap intervals for a, b, the crossing D/N* and the gap at Spectra's D/N."""
     groups = [
         [(math.log(p["dn_actual"]), g) for g in p["gaps"][variant].values()]
         for p in pts
-        if p["gaps"][variant] and (sizes is None or p["size"] in sizes)
+        if p["gaps"][variant] and (sizes is None or p["size"] in sizes) and p["dn"] >= dn_from
     ]
     groups = [g for g in groups if g]
     if len({g[0][0] for g in groups}) < 2:
@@ -209,7 +220,7 @@ def fit(pts: list[dict[str, Any]], variant: tuple[str, float], sizes: list[str] 
         boot_a.append(ra)
         boot_b.append(rb)
         if rb < 0:
-            crossings.append(math.exp(-ra / rb))
+            crossings.append(_crossing(ra, rb))
         else:
             never += 1
         for k, dn in spectra.items():
@@ -222,7 +233,7 @@ def fit(pts: list[dict[str, Any]], variant: tuple[str, float], sizes: list[str] 
         "points": len(groups),
         "observations": len(obs),
         "dn_range": (math.exp(min(x for x, _ in obs)), math.exp(max(x for x, _ in obs))),
-        "crossing": math.exp(-a / b) if b < 0 else None,
+        "crossing": _crossing(a, b) if b < 0 else None,
         "no_crossing_share": never / max(len(boot_b), 1),
         "spectra": {
             k: {"dn": spectra[k], "gap": a + b * math.log(spectra[k]), "ci": _quantiles(at_spectra[k])}
@@ -242,9 +253,12 @@ def summarise(rows_list: list[dict[str, Any]], pinned: str | None = None) -> dic
     pts = points(rows, recipe, optimizer)
     fits = {}
     for variant in VARIANTS:
-        pooled = fit(pts, variant)
-        per_size = {size: fit(pts, variant, [size]) for size in SIZES}
-        fits[variant] = {"pooled": pooled, "per_size": {k: v for k, v in per_size.items() if v}}
+        rows_of = {"all": fit(pts, variant), f"≥ {TRAINED_FROM:g}": fit(pts, variant, dn_from=TRAINED_FROM)}
+        sizes = sorted({p["size"] for p in pts if p["gaps"][variant]}, key=list(SIZES).index)
+        if len(sizes) > 1:
+            for size in sizes:
+                rows_of[f"≥ {TRAINED_FROM:g}, {size}"] = fit(pts, variant, [size], TRAINED_FROM)
+        fits[variant] = {k: v for k, v in rows_of.items() if v}
     missing = []
     for size in DEFAULT_SIZES:
         for dn in DN:
@@ -286,6 +300,10 @@ def _verdict(values: list[float]) -> str:
     if mean - half > 0:
         return " above"
     return " ≈ 0"
+
+
+def _dn(value: float) -> str:
+    return f"{value:,.0f}" if value < 1e6 else "> 10⁶"
 
 
 def _ci(pair: tuple[float, float], fmt: str = "{:+.3f}") -> str:
@@ -408,7 +426,9 @@ def markdown(s: dict[str, Any], train_tokens: int | None = None) -> list[str]:
         "",
         "### The fit: gap = a + b·ln(D/N)",
         "",
-        "Least squares over every seed's gap at every point (both sizes pooled, and each size alone); "
+        "Least squares over every seed's gap at every point, over all D/N and from D/N = "
+        f"{TRAINED_FROM:g} on (below it every run is still close to its start: the TriLM's losses above), "
+        "both sizes pooled and, where there are two, each alone; "
         f"95 % intervals from {BOOTSTRAP:,} bootstrap resamples of the seeds within each point. D/N* is "
         "where the fitted gap crosses 0 (exp(−a/b), only for b < 0). The last columns apply the fit at the "
         "D/N of Spectra's TriLMs (300B tokens over their non-embedding parameters): inside or near the D/N "
@@ -418,21 +438,20 @@ def markdown(s: dict[str, Any], train_tokens: int | None = None) -> list[str]:
     ]
     spectra = spectra_dn()
     header = (
-        "| conversion | sizes | points | a | b (per e-fold of D/N) | D/N* | resamples without a crossing | "
+        "| conversion | D/N (size) | points | a | b (per e-fold of D/N) | D/N* | resamples not crossing | "
     )
     header += " | ".join(f"gap at Spectra {k.upper()} (D/N {v:,.0f})" for k, v in spectra.items()) + " |"
     lines += [header, "|---|---|---|---|---|---|---|" + "---|" * len(spectra)]
     any_fit = False
     for v in VARIANTS:
-        entries = [("both", s["fits"][v]["pooled"]), *list(s["fits"][v]["per_size"].items())]
-        for sizes, f in entries:
+        for sizes, f in s["fits"][v].items():
             if not f:
                 continue
             any_fit = True
             if f["crossing"] is not None:
-                cross = f"{f['crossing']:,.0f}"
+                cross = _dn(f["crossing"])
                 if "crossing_ci" in f:
-                    cross += " " + _ci(f["crossing_ci"], "{:,.0f}")
+                    cross += f" [{_dn(f['crossing_ci'][0])}, {_dn(f['crossing_ci'][1])}]"
             else:
                 cross = "none (b ≥ 0)"
             sp = " | ".join(f"{e['gap']:+.3f} {_ci(e['ci'])}" for e in f["spectra"].values())
@@ -482,7 +501,7 @@ def plot(s: dict[str, Any], out: Path) -> None:
                     capsize=3,
                     label=f"f = {f:g}, {size}",
                 )
-            fitted = s["fits"][(arm, f)]["pooled"]
+            fitted = s["fits"][(arm, f)].get(f"≥ {TRAINED_FROM:g}") or s["fits"][(arm, f)].get("all")
             if fitted:
                 lo, hi = fitted["dn_range"]
                 grid = [lo * (hi / lo) ** (k / 50) for k in range(51)]
