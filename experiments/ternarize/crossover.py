@@ -69,7 +69,7 @@ RATE_POINT = 50
 """The D/N of the rate sweep (seed 1)."""
 RATES: dict[str, tuple[float, ...]] = {
     "16x2": (4e-3, 8e-3, 1.6e-2, 3.2e-2),
-    "32x2": (4e-3, 8e-3, 1.6e-2),
+    "32x2": (4e-3, 8e-3, 1.6e-2, 3.2e-2),
     "64x2": (4e-3, 8e-3),
 }
 """Peak rates tried per size, for TriLM and FloatLM alike. The ladder (2M tokens) tried only 4e-3 at 32x2
