@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from trilm.scaling.fitter import percentile_interval
+
 MIN_WINNERS = 3
 GRID = 80
 
@@ -154,9 +156,8 @@ def envelope(
             n2 = np.array([n_of[s2[b]] for b in b2])
             values.append(_power(grid[m2], n2[m2]))
         if values:
-            tail = 100 * (1 - level) / 2
-            interval: np.ndarray = np.percentile(values, [tail, 100 - tail])
-            env.interval_n = (float(interval[0]), float(interval[1]))
+            lo, hi = percentile_interval(values, level)
+            env.interval_n = (float(lo), float(hi))
     return env
 
 
