@@ -110,12 +110,13 @@ def target_lines(report) -> tuple[bool, list[str]]:
         law = fa.law_x
         alpha = "no L(N) fitted"
         ok_alpha = False
-        if law is not None and law.identified and law.bootstrap is not None:
-            s = law.bootstrap.summary()["alpha"]
-            ok_alpha = s["lo"] > 0
-            alpha = f"α = {law.fit.params['alpha']:.3g}, 95% CI [{s['lo']:.3g}, {s['hi']:.3g}]"
+        interval = law.fit.param_intervals().get("alpha") if law is not None else None
+        if law is not None and law.identified and interval is not None:
+            lo, hi = interval
+            ok_alpha = lo > 0
+            alpha = f"α = {law.fit.params['alpha']:.3g}, 95% CI [{lo:.3g}, {hi:.3g}]"
         elif law is not None:
-            alpha = "L(N) not identified: " + (law.identification.because if law.identification else "?")
+            alpha = "L(N) not identified: " + (law.because or "no bootstrap interval")
         ok = mono and span >= TARGET_SPAN and ok_alpha
         met &= ok
         lines.append(
