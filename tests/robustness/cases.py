@@ -513,4 +513,67 @@ def _defect_cases() -> list[Case]:
     ]
 
 
-CASES: list[Case] = [*_defect_cases(), *_model_cases(), *_kind_cases(), *_number_cases(), *_output_cases()]
+TABLE_HEADER = (
+    "run,family,size,params,nonembedding_params,linear_params,tokens,flops,bits_per_param,step,eval,loss\n"
+)
+
+
+def _file_cases() -> list[Case]:
+    """Damaged files besides models, one per reader (the Hypothesis tests listed in docs/robustness.md fuzz
+    each reader itself): a results table, a run config, a suite file, a split's index, a manifest."""
+    return [
+        Case(
+            "eval suite | a results table cut mid-row",
+            tuple(a.replace("{R}", "{F}/float") for a in COMMANDS["eval suite"]),
+            (r"t\.csv line 2",),
+            files=(("t.csv", TABLE_HEADER + "float,floatlm,nano,1000"),),
+            protect=("t.csv",),
+            note="nothing already written is lost: the table stays byte-identical",
+        ),
+        Case(
+            "scaling fit | a CSV field past csv's size limit",
+            ("scaling", "fit", "{W}/t.csv", "--out", "{W}/fit"),
+            (r"t\.csv line 2",),
+            files=(("t.csv", TABLE_HEADER + "1" * 200_000 + ",r" * 11 + "\n"),),
+            protect=("t.csv",),
+            absent=("fit",),
+        ),
+        Case(
+            "train | a run config nested past the recursion limit",
+            ("train", "--config", "{W}/run.yaml", "--dry-run"),
+            (r"run\.yaml.*nested too deeply",),
+            files=(("run.yaml", "[" * 600),),
+            absent=OUTPUTS,
+        ),
+        Case(
+            "suite plan | a suite file that is a list",
+            ("suite", "plan", "{W}/s.yaml"),
+            (r"s\.yaml.*mapping",),
+            files=(("s.yaml", "- name\n- toy\n"),),
+        ),
+        Case(
+            "data stats | an index.json that is a list",
+            ("data", "stats", "{W}/split"),
+            (r"index\.json",),
+            copies=(("split", "split"),),
+            files=(("split/index.json", "[1]"),),
+        ),
+        Case(
+            "export hf | a manifest listing a file outside the snapshot",
+            ("export", "hf", "{W}/snap", "{W}/out"),
+            (r"COMPLETE.*not a path inside",),
+            copies=((SNAP.removeprefix("{F}/"), "snap"),),
+            files=(("snap/COMPLETE", '{"step": 10, "files": {"../../x": {"bytes": 1, "crc32": 0}}}'),),
+            absent=("out",),
+        ),
+    ]
+
+
+CASES: list[Case] = [
+    *_defect_cases(),
+    *_model_cases(),
+    *_kind_cases(),
+    *_number_cases(),
+    *_output_cases(),
+    *_file_cases(),
+]

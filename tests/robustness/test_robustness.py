@@ -2,8 +2,8 @@
 or field, no traceback, the source files byte-identical afterwards, nothing left where nothing should be.
 
 The fixtures are tiny (nano models, vocabulary 512) and every command runs in this process, so the whole
-catalogue takes 16–41 s on two cores. ``python tests/robustness/table.py`` runs the same catalogue
-against another checkout to give the before → after table of ``docs/store.md``.
+catalogue takes 16–90 s on two cores, depending on the load. ``python tests/robustness/table.py`` runs the
+same catalogue against another checkout to give the before → after table of ``docs/store.md``.
 """
 
 from __future__ import annotations

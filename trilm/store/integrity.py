@@ -87,8 +87,8 @@ def read_complete(directory: str | Path) -> Complete | None:
     try:
         payload = json.loads(path.read_text())
     except (OSError, ValueError, RecursionError) as exc:  # ValueError: not UTF-8, not JSON
-        problem = "nested too deeply" if isinstance(exc, RecursionError) else exc
-        raise IntegrityError(f"{path}: unreadable completion marker ({problem})") from None
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else exc
+        raise IntegrityError(f"{path}: unreadable completion marker ({reason})") from None
     if not isinstance(payload, dict):
         raise IntegrityError(f"{path}: the completion marker is not a JSON object")
     problem = _manifest_problem(payload.get("files"))
