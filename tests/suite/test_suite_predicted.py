@@ -2,21 +2,23 @@
 ladder's committed curves of TriLM at the quickstart's four sizes (the quickstart's runs: same sizes, budget,
 schedule and rates), renamed to the quickstart's run names. TriLM 32x2 keeps only its early checkpoints and
 its last (too few for a forecast); FloatLM 32x2 stops half way (not finished). Every number must be what
-``forecast_curve`` gives on the cut curve and what the leave-one-size-out refits give."""
+the joint curve-law fit gives on the cut curves and what the leave-one-size-out refits give."""
 
 from __future__ import annotations
 
 import csv
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from trilm.cli import main
 from trilm.quickstart import analysis_text
+from trilm.scaling.curves import LossCurve
+from trilm.scaling.forecast import ModelCurves, forecast_models
 from trilm.schedule import Schedule
 from trilm.suite.analyse import analyse_table
 from trilm.suite.config import load_suite
-from trilm.suite.forecast import forecast_curve
 from trilm.suite.predicted import PLOT_STEM, figure
 
 REPO = Path(__file__).resolve().parents[2]
@@ -64,12 +66,20 @@ def analysed(tmp_path_factory):
     return suite, result, {k: sorted(v) for k, v in curves.items()}
 
 
-def _direct(suite, curve):
-    """``forecast_curve`` on the checkpoints of the first half of the run, called here directly."""
-    run = next(r for r in suite.runs if r.name == curve[0])
-    seen = [(s, v) for s, v in curve[1] if s <= run.cfg.steps // 2]
-    schedule = Schedule.for_optimizer(run.cfg.optim, run.cfg.schedule, run.cfg.steps)
-    return forecast_curve([s for s, _ in seen], [v for _, v in seen], schedule)
+def _direct(suite, curves, name):
+    """The joint forecast of every finished run from the checkpoints of its first half, made here directly
+    (as the report makes it: one fit over the finished runs, in the suite's order)."""
+    models = {}
+    for run in suite.runs:
+        curve = curves.get(run.name)
+        if not curve or curve[-1][0] != run.cfg.steps:
+            continue
+        seen = [(s, v) for s, v in curve if 1 <= s <= run.cfg.steps // 2]
+        schedule = Schedule.for_optimizer(run.cfg.optim, run.cfg.schedule, run.cfg.steps)
+        lr = np.array([schedule.lr(i) for i in range(schedule.total)])
+        points = LossCurve(run.name, lr, [s for s, _ in seen], [v for _, v in seen])
+        models[run.name] = ModelCurves([points], LossCurve(run.name, lr, [lr.size], [1.0]))
+    return forecast_models(models)[name]
 
 
 def _row(markdown: str, run: str, basis: str) -> list[str]:
@@ -80,7 +90,7 @@ def _row(markdown: str, run: str, basis: str) -> list[str]:
 @pytest.mark.parametrize("name", ["trilm-64x2", "trilm-96x3", "trilm-128x4"])
 def test_every_finished_run_has_the_forecast_of_its_first_half_against_its_final_loss(analysed, name):
     suite, result, curves = analysed
-    expected = _direct(suite, (name, curves[name]))
+    expected = _direct(suite, curves, name)
     assert expected.kind == "forecast"
     row = next(r for r in result.predictions.rows if r.run == name and r.source == "curve")
     assert (row.predicted, row.low, row.high) == pytest.approx((expected.loss, expected.low, expected.high))
@@ -97,7 +107,7 @@ def test_every_finished_run_has_the_forecast_of_its_first_half_against_its_final
 
 def test_a_run_with_too_few_checkpoints_is_listed_as_too_early(analysed):
     suite, result, curves = analysed
-    expected = _direct(suite, ("trilm-32x2", curves["trilm-32x2"]))
+    expected = _direct(suite, curves, "trilm-32x2")
     assert expected.kind == "too early"
     row = next(r for r in result.predictions.rows if r.run == "trilm-32x2" and r.source == "curve")
     assert row.kind == "too early" and row.predicted is None and row.note == expected.note

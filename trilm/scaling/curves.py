@@ -22,7 +22,6 @@ file, the line and the column.
 from __future__ import annotations
 
 import csv
-import dataclasses
 import io
 import json
 import math
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from trilm.scaling.errors import FitError
 
@@ -38,7 +38,6 @@ CURVE_COLUMNS = ("step", "tokens", "lr", "loss", "val_loss")
 """The columns :func:`write_curve` writes, in order."""
 
 
-@dataclasses.dataclass
 class LossCurve:
     """A run's losses at some steps and the learning rate of every step.
 
@@ -46,15 +45,17 @@ class LossCurve:
     ``1 … len(lr)``) are where a loss was measured.
     """
 
-    name: str
-    lr: np.ndarray
-    steps: np.ndarray
-    loss: np.ndarray
+    def __init__(self, name: str, lr: ArrayLike, steps: ArrayLike, loss: ArrayLike) -> None:
+        self.name = name
+        self.lr: np.ndarray = np.asarray(lr, float)
+        self.steps: np.ndarray = np.asarray(steps, int)
+        self.loss: np.ndarray = np.asarray(loss, float)
+        self._check()
 
-    def __post_init__(self) -> None:
-        self.lr = np.asarray(self.lr, float)
-        self.steps = np.asarray(self.steps, int)
-        self.loss = np.asarray(self.loss, float)
+    def __repr__(self) -> str:
+        return f"LossCurve({self.name!r}, {self.lr.size} steps, {self.steps.size} losses)"
+
+    def _check(self) -> None:
         where = f"{self.name}: "
         if self.lr.ndim != 1 or self.lr.size == 0:
             raise FitError(f"{where}the schedule has no steps")
@@ -62,9 +63,10 @@ class LossCurve:
             raise FitError(f"{where}learning rates must be finite, ≥ 0, with a positive peak")
         if self.steps.shape != self.loss.shape:
             raise FitError(f"{where}{self.steps.size} steps but {self.loss.size} losses")
-        if self.steps.size and (self.steps.min() < 1 or self.steps.max() > self.lr.size):
+        outside = self.steps[(self.steps < 1) | (self.steps > self.lr.size)]
+        if outside.size:
             raise FitError(
-                f"{where}a loss at step {int(self.steps.max())} lies outside the schedule's 1…{self.lr.size}"
+                f"{where}a loss at step {int(outside[0])} lies outside the schedule's 1…{self.lr.size}"
             )
         if np.any(np.diff(self.steps) <= 0):
             raise FitError(f"{where}the steps with a loss must be strictly increasing")

@@ -96,7 +96,8 @@ def percentile_interval(samples: Any, level: float, axis: int = 0) -> tuple[np.n
     bounds are order statistics, since interpolating towards an infinite value gives NaN."""
     values = np.asarray(samples, float)
     tail = 100 * (1 - level) / 2
-    method = "linear" if np.isfinite(values[~np.isnan(values)]).all() else "inverted_cdf"
+    finite = np.isfinite(values[~np.isnan(values)]).all()
+    method: Literal["linear", "inverted_cdf"] = "linear" if finite else "inverted_cdf"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN slice has no interval: NaN
         lo, hi = np.nanpercentile(values, [tail, 100 - tail], axis=axis, method=method)
@@ -342,7 +343,13 @@ def _best(res: optim.BatchResult, n_starts: int, label: str) -> int:
 
 
 def _refit(
-    law: Law, design: Any, log_y: np.ndarray, weights: np.ndarray, theta: np.ndarray, delta: float
+    law: Law,
+    design: Any,
+    log_y: np.ndarray,
+    weights: np.ndarray,
+    theta: np.ndarray,
+    delta: float,
+    max_iter: int = 2000,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The best converged refit per resample (row of ``weights``) and whether it converged."""
     n_rows = weights.shape[0]
@@ -352,7 +359,9 @@ def _refit(
         return HuberLog(law, design, log_y, delta=delta, weights=weights, weight_index=row_of_problem)
 
     ftol = CURVE_FTOL if law.kind == "curve" else 1e-13
-    warm = optim.minimize_batched(objective(rows).fun_grad, np.tile(theta, (n_rows, 1)), ftol=ftol)
+    warm = optim.minimize_batched(
+        objective(rows).fun_grad, np.tile(theta, (n_rows, 1)), ftol=ftol, max_iter=max_iter
+    )
     cand_x = warm.x[:, None, :]
     cand_f = np.where(warm.converged & np.isfinite(warm.fun), warm.fun, np.inf)[:, None]
     if law.restart_grid:
@@ -465,7 +474,7 @@ def fit(
         weights = point_weights(point_units, counts, unit_list)
         good = np.flatnonzero(((counts > 0).sum(axis=1) >= 2) & law.usable(design, weights))
         weights = weights[good]
-        thetas, ok = _refit(law, design, log_y, weights, theta, delta)
+        thetas, ok = _refit(law, design, log_y, weights, theta, delta, max_iter)
         result.boot_thetas = thetas[ok]
         result.boot_index = good[ok]
         result.bootstrap = {

@@ -269,8 +269,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"suite {suite.name}: {len(conversions)} conversion branches; " + _count(branch_outcomes))
         return 1 if any(o.action in ("failed", "missing") for o in branch_outcomes) else 0
     if args.action == "status":
-        statuses = add_forecasts(suite_status(suite, stale_after=args.stale_after))
         branches = cooldown_branches(suite) if suite.config.cooldown.at else []
+        lenders = [b.run for b in branches if not b.itself]
+        statuses = add_forecasts(suite_status(suite, stale_after=args.stale_after), branches=lenders)
         conversions = conversion_branches(suite)
         if args.json:
             records = [s.to_dict() for s in statuses]

@@ -1,133 +1,142 @@
-"""Where a running run will end: Tissue et al.'s loss-curve law fitted on the run's own checkpoints so far.
+"""Where a suite's running runs will end: every run's checkpoints so far, fitted together.
 
 Why: ``trilm suite status`` already says where a run *is*; a user deciding whether to let a run finish, or
-to plan the next size, wants where it will *end*. The law (:mod:`trilm.scaling.curve`) is fitted on the
-run's complete snapshots with a validation loss (from :attr:`CurveConfig.min_step` on), with ``S1``, ``S2``
-from the run's own schedule, and evaluated at the last step.
+to plan the next size, wants where it will *end*. Each run with its cooldown branches is one model; all of
+a suite's models are fitted at once (:func:`trilm.scaling.forecast.forecast_models`: Tissue et al.'s law,
+each model its own floor, scale and exponent, the annealing parameter shared), so a run in its stable phase
+borrows the annealing that finished runs and cooldown branches showed. Checkpoints are the validation
+losses of complete snapshots and of the run's periodic evaluations (``val_loss`` in ``logs/metrics.jsonl``).
+The interval is the percentile interval of bootstrap refits of the joint fit.
 
-The interval is the fit's residual scatter carried to the final step (``exp(±z·rms)`` of the log-residuals
-of the fitted points): it says how noisy the curve was, *not* how wrong the extrapolation can be. Before the
-schedule's decay starts ``C`` is not seen and the forecast assumes no annealing gain, so it errs high for
-decaying schedules; the status table marks such forecasts. (The fit leaves C wherever its start put it
-when every seen S2 is 0 — no gradient — so C is set to 0 here rather than to an arbitrary start value.)
-Below ``min_points`` checkpoints or ``min_fraction`` of the run the answer is "too early"; a pending run
-has no forecast at all.
+A conversion branch (a FloatLM continued as a TriLM) is another model: its curve starts at the branch
+point, under the branch's own schedule. A pending run has no forecast; a finished one shows its measured
+final loss (and still lends its curve to the others).
 """
 
 from __future__ import annotations
 
-import dataclasses
+import json
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from trilm.config import Config, require
-from trilm.scaling.curve import CurveConfig, fit_curve, schedule_areas
-from trilm.scaling.fit import FitError
+from trilm.scaling.curves import LossCurve
+from trilm.scaling.forecast import Forecast, ForecastConfig, ModelCurves, forecast_models
 from trilm.schedule import Schedule
 from trilm.store.integrity import complete_steps
 from trilm.store.snapshot import read_snapshot_config
 
-Z_95 = 1.96
-
-
-@dataclasses.dataclass
-class ForecastConfig(Config):
-    """``min_fraction``: of the run's steps that must be seen before forecasting; ``z``: the interval's
-    width in residual standard deviations."""
-
-    curve: CurveConfig = dataclasses.field(default_factory=CurveConfig)
-    min_fraction: float = 0.2
-    z: float = Z_95
-
-    def validate(self) -> None:
-        self.curve.validate()
-        require(0 < self.min_fraction <= 1, f"min_fraction: must be in (0, 1], got {self.min_fraction}")
-        require(self.z > 0, f"z: must be > 0, got {self.z}")
-
-
-@dataclasses.dataclass
-class Forecast:
-    """``kind``: ``final`` (measured, the run finished), ``forecast``, ``too early`` or ``no fit``."""
-
-    kind: str
-    loss: float | None = None
-    low: float | None = None
-    high: float | None = None
-    n_points: int = 0
-    note: str = ""
-
-    def text(self) -> str:
-        if self.kind == "final":
-            return f"{self.loss:.4f} (final)"
-        if self.kind == "forecast":
-            mark = "*" if self.note else ""
-            return f"{self.loss:.3f} [{self.low:.3f}, {self.high:.3f}]{mark}"
-        return self.kind
-
-
-def forecast_curve(steps, losses, schedule, cfg: ForecastConfig | None = None) -> Forecast:
-    """Forecast the loss at ``schedule.total`` from checkpoints ``(steps, losses)`` of one run."""
-    cfg = cfg or ForecastConfig()
-    cfg.validate()
-    steps = np.asarray(steps, int)
-    losses = np.asarray(losses, float)
-    if steps.shape != losses.shape:
-        raise ValueError(f"forecast: {steps.size} steps and {losses.size} losses")
-    total = schedule.total
-    if steps.size and steps.max() > total:
-        raise ValueError(f"forecast: checkpoint at step {steps.max()} beyond the schedule's {total} steps")
-    keep = steps >= cfg.curve.min_step
-    steps, losses = steps[keep], losses[keep]
-    seen = (steps.max() / total) if steps.size else 0.0
-    if steps.size < cfg.curve.min_points or seen < cfg.min_fraction:
-        note = f"{steps.size} checkpoints, {100 * seen:.0f}% of the run"
-        return Forecast("too early", n_points=int(steps.size), note=note)
-    s1, s2 = schedule_areas(schedule, cfg.curve.momentum)
-    try:
-        fit = fit_curve(cfg.curve, s1[steps - 1], s2[steps - 1], losses)
-    except FitError as exc:
-        return Forecast("no fit", n_points=int(steps.size), note=str(exc))
-    if float(s2[steps - 1].max()) == 0.0:
-        fit = dataclasses.replace(fit, theta=np.concatenate([fit.theta[:3], [-np.inf]]))
-    final = float(fit.predict(s1[-1], s2[-1])[0])
-    if not np.isfinite(final):
-        return Forecast("no fit", n_points=fit.n_points, note="the law is not positive at the last step")
-    spread = float(np.exp(cfg.z * fit.log_residual_rms))
-    return Forecast("forecast", final, final / spread, final * spread, fit.n_points, "; ".join(fit.reasons))
-
 
 def snapshot_curve(run_dir: Path) -> tuple[list[int], list[float]]:
-    """(steps, val losses) of a run directory's complete snapshots that carry a validation loss."""
-
-    steps, losses = [], []
+    """(steps, val losses) of a run directory's complete snapshots that carry a validation loss, with the
+    periodic evaluations its metrics log holds (a snapshot's value wins at a step both have)."""
+    found: dict[int, float] = {}
+    metrics = Path(run_dir) / "logs" / "metrics.jsonl"
+    if metrics.is_file():
+        for line in metrics.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if (
+                isinstance(record, dict)
+                and isinstance(record.get("val_loss"), int | float)
+                and isinstance(record.get("step"), int)
+                and np.isfinite(record["val_loss"])
+            ):
+                found[record["step"]] = float(record["val_loss"])
     for step, path in complete_steps(Path(run_dir) / "snapshots"):
         val = read_snapshot_config(path)[1].val_loss
         if val is not None:
-            steps.append(step)
-            losses.append(float(val))
-    return steps, losses
+            found[step] = float(val)
+    steps = sorted(s for s in found if s >= 1)
+    return steps, [found[s] for s in steps]
 
 
-def run_forecast(run, state: str, cfg: ForecastConfig | None = None) -> Forecast | None:
-    """The forecast column of ``trilm suite status`` for one suite run in ``state``."""
+def _rates(schedule: Schedule) -> np.ndarray:
+    return np.array([schedule.lr(i) for i in range(schedule.total)], float)
 
+
+def _curve(run: Any) -> tuple[LossCurve, LossCurve] | None:
+    """(the run's checkpoints, its end) as loss curves under its own schedule; None without a checkpoint."""
     steps, losses = snapshot_curve(run.run_dir)
-    if state == "finished":
-        if steps and steps[-1] == run.cfg.steps:
-            return Forecast("final", losses[-1], n_points=len(steps))
-        return Forecast("no fit", note="finished without a final snapshot loss")
-    if state == "pending":
-        return None
+    c = run.cfg
     if getattr(run, "converts_from", ""):
-        # a conversion branch is fitted as a run of its own: its checkpoints and schedule from the branch
-        # point on (the float run's steps before it are another model's curve)
-        start, c = run.branch_step, run.cfg
-        phase = Schedule.for_optimizer(c.optim, c.schedule, c.steps - start, lr_scale=c.convert.lr_scale)
+        start = run.branch_step
+        schedule = Schedule.for_optimizer(c.optim, c.schedule, c.steps - start, lr_scale=c.convert.lr_scale)
         kept = [(s - start, v) for s, v in zip(steps, losses, strict=True) if s > start]
-        return forecast_curve([s for s, _ in kept], [v for _, v in kept], phase, cfg)
-    schedule = Schedule.for_optimizer(run.cfg.optim, run.cfg.schedule, run.cfg.steps)
-    return forecast_curve(steps, losses, schedule, cfg)
+        steps, losses = [s for s, _ in kept], [v for _, v in kept]
+    else:
+        schedule = Schedule.for_optimizer(c.optim, c.schedule, c.steps)
+    lr = _rates(schedule)
+    keep = [(s, v) for s, v in zip(steps, losses, strict=True) if s <= lr.size]
+    seen = LossCurve(run.name, lr, [s for s, _ in keep], [v for _, v in keep])
+    return seen, LossCurve(run.name, lr, [lr.size], [1.0])
 
 
-__all__ = ["Forecast", "ForecastConfig", "forecast_curve", "run_forecast", "snapshot_curve"]
+def suite_forecasts(
+    runs: Sequence[tuple[Any, str]], branches: Iterable[Any] = (), cfg: ForecastConfig | None = None
+) -> dict[str, Forecast | None]:
+    """The forecast column for every ``(run, state)``: measured for finished runs, none for pending ones,
+    otherwise the joint fit's forecast of the run's end. ``branches`` (suite runs with a ``parent``) lend
+    their checkpoints to their parent's model."""
+    out: dict[str, Forecast | None] = {}
+    models: dict[str, ModelCurves] = {}
+    for run, state in runs:
+        curves = _curve(run)
+        seen = curves[0] if curves else None
+        if state == "pending":
+            out[run.name] = None
+            continue
+        if state == "finished":
+            last = None if seen is None or not seen.steps.size else int(seen.steps[-1])
+            if seen is not None and last == seen.total:
+                out[run.name] = Forecast("final", float(seen.loss[-1]), n_points=int(seen.steps.size))
+            else:
+                out[run.name] = Forecast("no fit", note="finished without a final snapshot loss")
+        if curves is not None:
+            models[run.name] = ModelCurves([curves[0]], curves[1])
+    for branch in branches:
+        parent = getattr(branch, "parent", "")
+        if parent in models and not getattr(branch, "converts_from", ""):
+            curves = _curve(branch)
+            if curves is not None and curves[0].steps.size:
+                models[parent].seen.append(curves[0])
+    if models:
+        fitted = forecast_models(models, cfg)
+        for name, forecast in fitted.items():
+            out.setdefault(name, forecast)
+    for run, _ in runs:
+        out.setdefault(run.name, Forecast("too early", note="no checkpoint with a validation loss yet"))
+    return out
+
+
+def run_forecast(run: Any, state: str, cfg: ForecastConfig | None = None) -> Forecast | None:
+    """One run's forecast, fitted on its own checkpoints alone (a conversion branch's status row)."""
+    return suite_forecasts([(run, state)], cfg=cfg)[run.name]
+
+
+def forecast_curve(steps, losses, schedule: Schedule, cfg: ForecastConfig | None = None) -> Forecast:
+    """The forecast of the loss at ``schedule.total`` from checkpoints ``(steps, losses)`` of one run."""
+    steps, losses = np.asarray(steps, int), np.asarray(losses, float)
+    if steps.shape != losses.shape:
+        raise ValueError(f"forecast: {steps.size} steps and {losses.size} losses")
+    if steps.size and (steps.max() > schedule.total or steps.min() < 1):
+        raise ValueError(
+            f"forecast: a checkpoint at step {steps.max()} lies outside the schedule's 1…{schedule.total}"
+        )
+    lr = _rates(schedule)
+    model = ModelCurves([LossCurve("run", lr, steps, losses)], LossCurve("run", lr, [lr.size], [1.0]))
+    return forecast_models({"run": model}, cfg)["run"]
+
+
+__all__ = [
+    "Forecast",
+    "ForecastConfig",
+    "forecast_curve",
+    "run_forecast",
+    "snapshot_curve",
+    "suite_forecasts",
+]

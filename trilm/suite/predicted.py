@@ -23,14 +23,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from trilm.families import display_name
+from trilm.scaling.curves import LossCurve
+from trilm.scaling.forecast import ModelCurves, forecast_models
 from trilm.schedule import Schedule
-from trilm.suite.forecast import forecast_curve
 from trilm.suite.text import table
 
 if TYPE_CHECKING:
+    from trilm.scaling.forecast import ForecastConfig
     from trilm.scaling.results import Report
     from trilm.suite.config import SuiteRun
-    from trilm.suite.forecast import ForecastConfig
 
 FORECAST_FROM = 0.5
 """Default share of a finished run whose checkpoints the curve-law forecast sees: the status column's
@@ -88,12 +89,15 @@ class Predictions:
 def curve_predictions(
     runs: list[SuiteRun], report: Report, fraction: float = FORECAST_FROM, cfg: ForecastConfig | None = None
 ) -> tuple[list[Predicted], list[str]]:
-    """Per finished run (its last checkpoint in the table is at its last step): the curve law fitted on its
-    checkpoints up to ``fraction`` of its steps, against its measured final loss; and the unfinished runs."""
+    """Per finished run (its last checkpoint in the table is at its last step): the curve law fitted on
+    every finished run's checkpoints up to ``fraction`` of its steps at once (as ``trilm suite status``
+    fits a suite at that point), against its measured final loss; and the unfinished runs."""
 
     if not 0 < fraction < 1:
         raise ValueError(f"forecast_from: the share of a run the forecast sees is in (0, 1), got {fraction}")
-    out, unfinished = [], []
+    unfinished: list[str] = []
+    models: dict[str, ModelCurves] = {}
+    finished: list[tuple[SuiteRun, float, int]] = []
     for run in runs:
         rows = report.runs.get(run.name)
         if not rows:
@@ -102,19 +106,25 @@ def curve_predictions(
             unfinished.append(f"{run.name} (last checkpoint at step {rows[-1].step:,} of {run.cfg.steps:,})")
             continue
         cut = int(fraction * run.cfg.steps)
-        seen = [r for r in rows if r.step <= cut]
+        seen = [r for r in rows if 1 <= r.step <= cut]
         schedule = Schedule.for_optimizer(run.cfg.optim, run.cfg.schedule, run.cfg.steps)
-        fc = forecast_curve([r.step for r in seen], [r.loss for r in seen], schedule, cfg)
-        basis = f"curve, steps ≤ {cut:,} ({100 * fraction:g} %)"
+        lr = np.array([schedule.lr(i) for i in range(schedule.total)], float)
+        curve = LossCurve(run.name, lr, [r.step for r in seen], [r.loss for r in seen])
+        models[run.name] = ModelCurves([curve], LossCurve(run.name, lr, [lr.size], [1.0]))
+        finished.append((run, rows[-1].loss, cut))
+    forecasts = forecast_models(models, cfg) if models else {}
+    out = []
+    for run, measured, cut in finished:
+        fc = forecasts[run.name]
         out.append(
             Predicted(
                 run.name,
                 run.family,
                 run.size,
                 "curve",
-                basis,
+                f"curve, steps ≤ {cut:,} ({100 * fraction:g} %)",
                 fc.kind,
-                measured=rows[-1].loss,
+                measured=measured,
                 predicted=fc.loss,
                 low=fc.low,
                 high=fc.high,

@@ -22,6 +22,7 @@ import dataclasses
 import json
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from trilm.store.integrity import latest_complete
 from trilm.store.layout import LOCK_FILE
 from trilm.store.snapshot import read_snapshot_config
 from trilm.suite.config import Suite, SuiteRun
-from trilm.suite.forecast import run_forecast
+from trilm.suite.forecast import suite_forecasts
 from trilm.suite.text import duration, si, table
 from trilm.train.checkpoint import RunDir, lock_holder, lock_taken_elsewhere
 
@@ -39,9 +40,9 @@ FAILED = "FAILED"
 STATES = ("finished", "running", "stopped", "failed", "pending")
 STALE_AFTER = 900.0
 FORECAST_NOTE = (
-    "final loss: measured for finished runs; otherwise Tissue et al.'s curve law fitted on the run's own"
-    " snapshots, [interval] = the fit's residual scatter (95 %), not its extrapolation error; * = the law"
-    " is not identified (see the note below)"
+    "final loss: measured for finished runs; otherwise Tissue et al.'s curve law fitted on every run's"
+    " checkpoints at once (with its cooldown branches'; the annealing parameter shared, so a run before its"
+    " decay borrows it), [interval] = 95 % of bootstrap refits; * = the law is not identified (see below)"
 )
 
 
@@ -206,12 +207,13 @@ def suite_status(suite: Suite, stale_after: float = STALE_AFTER) -> list[RunStat
     return [run_status(r, now, stale_after) for r in suite.runs]
 
 
-def add_forecasts(statuses: list[RunStatus], cfg=None) -> list[RunStatus]:
-    """Attach each run's final-loss forecast (:mod:`trilm.suite.forecast`); kept out of :func:`run_status`
-    because it fits a law per run and the launcher polls the status."""
-
+def add_forecasts(statuses: list[RunStatus], cfg=None, branches: Iterable[SuiteRun] = ()) -> list[RunStatus]:
+    """Attach each run's final-loss forecast (:mod:`trilm.suite.forecast`: the suite's runs, with the
+    checkpoints of their cooldown ``branches``, fitted together); kept out of :func:`run_status` because it
+    fits a law and the launcher polls the status."""
+    forecasts = suite_forecasts([(s.run, s.state) for s in statuses], branches, cfg)
     for s in statuses:
-        s.forecast = run_forecast(s.run, s.state, cfg)
+        s.forecast = forecasts[s.run.name]
     return statuses
 
 

@@ -166,6 +166,8 @@ class CurveLaw(Law):
 
     kind = "curve"
     exponents: ClassVar[tuple[str, ...]] = ("alpha",)
+    anneal_theta: ClassVar[str]
+    """The θ entry that scales what annealing buys: 0 (−∞ in log) where no data saw the rate fall."""
     uses_pairs = False
 
     def design(self, data: Any) -> CurveDesign:
@@ -221,6 +223,7 @@ class Tissue(CurveLaw):
     name = "tissue"
     formula = "L0 + A·S1^(−α) − C·S2"
     theta_names = ("ln L0", "ln A", "alpha", "ln C")
+    anneal_theta = "ln C"
     box = ((-3.0, 3.0), (-5.0, 12.0), (0.0, 2.0), (-30.0, 5.0))
 
     def natural(self, theta: np.ndarray) -> dict[str, float]:
@@ -262,6 +265,7 @@ class MultiPower(CurveLaw):
     name = "multipower"
     formula = "L0 + A·S1^(−α) − B·Σ_k (η_{k−1} − η_k)·(1 − (C·η_k^(−γ)·S_k + 1)^(−β))"
     theta_names = ("ln L0", "ln A", "alpha", "ln B", "ln C", "beta", "gamma")
+    anneal_theta = "ln B"
     exponents = ("alpha", "beta")
     box = ((-3.0, 3.0), (-5.0, 12.0), (0.0, 2.0), (-12.0, 5.0), (-15.0, 8.0), (0.0, 2.0), (-0.5, 3.0))
     uses_pairs = True
