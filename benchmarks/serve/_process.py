@@ -1,5 +1,5 @@
 """``trilm serve`` as a child process on a free loopback port, for the benchmarks that talk to the real
-command over HTTP (:mod:`benchmarks.serve.load`, :mod:`benchmarks.serve.real_chat`).
+command over HTTP (:mod:`benchmarks.serve.load`, :mod:`experiments.posthoc_real.serve_chat`).
 
 The port is picked by binding port 0, so several servers can run side by side; readiness is the server's own
 ``/health``; it is stopped with SIGINT, the path a person's Ctrl-C takes, so its shutdown is exercised too.
