@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from trilm.scaling.envelope import envelope, gaps
-from trilm.scaling.nd import fit_nd, predict
+from trilm.scaling.fitter import fit
 from trilm.scaling.table import ResultRow
 
 LAW = {"E": 3.0, "A": 60.0, "alpha": 0.35, "B": 400.0, "beta": 0.3}
@@ -40,13 +40,18 @@ def test_fit_on_short_budgets_predicts_the_long_one():
     points = [
         _row(s, n, d, _loss(n, d) * (1 + rng.normal(0, 0.001))) for s, n in SIZES.items() for d in budgets
     ]
-    law = fit_nd(points, x="nonembedding_params", units=[p.size for p in points], bootstrap=200, seed=0)
-    assert law.identified, law.identification.because
-    for n in SIZES.values():
-        p = predict(law, n, 2.1e6)
-        truth = _loss(n, 2.1e6)
-        assert abs(p.predicted - truth) < 0.02
-        assert p.lo < p.predicted < p.hi and p.hi - p.lo < 0.2
+    data = {
+        "N": [p.nonembedding_params for p in points],
+        "D": [p.tokens for p in points],
+        "loss": [p.loss for p in points],
+    }
+    law = fit("additive", data, units=[p.size for p in points], bootstrap=200, seed=0)
+    assert law.identified, law.reasons
+    p = law.predict(N=list(SIZES.values()), D=2.1e6)
+    truth = _loss(np.array(list(SIZES.values())), 2.1e6)
+    assert np.all(np.abs(p.value - truth) < 0.02)
+    assert p.low is not None and p.high is not None
+    assert np.all((p.low < p.value) & (p.value < p.high)) and np.all(p.high - p.low < 0.2)
 
 
 def test_the_envelope_finds_the_compute_optimal_size_where_curves_overlap():

@@ -7,13 +7,14 @@ at ≤ ½ of the budget) and asked for the same held-out predictions:
 
 - the additive form on a later window (:data:`LATE_WINDOW`: the branches from ¼ of the budget on), in case
   the earliest branch, 128 steps past warm-up, is not yet in the power-law regime;
-- Kaplan et al. (2020)'s interacting form with an irreducible loss,
-  ``L = E + ((N_c/N)^(α/β) + D_c/D)^β``, in which a model is data-limited (all sizes alike) at small D and
-  size-limited at large D, so the gap between sizes grows with D.
+- Kaplan et al. (2020)'s interacting form with an irreducible loss (the ``kaplan_e`` law of
+  :mod:`trilm.scaling.laws`), ``L = E + ((N_c/N)^(α_N/α_D) + D_c/D)^α_D``, in which a model is data-limited
+  (all sizes alike) at small D and size-limited at large D, so the gap between sizes grows with D.
 
-Both were chosen after the additive form's misses were seen; the report says so. Kaplan's form and its fit
-are :mod:`trilm.scaling.kaplan`; the held-out rows and the main fit are :mod:`trilm.scaling.heldout`.
-:func:`markdown` and :func:`rerun_markdown` are the report's sections on both.
+Both were chosen after the additive form's misses were seen; the report says so. Every fit is
+:func:`trilm.scaling.fitter.fit` with the main fit's objective and bootstrap by lineage; the held-out rows
+and the main fit are :mod:`experiments.cooldown.heldout`. :func:`markdown` and :func:`rerun_markdown` are
+the report's sections on both.
 """
 
 from __future__ import annotations
@@ -23,14 +24,14 @@ from typing import Any
 
 import numpy as np
 
-from trilm.scaling.analyse import branch_parent, lineage
-from trilm.scaling.fit import FitError
-from trilm.scaling.heldout import bound, finals, interval, prediction_row
-from trilm.scaling.kaplan import fit_kaplan, predict_kaplan
-from trilm.scaling.nd import fit_nd, predict
+from experiments.cooldown.heldout import bound, finals, fit_rows, predict_row, prediction_row
+from trilm.scaling.analyse import branch_parent
+from trilm.scaling.errors import FitError
 
 LATE_WINDOW = 0.25
 """The later window's first branch, as a fraction of the budget."""
+KAPLAN = "kaplan_e"
+"""Kaplan's interacting form with an irreducible loss, in :mod:`trilm.scaling.laws`."""
 
 
 def size_gaps(rows: list, budget: float, order: tuple[str, ...]) -> list[dict[str, Any]]:
@@ -82,30 +83,31 @@ def alternatives(
         late = [r for r in points if r.tokens >= LATE_WINDOW * budget - 1]
         entry: dict[str, Any] = {"points": len(late)}
         try:
-            law = fit_nd(late, x="nonembedding_params", units=[lineage(r) for r in late], bootstrap=bootstrap)
-            entry["params"] = law.fit.params
+            label = f"{family} L(N, D) from {LATE_WINDOW:g} of the budget"
+            law = fit_rows("additive", late, bootstrap, label)
+            entry["params"] = law.params
             entry["identified"] = law.identified
-            entry["predictions"] = []
-            for r in held:
-                p = predict(law, r.nonembedding_params, r.tokens)
-                entry["predictions"].append(prediction_row(r, p.predicted, interval(p)))
+            entry["not_identified_because"] = list(law.reasons)
+            entry["predictions"] = [prediction_row(r, *predict_row(law, r)) for r in held]
         except FitError as exc:
             entry["error"] = str(exc)
         out["late_window"][family] = entry
-        kap = fit_kaplan(points, [lineage(r) for r in points], bootstrap)
-        if "error" in kap:
-            out["kaplan"][family] = kap
+        try:
+            kap = fit_rows(KAPLAN, points, bootstrap, f"{family} Kaplan's form")
+        except FitError as exc:
+            out["kaplan"][family] = {"error": str(exc)}
             continue
-        preds = []
-        for r in held:
-            kp = predict_kaplan(kap, r.nonembedding_params, r.tokens)
-            preds.append(prediction_row(r, kp["predicted"], kp["interval"]))
+        resid = kap.log_residuals
         out["kaplan"][family] = {
+            "law": KAPLAN,
             "points": len(points),
-            "params": kap["params"],
-            "rms_log_residual": kap["rms_log_residual"],
-            "resamples": len(kap["samples"]),
-            "predictions": preds,
+            "params": kap.params,
+            "param_intervals": kap.param_intervals(),
+            "rms_log_residual": float(np.sqrt(np.mean(resid * resid))),
+            "resamples": int(kap.bootstrap.get("n_accepted", 0)),
+            "identified": kap.identified,
+            "not_identified_because": list(kap.reasons),
+            "predictions": [prediction_row(r, *predict_row(kap, r)) for r in held],
         }
     return out
 
@@ -115,6 +117,13 @@ def _score(preds: list[dict[str, Any]], target: float) -> str:
     inside = sum(bool(p["inside_interval"]) for p in preds)
     worst = max((abs(p["error"]) for p in preds), default=float("nan"))
     return f"{within} of {len(preds)} within {target} nats, {inside} inside their interval, worst {worst:.4f}"
+
+
+def _plausible(entry: dict[str, Any]) -> str:
+    """Why the plausibility rules reject a fit, for the end of its table row (empty for a fit they accept)."""
+    if entry.get("identified", True):
+        return ""
+    return "; not plausible: " + "; ".join(entry.get("not_identified_because", []))
 
 
 def markdown(result: dict[str, Any], names: dict[str, str]) -> list[str]:
@@ -144,9 +153,9 @@ def markdown(result: dict[str, Any], names: dict[str, str]) -> list[str]:
         "",
         f"1. The same law on a later window: the branches from {LATE_WINDOW:g} of the budget on (dropping the"
         " earliest branch, whose constant phase is only ~128 steps past warm-up).",
-        "2. Kaplan et al. (2020)'s interacting form with an irreducible loss, L = E + ((N_c/N)^(α/β) +"
-        " D_c/D)^β, on the main fit's points: data-limited (sizes alike) at small D, size-limited at large"
-        " D, so the gap between sizes grows with D.",
+        "2. Kaplan et al. (2020)'s interacting form with an irreducible loss, L = E + ((N_c/N)^(α_N/α_D) +"
+        " D_c/D)^α_D (the `kaplan_e` law), on the main fit's points: data-limited (sizes alike) at small D,"
+        " size-limited at large D, so the gap between sizes grows with D.",
         "",
         "| family | main fit (additive, D ≤ ½) | later window (additive) | Kaplan's form |",
         "|---|---|---|---|",
@@ -170,8 +179,8 @@ def markdown(result: dict[str, Any], names: dict[str, str]) -> list[str]:
             p = entry["params"]
             lines.append(
                 f"| **{names[family]}**: E = {p['E']:.3f}, N_c = {p['N_c']:.3g}, D_c = {p['D_c']:.3g},"
-                f" α = {p['alpha']:.3f}, β = {p['beta']:.3f}; RMS log residual on its"
-                f" {entry['points']} points {entry['rms_log_residual']:.4f} |||||"
+                f" α_N = {p['alpha_N']:.3f}, α_D = {p['alpha_D']:.3f}; RMS log residual on its"
+                f" {entry['points']} points {entry['rms_log_residual']:.4f}{_plausible(entry)} |||||"
             )
         for q in entry.get("predictions", []):
             ci = "" if not q["interval"] else f" [{bound(q['interval'][0])}, {bound(q['interval'][1])}]"

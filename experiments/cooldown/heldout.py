@@ -2,19 +2,20 @@
 
 The ``cooldown`` suite trains TriLM, FloatLM and BiLM at four sizes on warmup-stable-decay schedules, with
 cooldown branches (:mod:`trilm.suite.cooldown`) at fractions of the budget. :func:`fit_and_predict` fits
-L(N, D) = E + A/N^α + B/D^β per family on the branches that end at no more than :data:`FIT_UP_TO` of the
-budget and predicts what it never saw: each WSD run's own end and the later branches; :func:`predict_separate`
-predicts the CPU ladder's runs of the same budget and rate, trained separately on each family's own decaying
-schedule. Held-out means held out of the fit: the runs' ends share their training up to the last branch
-point with the fitted branches, which is what the method sells (one run per size gives the whole grid); the
-ladder's runs share nothing with them.
+L(N, D) = E + A/N^α + B/D^β (the ``additive`` law of :mod:`trilm.scaling.laws`, bootstrapped over lineages)
+per family on the branches that end at no more than :data:`FIT_UP_TO` of the budget and predicts what it
+never saw: each WSD run's own end and the later branches; :func:`predict_separate` predicts the CPU ladder's
+runs of the same budget and rate, trained separately on each family's own decaying schedule. Held-out means
+held out of the fit: the runs' ends share their training up to the last branch point with the fitted
+branches, which is what the method sells (one run per size gives the whole grid); the ladder's runs share
+nothing with them.
 
 :func:`fresh_comparison` sets, at equal compute, a branch (or a run's end) against a fresh run of the same
 length on the family's own schedule (Hägele et al. 2024 report that they match); :func:`decay_stage` and
 :func:`rate_drop` measure what a cooldown and Spectra's mid-run rate drop buy (MiniCPM's appendix D). Rows
-are :class:`trilm.scaling.table.ResultRow`; ``python -m benchmarks.scaling.cooldown report`` writes the
-report (docs/results/cooldown/) from these, and :mod:`trilm.scaling.cooldown_diagnosis` says why the additive
-law misses.
+are :class:`trilm.scaling.table.ResultRow`; ``python -m experiments.cooldown report`` writes the report
+(docs/results/cooldown/) from these (:mod:`experiments.cooldown.run`), and
+:mod:`experiments.cooldown.diagnosis` says why the additive law misses.
 """
 
 from __future__ import annotations
@@ -22,15 +23,21 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+import numpy as np
+
 from trilm.families import display_name
 from trilm.scaling.analyse import branch_parent, lineage
-from trilm.scaling.fit import FitError
-from trilm.scaling.nd import Prediction, fit_nd, predict
+from trilm.scaling.errors import FitError
+from trilm.scaling.fitter import Fit, fit
 
 FIT_UP_TO = 0.5
 """The branches that end at no more than this fraction of the budget are the fit's data."""
 TARGET = 0.03
-"""The issue's target: every prediction within this many nats."""
+"""The experiment's target: every prediction within this many nats."""
+LAW = "additive"
+"""The law of the main fit (:mod:`trilm.scaling.laws`)."""
+SEED = 0
+"""The bootstrap's seed: the report is the same on every rerun."""
 LADDER_RATE = "lr0.004"
 """The ladder's runs at the cooldown suite's peak rate."""
 ORDER = ("floatlm", "trilm", "bilm")
@@ -63,9 +70,32 @@ def prediction_row(r, predicted: float, interval: list[float] | None) -> dict[st
     }
 
 
-def interval(p: Prediction) -> list[float] | None:
-    """A prediction's bootstrap interval as the report stores it: [lo, hi], or None without a bootstrap."""
-    return None if p.lo is None or p.hi is None else [p.lo, p.hi]
+def points_data(points: list) -> dict[str, Any]:
+    """Rows as a size law's data: N non-embedding parameters, D tokens, the loss, and each row's lineage as
+    its bootstrap unit (a run with its cooldown branches, which share their training before each branch
+    point)."""
+    return {
+        "N": np.array([r.nonembedding_params for r in points], float),
+        "D": np.array([r.tokens for r in points], float),
+        "loss": np.array([r.loss for r in points], float),
+        "unit": [lineage(r) for r in points],
+    }
+
+
+def fit_rows(law: str, points: list, bootstrap: int, label: str) -> Fit:
+    """``law`` fitted on ``points`` and bootstrapped over their lineages (``bootstrap`` resamples, seed
+    :data:`SEED`). Raises :class:`FitError` when it cannot be fitted."""
+    return fit(law, points_data(points), bootstrap=bootstrap, seed=SEED, label=label)
+
+
+def predict_row(law: Fit, r) -> tuple[float, list[float] | None]:
+    """The fitted law's loss at run ``r``'s (N, D) and its bootstrap interval ([lo, hi], or None without
+    enough refits)."""
+    p = law.predict(N=r.nonembedding_params, D=r.tokens)
+    value = float(p.value)
+    if p.low is None or p.high is None:
+        return value, None
+    return value, [float(p.low), float(p.high)]
 
 
 def bound(value: float) -> str:
@@ -99,29 +129,23 @@ def fit_and_predict(rows: list, bootstrap: int) -> tuple[dict[str, Any], list[di
         if len(points) < 5:
             continue
         try:
-            law = fit_nd(
-                points,
-                x="nonembedding_params",
-                units=[lineage(r) for r in points],
-                bootstrap=bootstrap,
-                label=f"{NAMES[family]} L(N, D)",
-            )
+            law = fit_rows(LAW, points, bootstrap, f"{NAMES[family]} L(N, D)")
         except FitError as exc:
             laws[family] = {"error": str(exc)}
             continue
         fitted[family] = (law, points, held)
         laws[family] = {
-            "params": law.fit.params,
+            "law": LAW,
+            "params": law.params,
+            "param_intervals": law.param_intervals(),
             "points": len(points),
+            "bootstrap": law.bootstrap,
             "identified": law.identified,
-            "not_identified_because": (
-                [] if law.identified or law.identification is None else list(law.identification.reasons)
-            ),
+            "not_identified_because": list(law.reasons),
         }
         for r in sorted(held, key=lambda r: (r.nonembedding_params, r.tokens)):
-            p = predict(law, r.nonembedding_params, r.tokens)
             kind = "run end (full budget)" if not branch_parent(r) else "branch"
-            predictions.append(_prediction(r, kind, p.predicted, interval(p)))
+            predictions.append(_prediction(r, kind, *predict_row(law, r)))
     return laws, predictions, fitted
 
 
@@ -146,8 +170,8 @@ def predict_separate(fitted: dict, ladder_rows: list, budget: float) -> list[dic
     for r in ladder_finals(ladder_rows, budget):
         if r.family not in fitted:
             continue
-        p = predict(fitted[r.family][0], r.nonembedding_params, r.tokens)
-        out.append(_prediction(r, "separate run (CPU ladder, own schedule)", p.predicted, interval(p)))
+        predicted, ci = predict_row(fitted[r.family][0], r)
+        out.append(_prediction(r, "separate run (CPU ladder, own schedule)", predicted, ci))
     return out
 
 

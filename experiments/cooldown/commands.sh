@@ -11,6 +11,8 @@ trilm suite cooldown cooldown --jobs 2
 # 3. Fresh runs to half the budget on each family's own decaying schedule, for the equal-compute comparison.
 trilm suite launch cooldown-fresh --local --jobs 2
 # 4. Fit on the branches at <= 1/2 of the budget, predict the rest, compare, write README.md and predictions.json.
-python -m benchmarks.scaling.cooldown report
+python -m experiments.cooldown report
+# 5. Every L(N, D) law of trilm.scaling.laws on the same split, and the law each family chooses: laws.md, laws.json.
+python -m experiments.cooldown.laws
 # (The runs are not committed; the results tables beside the report are: rewrite it from them with
-#  python -m benchmarks.scaling.cooldown report --from-tables)
+#  python -m experiments.cooldown report --from-tables)
