@@ -32,9 +32,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from trilm.config import shown
 from trilm.scaling.errors import FitError
 
 CURVE_COLUMNS = ("step", "tokens", "lr", "loss", "val_loss")
+MAX_STEPS = 10_000_000
+"""The last step a table may name: the schedule holds one rate per step (80 MB at this bound; Spectra's
+longest run has about 300,000 steps)."""
 """The columns :func:`write_curve` writes, in order."""
 
 
@@ -99,15 +103,17 @@ def _number(value: Any, where: str, column: str, integer: bool = False) -> float
     if value is None or (isinstance(value, str) and value.strip() == ""):
         return None
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise FitError(f"{where}: column {column!r} must be a number, got {type(value).__name__} {value!r}")
+        raise FitError(
+            f"{where}: column {column!r} must be a number, got {type(value).__name__} {shown(value)}"
+        )
     try:
         number = float(value)
-    except ValueError:
-        raise FitError(f"{where}: column {column!r} must be a number, got {value!r}") from None
+    except (ValueError, OverflowError):
+        raise FitError(f"{where}: column {column!r} must be a number, got {shown(value)}") from None
     if not math.isfinite(number):
-        raise FitError(f"{where}: column {column!r} must be finite, got {value!r}")
+        raise FitError(f"{where}: column {column!r} must be finite, got {shown(value)}")
     if integer and number != int(number):
-        raise FitError(f"{where}: column {column!r} must be a whole number, got {value!r}")
+        raise FitError(f"{where}: column {column!r} must be a whole number, got {shown(value)}")
     return number
 
 
@@ -179,13 +185,16 @@ def _parse(
         if "step" not in record:
             raise FitError(f"{where}: no 'step' column (a loss-curve table needs step, lr and {loss_column})")
         step = _number(record["step"], where, "step", integer=True)
-        if step is None or step < 0:
-            raise FitError(f"{where}: column 'step' must be a whole number ≥ 0, got {record['step']!r}")
+        if step is None or not 0 <= step <= MAX_STEPS:
+            raise FitError(
+                f"{where}: column 'step' must be a whole number in 0…{MAX_STEPS:,},"
+                f" got {shown(record['step'])}"
+            )
         s = int(step)
         lr = _number(record.get("lr"), where, "lr")
         if lr is not None:
             if lr < 0:
-                raise FitError(f"{where}: column 'lr' must be ≥ 0, got {record['lr']!r}")
+                raise FitError(f"{where}: column 'lr' must be ≥ 0, got {shown(record['lr'])}")
             rates[s] = lr
         if loss_column in record:
             seen_column = True
@@ -193,7 +202,7 @@ def _parse(
         if value is not None:
             if value <= 0:
                 raise FitError(
-                    f"{where}: column {loss_column!r} must be positive, got {record[loss_column]!r}"
+                    f"{where}: column {loss_column!r} must be positive, got {shown(record[loss_column])}"
                 )
             losses[s] = value
             first.setdefault(str(s), where)

@@ -24,10 +24,11 @@ from typing import Any, Literal
 
 import numpy as np
 
+from trilm.config import shown
 from trilm.scaling import optim
 from trilm.scaling.curves import LossCurve
 from trilm.scaling.errors import FitError
-from trilm.scaling.laws.base import MIN_EXPONENT, Law, get_law
+from trilm.scaling.laws.base import LAWS, MIN_EXPONENT, Law, get_law
 
 HUBER_DELTA = 1e-3
 MIN_RESAMPLES = 10
@@ -250,11 +251,13 @@ class Fit:
                 raise FitError(
                     f"{where}: no {key!r} key (is this a fit.json written by trilm scaling fit --law?)"
                 )
-        law = get_law(str(record["law"]))
+        if not isinstance(record["law"], str) or record["law"] not in LAWS:
+            raise FitError(f"{where}: 'law' must be one of {', '.join(LAWS)}, got {shown(record['law'])}")
+        law = get_law(record["law"])
         try:
             theta = np.asarray(record["theta"], float)
             boot = np.asarray(record.get("boot_thetas") or [], float)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise FitError(f"{where}: 'theta' and 'boot_thetas' must be lists of numbers") from None
         if theta.shape != (law.n_params,):
             raise FitError(
@@ -262,22 +265,30 @@ class Fit:
             )
         if boot.size and (boot.ndim != 2 or boot.shape[1] != law.n_params):
             raise FitError(f"{where}: 'boot_thetas' must be rows of {law.n_params} values")
+        level = record.get("level", 0.95)
+        if isinstance(level, bool) or not isinstance(level, int | float) or not 0 < level < 1:
+            raise FitError(f"{where}: 'level' must be a number in (0, 1), got {shown(level)}")
+        bootstrap = record.get("bootstrap") or {}
+        if not isinstance(bootstrap, Mapping):
+            raise FitError(f"{where}: 'bootstrap' must be an object, got {shown(bootstrap)}")
+        reasons = record.get("not_identified_because") or []
+        if not isinstance(reasons, list) or not all(isinstance(r, str) for r in reasons):
+            raise FitError(f"{where}: 'not_identified_because' must be a list of strings")
         return cls(
             law=law.name,
             params=law.natural(theta),
             theta=theta,
-            objective=float(record.get("objective", float("nan"))),
-            n_points=int(record.get("n_points", 0)),
+            objective=float("nan"),
+            n_points=0,
             log_residuals=np.empty(0),
-            status=str(record.get("status", "")),
-            n_starts=int(record.get("n_starts", 0)),
-            n_starts_converged=int(record.get("n_starts_converged", 0)),
-            level=float(record.get("level", 0.95)),
-            delta=float(record.get("huber_delta", HUBER_DELTA)),
+            status="",
+            n_starts=0,
+            n_starts_converged=0,
+            level=float(level),
             boot_thetas=boot if boot.size else None,
-            bootstrap=dict(record.get("bootstrap") or {}),
-            reasons=tuple(record.get("not_identified_because") or ()),
-            label=str(record.get("label", "")),
+            bootstrap=dict(bootstrap),
+            reasons=tuple(reasons),
+            label=str(record.get("label", ""))[:200],
         )
 
     @classmethod

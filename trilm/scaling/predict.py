@@ -91,8 +91,10 @@ def plot_predictions(path: str | Path, fit: Fit, rows: list[dict[str, Any]]) -> 
     # deferred for start-up time: matplotlib loads only when a plot is drawn
     import matplotlib
 
-    matplotlib.use("Agg")
+    # deferred for start-up time: the backend is chosen before pyplot loads
     import matplotlib.pyplot as plt
+
+    matplotlib.use("Agg")
 
     path = Path(path)
     fig, ax = plt.subplots(figsize=(6.4, 4.2))

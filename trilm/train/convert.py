@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, Literal
 
 import torch
 
-from trilm.config import Config, require
+from trilm.config import Config, ConfigError, require
 from trilm.schedule import Schedule
+from trilm.store.layout import RUN_CONFIG
 
 if TYPE_CHECKING:
     from trilm.train.config import TrainConfig
@@ -114,8 +115,7 @@ def planned_start(cfg: TrainConfig, source_family: str = "") -> int | None:
     ``init_from`` a model of another family (``source_family``: the opener knows it), N for
     ``branch_from`` a state of a run of another family (its config is read), None when it converts nothing
     or the parent's config cannot be read (the trainer then says why)."""
-    from trilm.config import ConfigError
-    from trilm.store.layout import RUN_CONFIG
+    # import cycle: trilm.train.config imports this module for ConvertConfig
     from trilm.train.config import TrainConfig as Run
 
     if cfg.init_from:
