@@ -19,8 +19,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from trilm.scaling.laws.base import MAX_EXPONENT, MIN_EXPONENT
-
 if TYPE_CHECKING:
     from trilm.scaling.results import FittedPoints
 
@@ -59,4 +57,4 @@ def loss_by_point(law: FittedPoints) -> str:
     return ", ".join(f"{label} {loss:.4f}" for label, loss in seen.items())
 
 
-__all__ = ["MAX_EXPONENT", "MIN_EXPONENT", "SYMBOLS", "implausible_family", "loss_by_point"]
+__all__ = ["SYMBOLS", "implausible_family", "loss_by_point"]
