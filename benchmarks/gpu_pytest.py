@@ -6,8 +6,8 @@ Two things a time-boxed GPU run needs that pytest does not do by itself:
   it is known, so a stage cut by its time limit still says which tests ran, passed and how long each took
   (the numbers that decide which tests are marked ``slow``);
 - once pytest has printed its summary the process ends at once with pytest's exit status
-  (``os._exit``): a GPU run once passed every test and then hung at interpreter exit on a process group
-  that was never destroyed, which spent the stage's budget on nothing.
+  (``os._exit``): a process group that a test left undestroyed can hang interpreter exit after every test
+  has passed, spending the stage's budget on nothing.
 """
 
 from __future__ import annotations

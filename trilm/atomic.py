@@ -10,7 +10,8 @@ target or the new one, never half of one, and the leftovers have one naming conv
 Because the name says which process wrote it, the next writer of the same target removes the leftovers of
 processes that are gone (same host, pid no longer running) and never touches those of a live writer — no
 time window is involved. Leftovers of another host are left alone: their writer cannot be checked from
-here. Older trilm versions left ``.tmp-<name>`` (removed here as before) and ``.<name>.tmp-<pid>``.
+here. Two shorter forms that older trilm versions wrote are cleaned up too: ``.<name>.tmp-<pid>`` once
+its pid is gone, ``.tmp-<name>`` always (it names no writer).
 
 A directory is published by :func:`publish_directory`: every file is fsynced, the directory is renamed into
 place (an existing one moved aside first when replacing), and only then are the marker files written (e.g.

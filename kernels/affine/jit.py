@@ -242,8 +242,8 @@ def _pair_tile(
         shift = (j * WBITS // SPAN) * SPAN
         pos = j * WBITS - shift
         if PAIR_ASM:
-            # (word & mask) | magic with the mask as the immediate: left to ptxas, the magic number took the
-            # immediate and every mask was re-materialized by a move per use (0.4 instructions per weight)
+            # (word & mask) | magic with the mask as the immediate: left to ptxas, the magic number takes the
+            # immediate and every mask is re-materialized by a move per use (0.4 instructions per weight)
             t = tl.inline_asm_elementwise(
                 "lop3.b32 $0, $1, "
                 + LOP_MASKS[16 * WBITS + j * WBITS - (j * WBITS // SPAN) * SPAN]  # pos (a constexpr here)

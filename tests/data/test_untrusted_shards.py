@@ -121,7 +121,7 @@ def test_a_damaged_shard_file_is_read_or_named(copy_of, data, which, verify):
         else flip(raw, data.draw(st.integers(0, len(raw) * 8 - 1)))
     )
     shard.write_bytes(damaged)
-    cut_json = which == ".json" and cut and len(damaged) < len(raw.rstrip())  # no longer a JSON object
+    cut_json = which == ".json" and cut and len(damaged) < len(raw.rstrip())  # cut: not whole JSON
     must_fail = (which == ".bin" and (cut or verify)) or cut_json
     named(lambda: read_all(path, verify=verify), DataError, path, must_fail=must_fail)
 

@@ -1,7 +1,7 @@
 """Damaged tokenizer files: ``Tokenizer.load`` answers with a :class:`DataError` naming the file.
 
 A SentencePiece model is a protobuf, which a cut at a field boundary leaves parseable (a smaller model), so
-truncation there is "read or named"; a ``tokenizer.json`` cut anywhere before its last byte is no longer
+truncation there is "read or named"; a ``tokenizer.json`` cut anywhere before its last byte is not
 JSON and must be named. Bit flips may leave either kind loadable; they must never escape as another type.
 """
 

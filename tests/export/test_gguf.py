@@ -233,8 +233,8 @@ def test_empty_blocks_are_left_out_and_ffn_free_attention_is_refused(make_snapsh
 
 
 def test_a_file_whose_metadata_disagrees_with_its_tensors_is_named(make_snapshot, tmp_path):
-    """What the export wrote before per-layer metadata: llama.feed_forward_length = 192 over FFN tensors of
-    180 and 89 rows, which no reader can load as written. The read-back check names the tensors."""
+    """A file without per-layer metadata: llama.feed_forward_length = 192 over FFN tensors of 180 and 89
+    rows, which no reader can load as written. The read-back check names the tensors."""
     import gguf
 
     from trilm.export.gguf_read import check_declared_shapes

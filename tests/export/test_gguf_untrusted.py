@@ -154,7 +154,8 @@ def test_the_tiny_file_is_whole(tiny, tmp_path):
 
 
 def test_a_24_byte_header_only_file_is_named(tmp_path):
-    """A header and nothing else, as a truncated download leaves it: it used to raise IndexError."""
+    """A header and nothing else, as a truncated download leaves it: a ConfigError naming the file, not an
+    IndexError."""
     for counts in ((0, 0), (1, 0), (0, 1), (3, 5)):
         path = tmp_path / f"header-{counts[0]}-{counts[1]}.gguf"
         path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, *counts))

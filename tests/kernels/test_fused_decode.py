@@ -65,8 +65,8 @@ def test_compiled_packed_step_keeps_the_kernel_as_one_operator():
 
 @pytest.mark.slow
 def test_launches_per_token_and_layer_fall_from_eager_to_fused_compiled():
-    """Before (eager, unfused): ≈ 34 launches per layer; after (compiled, fused): 4 matrix products, the
-    attention, and the fused norm/rotary/residual/SwiGLU kernels around them."""
+    """Eager and unfused: ≈ 34 launches per layer; compiled and fused: 4 matrix products, the attention, and
+    the fused norm/rotary/residual/SwiGLU kernels around them."""
     ids = torch.zeros((1, 1), dtype=torch.long)
 
     def eager(m):

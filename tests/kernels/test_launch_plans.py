@@ -19,8 +19,8 @@ COMMITTED = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 
 
 def test_model_reproduces_the_profiled_starvation_of_the_old_plan():
-    """The H200 profile of the old default (8 × 16 programs of 4 warps, one stage, 165 registers): under a
-    wave, about one warp per scheduler, nothing loading while a tile decodes."""
+    """A starved plan as an H200 profile showed it (8 × 16 programs of 4 warps, one stage, 165 registers):
+    under a wave, about one warp per scheduler, nothing loading while a tile decodes."""
     old = launch_figures(8 * 16, Resources(165, 4, 4), tile_bytes=8 * 1024 * 4, stages=1)
     assert old.waves < 1 and old.warps_per_scheduler < 1.1
     assert any("num_stages 1" in s for s in old.shortfalls())

@@ -70,7 +70,7 @@ def test_large_activations_stay_finite():
 
 def test_pairs_only_where_checked():
     """fp16 or bf16 activations and one row of words per unit: int3 keeps two planes per unit, fp32 needs no
-    pairs; configs without the key keep the fp32 decode (tuning caches written before the pairs existed)."""
+    pairs; configs without the key keep the fp32 decode (a tuning cache may hold configs without it)."""
     cases = [("ternary", torch.float16, tl.float16), ("int4", torch.float16, tl.float16),
              ("ternary", torch.bfloat16, tl.bfloat16), ("ternary", torch.float32, tl.float32),
              ("int3", torch.float16, tl.float32)]  # fmt: skip

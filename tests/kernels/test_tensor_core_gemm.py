@@ -107,8 +107,9 @@ def test_batches_of_two_rows_and_more_take_the_tensor_core_path():
 def test_default_decode_plan_keeps_enough_in_flight(kind):
     """At batch 2–16 the default GEMM tile is the first candidate whose grid gives the launch model's
     minimum programs per SM and Little's-law bytes in flight (estimated before compiling): the 128-column
-    tile where it does, a 64-column one where K is too short to split (int4 at Spectra's small layers used
-    to launch under 2 programs per SM); binary takes one stage more than ternary (half the bytes per tile).
+    tile where it does, a 64-column one where K is too short to split (int4 at Spectra's small layers: the
+    128-column tile gives under 2 programs per SM); binary takes one stage more than ternary (half the bytes
+    per tile).
     The compiled figures are checked in tests/kernels/test_launch_plans.py."""
     for n, k in ((6144, 1280), (4608, 1536), (1536, 4096), (9216, 3072), (8192, 1536)):
         spec = relabelled(kind, n, k).affine

@@ -106,9 +106,9 @@ def test_activation_fake_quant_is_int8_per_token():
     torch.testing.assert_close(x.grad, torch.ones_like(x))
 
 
-# ---- QuantizedLinear (latent weight + scales saved, W̃ rebuilt in backward) against today's path -------
+# ---- QuantizedLinear (latent weight + scales saved, W̃ rebuilt in backward) against the STE image ------
 def _megatron_linear_on_fake_quant(layer, input, weight, **kw):
-    """trilm before QuantizedLinear: megatron's linear on the STE image (W̃ kept for backward)."""
+    """The reference: megatron's linear on the STE image (W̃ kept for backward)."""
     from megatron.core.tensor_parallel.layers import linear_with_grad_accumulation_and_async_allreduce
 
     kw.pop("wgrad_deferral_limit", None)

@@ -1,5 +1,5 @@
 """The quickstart's bad numbers of 2026-12-02 (issue 30), as a results table: what a fresh clone's ``make
-quickstart`` printed and drew before cooldowns and WSD.
+quickstart`` printed and drew, from runs without WSD schedules or cooldown branches.
 
 - Final validation losses per family and size, as printed (TriLM below FloatLM at 96x3 and 128x4).
 - Along FloatLM 96x3 and 128x4 the checkpoints lie on L(D) fits with the E the quickstart printed, 3.468 and

@@ -36,7 +36,7 @@ def test_kinds(tmp_path, make_snapshot, tokenizer):
     quantlm = open_model(q)
     assert quantlm.kind == "quantlm" and quantlm.stored_packed and quantlm.tokenizer.source == "model"
     with pytest.warns(DeprecationWarning, match="stored_packed"):
-        assert quantlm.is_packed  # the old name, kept as an alias
+        assert quantlm.is_packed  # the deprecated alias of stored_packed
     assert not m.stored_packed  # a run snapshot holds latent weights
     assert set(quantlm.weights.packed_layers()) == set(packed)
     pruned = store.write_snapshot(tmp_path / "p", m.config, SnapshotMeta(extra={"pruning": {}}), state)

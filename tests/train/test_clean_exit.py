@@ -1,8 +1,8 @@
 """Clean exit: entry points and test sessions destroy their process groups and terminate by themselves.
 
-A live NCCL process group at interpreter exit hangs the process in its destructor (the GPU-marked pytest
-run did). trilm's entry points destroy theirs; ``trilm.parallel`` registers an exit hook that destroys a
-leftover group and says so on stderr ("still initialised at exit"), so a leak is visible on CPU too.
+A live NCCL process group at interpreter exit hangs the process in its destructor. trilm's entry points
+destroy theirs; ``trilm.parallel`` registers an exit hook that destroys a leftover group and says so on
+stderr ("still initialised at exit"), so a leak is visible on CPU too.
 """
 
 import os

@@ -47,9 +47,9 @@ def sidecar_path(model: str | os.PathLike) -> Path:
 
 
 def read_sidecar(model: str | os.PathLike) -> dict | None:
-    """The sidecar of ``model`` (new name first, then the pre-rename ``tokenizer.json``), or None.
+    """The sidecar of ``model`` (``tokenizer.trilm.json`` first, then ``tokenizer.json``), or None.
 
-    A legacy ``tokenizer.json`` is only taken when it is a trilm sidecar (it has a ``hash``); a Hugging Face
+    A ``tokenizer.json`` is only taken when it is a trilm sidecar (it has a ``hash``); a Hugging Face
     tokenizer file of the same name is not one.
     """
     model = Path(model)

@@ -62,7 +62,7 @@ def _marker(path: Path) -> dict[str, Any] | None:
 def _same_source(marker: dict[str, Any], src: ModelDir) -> bool:
     if marker.get("source_fingerprint"):
         return marker["source_fingerprint"] == src.fingerprint()
-    return marker.get("source") == str(src.path.resolve())  # exports written before fingerprints
+    return marker.get("source") == str(src.path.resolve())  # a marker without a fingerprint (older exports)
 
 
 def check_output(out: Path, kind: str, src: ModelDir) -> bool:

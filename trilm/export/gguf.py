@@ -5,7 +5,7 @@ TriLM/BiLM.
 symmetric W4/W8 group-32 QuantLM with fp16 scales) are written block for block from its codes and fp16
 numbers (:func:`trilm.formats.ggml_blocks`), so the file holds exactly the QuantLM's values; that is the
 default type for such a QuantLM. A QuantLM off that grid is refused for Q4_0/Q4_1 (re-quantizing a quantized
-model would change it) and re-quantized from its dequantized weights for Q8_0, as before. A float model
+model would change it) and re-quantized from its dequantized weights for Q8_0. A float model
 gets llama.cpp's own quantization of its weights (``gguf.quants``, the reference rounding).
 
 The file is a llama-architecture GGUF as llama.cpp's own converter writes one: tensor names
@@ -505,8 +505,8 @@ def exact_blocks(src: ModelDir, qtype: str) -> dict[str, torch.Tensor]:
     """Canonical weight name → llama.cpp block bytes (uint8 rows) for a QuantLM on ``qtype``'s grid.
 
     A float model gets {} (its weights are quantized by llama.cpp's rounding); for Q4_0/Q4_1 a QuantLM
-    with a layer off the grid is refused by layer name and reason; for Q8_0 it is re-quantized (as
-    before this existed) unless every layer is on Q8_0's grid."""
+    with a layer off the grid is refused by layer name and reason; for Q8_0 it is re-quantized from
+    its dequantized weights unless every layer is on Q8_0's grid."""
 
     packed = src.weights.packed_layers()
     if qtype not in GGML_TYPES or not packed:

@@ -50,7 +50,7 @@ class SnapshotMeta:
         extra.update(data)
         meta = cls(**known, extra=extra)
         if meta.family and meta.size and meta.size.startswith(f"{meta.family}-"):
-            meta.size = meta.size[len(meta.family) + 1 :]  # snapshots written before sizes were family-free
+            meta.size = meta.size[len(meta.family) + 1 :]  # older snapshots name sizes with the family
         return meta
 
     def to_dict(self) -> dict[str, Any]:

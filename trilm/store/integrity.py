@@ -7,8 +7,8 @@ recognise a file truncated or altered *after* it was written — a partial copy,
 before using it, instead of computing a silently wrong result from it.
 
 Checking costs one read of each file (CRC-32 runs at memory speed; ``benchmarks/data/store.py`` measures the
-load-time cost). Markers written before manifests existed (``{"step": N}``) say only that the directory
-was finished; their files are checked for what can be checked (readable, finite).
+load-time cost). A marker without a manifest (``{"step": N}``, as older snapshots hold) says only that
+the directory was finished; its files are checked for what can be checked (readable, finite).
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ class Complete:
 
     @property
     def files(self) -> dict[str, dict[str, int]] | None:
-        """The manifest, or None for a marker written before manifests existed."""
+        """The manifest, or None for a marker without one (``{"step": N}``)."""
         files = self.payload.get("files")
         return files if isinstance(files, dict) else None
 
@@ -154,7 +154,7 @@ def verify_directory(
     if complete is None:
         return [f"{path / COMPLETE}: missing"]
     listed: Mapping[str, dict[str, int] | None] | None = complete.files
-    if listed is None:  # written before markers had a manifest: check what can be checked
+    if listed is None:  # a marker without a manifest: check what can be checked
         found = {str(p.relative_to(path)): None for p in path.rglob("*") if p.is_file()}
         found.pop(COMPLETE, None)
         listed = found

@@ -64,8 +64,8 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     """Matrices decay, vectors (norm gains) do not; the trainer rewrites lr/weight_decay every step.
 
     Under μP (``model.cfg.mup_base_width``) the matrices other than the embedding form a group of their own
-    whose learning rate is scaled by ``lr_scale`` = 1/m; the standard parametrization keeps the two groups
-    (and so the optimizer states) it always had.
+    whose learning rate is scaled by ``lr_scale`` = 1/m; the standard parametrization has two groups, decay
+    and no decay, the layout of every optimizer state it writes and resumes.
     """
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
