@@ -22,7 +22,6 @@ def test_no_source_builds_a_path_outside_the_repository():
         "tests",
         "benchmarks",
         "experiments",
-        "loopback_cluster",
         "train",
         "kernels",
         "checkpoints_tools",

@@ -66,9 +66,10 @@ def test_the_wheel_builds_quietly_with_its_data(trilm_wheel):
         "trilm/py.typed",
     ):
         assert any(name.startswith(wanted) for name in names), wanted
-    # the checkout-only folders (benchmarks/, experiments/, loopback_cluster/, tests/) stay out of the wheel
+    # the checkout-only folders (benchmarks/, experiments/, tests/) stay out of the wheel
     tops = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
     assert tops == {"trilm"}, sorted(tops)
+    assert not any(name.startswith("trilm/testing/") for name in names)  # the loopback cluster: checkout-only
 
 
 @pytest.fixture(scope="module")

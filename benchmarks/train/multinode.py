@@ -5,7 +5,7 @@ exit → resume step).
     python -m benchmarks.train.multinode --out benchmarks/results            # every launcher available
     python -m benchmarks.train.multinode --drills torchrun,hang --out /tmp/drills  # a subset
 
-Drills (the run is the multi-node tests' own, ``loopback_cluster/runs.py``: the tiny TriLM at TP 2 × DP 2
+Drills (the run is the multi-node tests' own, ``trilm/testing/cluster/runs.py``: the tiny TriLM at TP 2 × DP 2
 under ZeRO-1, 16 steps, on two loopback nodes × two processes, gloo):
 
 - ``torchrun``: ``torchrun --nnodes 2 --node-rank r`` per node; node 1 SIGKILLed after step 6 is logged;
@@ -40,9 +40,11 @@ import time
 from pathlib import Path
 
 from benchmarks.common import CHECKOUT, command, today, write_result
-from loopback_cluster import slurm as loopback_slurm
-from loopback_cluster import sshd
-from loopback_cluster.drills import (
+from trilm.data.pipeline import prepare_embedded
+from trilm.store.integrity import complete_steps
+from trilm.testing.cluster import slurm as loopback_slurm
+from trilm.testing.cluster import sshd
+from trilm.testing.cluster.drills import (
     cancel_suite_run,
     compare_runs,
     kill_node_when,
@@ -51,11 +53,9 @@ from loopback_cluster.drills import (
     run_to_end,
     unfinished_checkpoints,
 )
-from loopback_cluster.launchers import DeepSpeedNoSsh, DeepSpeedSsh, Torchrun, node_env, venv_tool
-from loopback_cluster.processes import ProcessSet
-from loopback_cluster.runs import LAUNCH_TIMEOUT, multinode_config, slurm_suite
-from trilm.data.pipeline import prepare_embedded
-from trilm.store.integrity import complete_steps
+from trilm.testing.cluster.launchers import DeepSpeedNoSsh, DeepSpeedSsh, Torchrun, node_env, venv_tool
+from trilm.testing.cluster.processes import ProcessSet
+from trilm.testing.cluster.runs import LAUNCH_TIMEOUT, multinode_config, slurm_suite
 from trilm.train.checkpoint import RunDir
 
 DRILLS = ("torchrun", "deepspeed", "pdsh", "slurm", "hang", "suite")
@@ -345,7 +345,7 @@ def main() -> None:
     out = args.out / f"multinode-loopback-{today()}.json"
     script = command(__spec__.name)
     report = {
-        "run": "multinode_config (loopback_cluster/runs.py): trilm-nano, TP 2 × DP 2, ZeRO-1, 16 steps",
+        "run": "multinode_config (trilm/testing/cluster/runs.py): trilm-nano, TP 2 × DP 2, ZeRO-1, 16 steps",
         "drills": {},
     }
     if args.update and out.exists():

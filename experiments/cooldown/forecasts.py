@@ -182,22 +182,25 @@ def markdown(result: dict[str, Any]) -> str:
         "# Forecasting a run's final loss from its first checkpoints",
         "",
         "Written by [`experiments/cooldown/forecasts.py`](../../../experiments/cooldown/forecasts.py)"
-        " (`python -m experiments.cooldown.forecasts`) from the committed tables; nothing was trained for it.",
+        " (`python -m experiments.cooldown.forecasts`) from the committed tables; nothing was trained"
+        " for it.",
         f"Tissue et al.'s L(s) = L0 + A·S1^(−α) − C·S2 on validation checkpoints from step"
         f" {result['config']['min_step']} on (the areas from each run's own schedule, warm-up counted at the"
-        f" peak rate), {result['config']['bootstrap']} bootstrap refits per fit over stretches of every curve,"
-        " 95 % intervals. *alone*: each model fitted on its own checkpoints and its branches'. *joint*: every"
-        " model of the suite fitted at once, each with its own L0, A (and α), the named parameters shared.",
+        f" peak rate), {result['config']['bootstrap']} bootstrap refits per fit over stretches of every"
+        " curve, 95 % intervals. *alone*: each model fitted on its own checkpoints and its branches'."
+        " *joint*: every model of the suite fitted at once, each with its own L0, A (and α), the named"
+        " parameters shared.",
         "",
-        "| variant | schedule, seen | forecast / runs | median \\|error\\| | largest | mean error | within target"
-        " | measured inside interval |",
+        "| variant | schedule, seen | forecast / runs | median \\|error\\| | largest | mean error"
+        " | within target | measured inside interval |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for variant, by_key in result["summary"].items():
         for key, s in by_key.items():
             lines.append(
                 f"| {variant} | {key} | {s['forecast']} / {s['runs']} | {_num(s['median_abs_error'])} |"
-                f" {_num(s['max_abs_error'])} | {_num(s['mean_error'])} | {s['within_target']} of {s['forecast']}"
+                f" {_num(s['max_abs_error'])} | {_num(s['mean_error'])} |"
+                f" {s['within_target']} of {s['forecast']}"
                 f" (≤ {s['target']}) | {s['inside_interval']} of {s['with_interval']} |"
             )
     lines += ["", "## Every forecast", ""]
@@ -207,7 +210,8 @@ def markdown(result: dict[str, Any]) -> str:
         for e in entries:
             if "error" not in e:
                 lines.append(
-                    f"| {variant} | {e['run']} | {e['schedule']} | {e['cut']:.0%} | {e['points']} | {e['kind']} |"
+                    f"| {variant} | {e['run']} | {e['schedule']} | {e['cut']:.0%} | {e['points']} |"
+                    f" {e['kind']} |"
                     f" {e['measured']:.4f} | – | {e['note']} |"
                 )
                 continue

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from loopback_cluster import free_port, launchers
-from loopback_cluster.launchers import Launch, NodeFailed, Torchrun
-from loopback_cluster.processes import ProcessSet
+from trilm.testing.cluster import free_port, launchers
+from trilm.testing.cluster.launchers import Launch, NodeFailed, Torchrun
+from trilm.testing.cluster.processes import ProcessSet
 
 pytestmark = pytest.mark.distributed
 

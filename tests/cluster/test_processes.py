@@ -6,7 +6,7 @@ from __future__ import annotations
 import signal
 import time
 
-from loopback_cluster.processes import ProcessSet, process_tree, tagged_pids
+from trilm.testing.cluster.processes import ProcessSet, process_tree, tagged_pids
 
 
 def _wait_for(predicate, timeout: float = 60.0) -> None:

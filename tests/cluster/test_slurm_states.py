@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 
-from loopback_cluster.processes import ProcessSet
-from loopback_cluster.slurm import JobState, LoopbackSlurm
+from trilm.testing.cluster.processes import ProcessSet
+from trilm.testing.cluster.slurm import JobState, LoopbackSlurm
 
 
 def test_states_from_scontrol_when_there_is_no_accounting(tmp_path, monkeypatch):

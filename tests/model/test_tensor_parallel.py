@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from loopback_cluster import run_distributed
 from trilm.model import build_model, preset
 from trilm.parallel import ParallelConfig, init_parallel
+from trilm.testing.cluster import run_distributed
 from trilm.train.models import load_model, save_model
 
 pytestmark = pytest.mark.distributed

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from loopback_cluster.runs import write_suite
 from trilm.data.pipeline import prepare_embedded
+from trilm.testing.cluster.runs import write_suite
 
 REPO = Path(__file__).resolve().parents[2]
 

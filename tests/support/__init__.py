@@ -1,2 +1,2 @@
 """What the tests share beyond fixtures (the xdist worker groups); the loopback cluster they launch is the
-top-level ``loopback_cluster`` package, which the multi-node drills import too."""
+top-level ``trilm.testing.cluster`` package, which the multi-node drills import too."""

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from loopback_cluster.runs import (  # noqa: F401 - the tests' names for the shared runs
+from trilm.data.pipeline import prepare_embedded
+from trilm.testing.cluster.runs import (  # noqa: F401 - the tests' names for the shared runs
     LAUNCH_TIMEOUT,
     MULTINODE_STEPS,
     SUITE_STEPS,
@@ -14,7 +15,6 @@ from loopback_cluster.runs import (  # noqa: F401 - the tests' names for the sha
     slurm_suite,
     tiny_config,
 )
-from trilm.data.pipeline import prepare_embedded
 
 
 @pytest.fixture(scope="session")
@@ -24,8 +24,8 @@ def prepared(tmp_path_factory) -> dict[str, Path]:
 
 
 def _launch_to_end(tmp_path_factory, prepared, name: str, launcher_factory) -> Path:
-    from loopback_cluster.drills import run_to_end
-    from loopback_cluster.processes import ProcessSet
+    from trilm.testing.cluster.drills import run_to_end
+    from trilm.testing.cluster.processes import ProcessSet
 
     root = tmp_path_factory.mktemp(name)
     config = multinode_config(prepared, root / "run")
@@ -38,7 +38,7 @@ def _launch_to_end(tmp_path_factory, prepared, name: str, launcher_factory) -> P
 @pytest.fixture(scope="session")
 def one_node_run(tmp_path_factory, prepared) -> Path:
     """The reference: 1 node × 4 processes (torchrun), TP 2 × DP 2; its run directory."""
-    from loopback_cluster.launchers import Torchrun
+    from trilm.testing.cluster.launchers import Torchrun
 
     return _launch_to_end(tmp_path_factory, prepared, "one-node", lambda: Torchrun(1, 4))
 
@@ -46,6 +46,6 @@ def one_node_run(tmp_path_factory, prepared) -> Path:
 @pytest.fixture(scope="session")
 def two_node_run(tmp_path_factory, prepared) -> Path:
     """The same run on 2 loopback nodes × 2 processes (torchrun, TP inside a node); its run directory."""
-    from loopback_cluster.launchers import Torchrun
+    from trilm.testing.cluster.launchers import Torchrun
 
     return _launch_to_end(tmp_path_factory, prepared, "two-nodes", lambda: Torchrun(2, 2))

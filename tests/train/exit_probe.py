@@ -4,10 +4,10 @@ pytest process running them must still exit by itself."""
 
 import torch
 
-from loopback_cluster import run_distributed
 from trilm.model import preset
 from trilm.model.transformer import Decoder
 from trilm.parallel import init_parallel
+from trilm.testing.cluster import run_distributed
 from trilm.train.config import TrainConfig
 from trilm.train.engine import build_engine
 

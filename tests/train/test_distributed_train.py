@@ -7,8 +7,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from loopback_cluster import run_distributed
 from trilm.store.layout import COMPLETE
+from trilm.testing.cluster import run_distributed
 
 from .conftest import tiny_config
 

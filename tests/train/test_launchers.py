@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import pytest
 
-from loopback_cluster import sshd
-from loopback_cluster.drills import compare_runs, events, run_to_end
-from loopback_cluster.launchers import DeepSpeedNoSsh, DeepSpeedSsh
-from loopback_cluster.processes import ProcessSet
+from trilm.testing.cluster import sshd
+from trilm.testing.cluster.drills import compare_runs, events, run_to_end
+from trilm.testing.cluster.launchers import DeepSpeedNoSsh, DeepSpeedSsh
+from trilm.testing.cluster.processes import ProcessSet
 
 from .conftest import LAUNCH_TIMEOUT, MULTINODE_STEPS, multinode_config
 

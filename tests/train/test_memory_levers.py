@@ -4,9 +4,9 @@ plain path (recompute on one process; sequence parallelism on two gloo ranks at 
 import pytest
 import torch
 
-from loopback_cluster import run_distributed
 from trilm.model import build_model, preset
 from trilm.parallel import ParallelConfig, init_parallel
+from trilm.testing.cluster import run_distributed
 
 
 @pytest.fixture

@@ -23,8 +23,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from loopback_cluster import run_distributed
-from loopback_cluster.drills import (
+from trilm.store.integrity import complete_steps, verify_directory
+from trilm.testing.cluster import run_distributed
+from trilm.testing.cluster.drills import (
     compare_runs,
     events,
     final_weights,
@@ -36,9 +37,8 @@ from loopback_cluster.drills import (
     state_save_started,
     unfinished_checkpoints,
 )
-from loopback_cluster.launchers import Torchrun
-from loopback_cluster.processes import ProcessSet
-from trilm.store.integrity import complete_steps, verify_directory
+from trilm.testing.cluster.launchers import Torchrun
+from trilm.testing.cluster.processes import ProcessSet
 from trilm.train.checkpoint import RunDir
 
 from .conftest import LAUNCH_TIMEOUT, MULTINODE_STEPS, multinode_config

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import pytest
 
-from loopback_cluster import slurm
-from loopback_cluster.drills import cancel_suite_run, compare_runs, events
-from loopback_cluster.launchers import ROOT, node_env, venv_tool
-from loopback_cluster.processes import ProcessSet
+from trilm.testing.cluster import slurm
+from trilm.testing.cluster.drills import cancel_suite_run, compare_runs, events
+from trilm.testing.cluster.launchers import ROOT, node_env, venv_tool
+from trilm.testing.cluster.processes import ProcessSet
 
 from .conftest import LAUNCH_TIMEOUT, MULTINODE_STEPS, SUITE_STEPS, multinode_config, slurm_suite
 

@@ -16,6 +16,7 @@ from trilm.store.layout import WEIGHTS_FILE
 from trilm.store.snapshot import read_snapshot_config, write_snapshot
 from trilm.train.config import TrainConfig
 from trilm.train.distill import kl_divergence
+from trilm.train.init_from import resolve_init_from
 from trilm.train.trainer import Trainer
 
 from .conftest import tiny_config
@@ -61,7 +62,8 @@ def conversions(prepared, float_model, tmp_path_factory) -> dict[tuple[str, bool
         for distill in (False, True):
             run = tmp_path_factory.mktemp(f"{family}-{distill}") / "run"
             cfg = _conversion(prepared, run, float_model, family, float_model if distill else None)
-            assert cfg.model.family == family and cfg.model.name == f"{family}-nano"
+            model = resolve_init_from(cfg).model  # the trainer resolves it the same way
+            assert model.family == family and model.name == f"{family}-nano"
             out[family, distill] = run, Trainer(cfg).fit().val_losses
     return out
 
@@ -167,10 +169,14 @@ def test_a_teacher_with_another_vocabulary_or_tokenizer_is_refused(prepared, flo
 
 
 def test_init_from_another_architecture_is_still_refused(prepared, float_model, tmp_path):
+    cfg = _conversion(
+        prepared, tmp_path / "run", float_model, "trilm", None, model={"family": "trilm", "hidden": 128}
+    )
     with pytest.raises(ConfigError, match="init_from: .* whose tensors differ from model"):
-        _conversion(
-            prepared, tmp_path / "run", float_model, "trilm", None, model={"family": "trilm", "hidden": 128}
-        )
+        resolve_init_from(cfg)
+    with pytest.raises(ConfigError, match="init_from: .* whose tensors differ from model"):
+        Trainer(cfg)
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_conversion_keeps_what_its_source_records_about_the_tokenizer(prepared, float_model, tmp_path):
@@ -262,7 +268,7 @@ def _fit(cfg):
 @pytest.mark.distributed
 @pytest.mark.slow
 def test_a_distilled_conversion_under_tensor_parallelism_matches_one_process(prepared, float_model, tmp_path):
-    from loopback_cluster import run_distributed
+    from trilm.testing.cluster import run_distributed
 
     model = {"family": "trilm", "quant": {"partitions": 2}}  # the same scales at TP 1 and TP 2
     short = {"tokens": 1024 * 4, "model": model}

@@ -15,8 +15,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from loopback_cluster import free_port
-from loopback_cluster.processes import ProcessSet
+from trilm.testing.cluster import free_port
+from trilm.testing.cluster.processes import ProcessSet
 
 SSHD = "/usr/sbin/sshd"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from loopback_cluster.launchers import ROOT as CHECKOUT
+from trilm.testing.cluster.launchers import ROOT as CHECKOUT
 from trilm.train.config import TrainConfig
 
 

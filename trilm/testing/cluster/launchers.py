@@ -22,10 +22,11 @@ import sys
 import time
 from pathlib import Path
 
-from loopback_cluster import free_port
-from loopback_cluster.processes import TAG_VAR, Launched, ProcessSet, signal_tagged
+from trilm.testing.cluster import free_port
+from trilm.testing.cluster.processes import TAG_VAR, Launched, ProcessSet, signal_tagged
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
+"""The checkout: the cluster launches its ``train/pretrain.py`` (``trilm.testing`` is not in the wheel)."""
 PRETRAIN = ROOT / "train" / "pretrain.py"
 LOOPBACK_HOSTS = ("127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4")
 
@@ -165,7 +166,7 @@ class DeepSpeedNoSsh(Launcher):
 
 class DeepSpeedSsh(Launcher):
     """The DeepSpeed launcher's default path: one command on the first host, which reaches every host
-    of the hostfile through pdsh and ssh (here an sshd on loopback, see :mod:`loopback_cluster.sshd`).
+    of the hostfile through pdsh and ssh (here an sshd on loopback, see :mod:`trilm.testing.cluster.sshd`).
 
     Processes started over ssh do not inherit the launcher's environment; DeepSpeed passes on the
     variables listed in its ``.deepspeed_env`` file (``DS_ENV_FILE``), which carries the thread count,

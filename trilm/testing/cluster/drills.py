@@ -20,10 +20,10 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from loopback_cluster.launchers import Launch, Launcher
-from loopback_cluster.processes import Launched, ProcessSet
 from trilm.store.integrity import complete_steps
 from trilm.store.layout import step_dir_name
+from trilm.testing.cluster.launchers import PRETRAIN, ROOT, Launch, Launcher, node_env, venv_tool
+from trilm.testing.cluster.processes import Launched, ProcessSet
 from trilm.train.checkpoint import RunDir
 from trilm.train.config import TrainConfig
 
@@ -149,7 +149,13 @@ def wait_all(nodes: list[Launched], timeout: float) -> list[int]:
         for node in nodes:
             node.kill()
         raise TimeoutError(f"still running after {timeout:.0f}s:\n{tails}")
-    return codes
+    return [code for code in codes if code is not None]
+
+
+def _exit_code(code: int | None, what: str) -> int:
+    if code is None:
+        raise TimeoutError(f"{what} was still running when the drill read its exit code")
+    return code
 
 
 def run_to_end(
@@ -160,8 +166,8 @@ def run_to_end(
     timeout: float,
     overrides: list[str] | None = None,
 ) -> Outcome:
-    """Launch and wait for every node; raises :class:`~loopback_cluster.launchers.NodeFailed` as soon
-    as one node fails while another still runs (see :class:`~loopback_cluster.launchers.Launch`)."""
+    """Launch and wait for every node; raises :class:`~trilm.testing.cluster.launchers.NodeFailed` as soon
+    as one node fails while another still runs (see :class:`~trilm.testing.cluster.launchers.Launch`)."""
     started = time.monotonic()
     launch = Launch(processes, launcher, config, label, overrides)
     codes = launch.wait(timeout)
@@ -289,8 +295,6 @@ class SuiteCancel:
 
 def _suite_cli(cluster, args: list[str], timeout: float) -> tuple[str, str]:
     """``trilm suite ARGS`` as a user submitting to ``cluster`` runs it; returns (command, stdout)."""
-    from loopback_cluster.launchers import ROOT, node_env, venv_tool
-
     cmd = [sys.executable, "-m", "trilm.cli", "suite", *args]
     done = subprocess.run(
         cmd,
@@ -326,8 +330,6 @@ def cancel_suite_run(
     run has logged ``after_step`` and written a state, ``scancel`` its array task and wait for the array;
     ``trilm suite status``; launch the suite again (only unfinished runs are resubmitted) and wait. The
     cancelled run's config also trains straight through meanwhile, for the comparison."""
-    from loopback_cluster.launchers import PRETRAIN, ROOT, node_env
-
     launch = ["launch", str(suite_file), "--slurm", "--no-progress"]
     commands, outputs = [], []
 
@@ -393,5 +395,5 @@ def cancel_suite_run(
         resumed_from=resumed_from(run_dir),
         run_dir=run_dir,
         straight=straight,
-        straight_code=reference.wait(timeout),
+        straight_code=_exit_code(reference.wait(timeout), "the uninterrupted run"),
     )

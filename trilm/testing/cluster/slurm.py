@@ -24,24 +24,32 @@ import tempfile
 import time
 from pathlib import Path
 
-from loopback_cluster import free_port
-from loopback_cluster.launchers import LOOPBACK_HOSTS
-from loopback_cluster.processes import ProcessSet, signal_tagged
+from trilm.testing.cluster import free_port
+from trilm.testing.cluster.launchers import LOOPBACK_HOSTS
+from trilm.testing.cluster.processes import ProcessSet, signal_tagged
 
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "scontrol", "sinfo", "srun")
 ACCOUNTING = ("slurmdbd", "sacctmgr", "sacct", "mariadbd", "mariadb-install-db")
 ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING"}
 
 
-def _which(name: str) -> str | None:
+def _find(name: str) -> str | None:
     return shutil.which(name) or next(
         (str(Path(d) / name) for d in ("/usr/sbin", "/sbin") if (Path(d) / name).is_file()), None
     )
 
 
+def _which(name: str) -> str:
+    """The path of a program the cluster starts; :func:`missing` has told the caller which are absent."""
+    found = _find(name)
+    if found is None:
+        raise FileNotFoundError(f"{name}: not installed (see trilm.testing.cluster.slurm.missing())")
+    return found
+
+
 def missing() -> list[str]:
     """Why a loopback SLURM cannot start here (empty when it can)."""
-    absent = [name for name in BINARIES if not _which(name)]
+    absent = [name for name in BINARIES if not _find(name)]
     reasons = [f"{', '.join(absent)} not installed (Debian: slurm-wlm, munge)"] if absent else []
     if os.geteuid() != 0:
         reasons.append("slurmd runs jobs as their submitter only when it runs as root")
@@ -50,7 +58,7 @@ def missing() -> list[str]:
 
 def has_accounting() -> bool:
     """slurmdbd and MariaDB are installed: ``sacct`` can be answered."""
-    return all(_which(name) for name in ACCOUNTING)
+    return all(_find(name) for name in ACCOUNTING)
 
 
 @dataclasses.dataclass
