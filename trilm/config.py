@@ -162,6 +162,12 @@ class Config:
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, prefix: str = "") -> Self:
         """Build from a plain mapping; unknown keys and wrong types raise with the dotted key path."""
+        return cls._built(cls._coerced(data, prefix=prefix), prefix=prefix)
+
+    @classmethod
+    def _coerced(cls, data: dict[str, Any], *, prefix: str = "") -> dict[str, Any]:
+        """The mapping's values as the fields' types, by field name; unknown keys and wrong types raise
+        with the dotted key path."""
         if not isinstance(data, dict):
             raise ConfigError(f"{prefix.rstrip('.') or cls.__name__}: expected a mapping, got {shown(data)}")
         hints = cls._hints()
@@ -171,6 +177,11 @@ class Config:
             if key not in names:
                 raise _unknown_key(str(key), prefix, names)
             kwargs[key] = _coerce(value, hints[key], f"{prefix}{key}")
+        return kwargs
+
+    @classmethod
+    def _built(cls, kwargs: dict[str, Any], *, prefix: str = "") -> Self:
+        """The config of typed field values (validated); a validation error's key gets ``prefix``."""
         try:
             return cls(**kwargs)
         except ConfigError as exc:
@@ -194,25 +205,7 @@ class Config:
 
     def with_overrides(self, overrides: list[str] | tuple[str, ...]) -> Self:
         """Apply ``a.b.c=value`` overrides (value parsed as YAML) and re-validate."""
-        data = self.to_dict()
-        for item in overrides:
-            if "=" not in item:
-                raise ConfigError(f"override {item!r} is not of the form key=value")
-            dotted, raw = item.split("=", 1)
-            parts = dotted.strip().split(".")
-            node: dict[str, Any] = data
-            for depth, part in enumerate(parts[:-1]):
-                child = node.get(part)
-                if not isinstance(child, dict):
-                    known = [k for k, v in node.items() if isinstance(v, dict)]
-                    raise _unknown_key(part, ".".join(parts[:depth]) + ("." if depth else ""), known)
-                node = child
-            if parts[-1] not in node:
-                raise _unknown_key(
-                    parts[-1], ".".join(parts[:-1]) + ("." if len(parts) > 1 else ""), list(node)
-                )
-            node[parts[-1]] = _load_yaml(raw, f"override {dotted.strip()}") if raw.strip() else ""
-        return type(self).from_dict(data)
+        return type(self).from_dict(apply_overrides(self.to_dict(), overrides))
 
     @classmethod
     def from_yaml(cls, path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Self:
@@ -231,6 +224,27 @@ class Config:
         if path is not None:
             write_text(path, text)
         return text
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """``data`` (a config as :meth:`Config.to_dict` writes it, changed in place) with ``a.b.c=value``
+    overrides set (value parsed as YAML); a key that is not in ``data`` raises, naming the closest one."""
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} is not of the form key=value")
+        dotted, raw = item.split("=", 1)
+        parts = dotted.strip().split(".")
+        node: dict[str, Any] = data
+        for depth, part in enumerate(parts[:-1]):
+            child = node.get(part)
+            if not isinstance(child, dict):
+                known = [k for k, v in node.items() if isinstance(v, dict)]
+                raise _unknown_key(part, ".".join(parts[:depth]) + ("." if depth else ""), known)
+            node = child
+        if parts[-1] not in node:
+            raise _unknown_key(parts[-1], ".".join(parts[:-1]) + ("." if len(parts) > 1 else ""), list(node))
+        node[parts[-1]] = _load_yaml(raw, f"override {dotted.strip()}") if raw.strip() else ""
+    return data
 
 
 def _load_yaml(text: str, where: str) -> Any:

@@ -12,6 +12,7 @@ from trilm.model.config import ModelConfig
 from trilm.store.hf import write_hf_files
 from trilm.store.snapshot import read_snapshot_config
 from trilm.train.config import TrainConfig
+from trilm.train.init_from import resolve_init_from
 from trilm.train.models import load_model
 
 from .conftest import FAST_PG, cli
@@ -101,7 +102,7 @@ def test_pruned_snapshot_trains_further_and_evaluates(tmp_path, calib_snapshot, 
         "log": {"every": 2, "eval_every": 0, "tensorboard": False, "progress": False},
     }
     cfg = TrainConfig.from_dict(data)
-    assert cfg.model == pruned_cfg  # the run takes the snapshot's per-layer shapes
+    assert resolve_init_from(cfg).model == pruned_cfg  # the run takes the snapshot's per-layer shapes
     summary = Trainer(cfg).fit()
     start = evaluate_snapshot(out, prepared["validation"], 64, max_sequences=8)
     assert summary.val_losses[0] == pytest.approx(start, rel=1e-6)  # step 0 is the pruned model itself
@@ -112,5 +113,6 @@ def test_pruned_snapshot_trains_further_and_evaluates(tmp_path, calib_snapshot, 
     with torch.no_grad():
         assert torch.isfinite(served(_ids())).all()
 
+    other = TrainConfig.from_dict({**data, "model": {"preset": "floatlm-nano", "vocab_size": 512}})
     with pytest.raises(ConfigError, match="init_from: .* whose tensors differ from model"):
-        TrainConfig.from_dict({**data, "model": {"preset": "floatlm-nano", "vocab_size": 512}})
+        resolve_init_from(other)

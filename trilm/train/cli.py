@@ -9,8 +9,8 @@ from pathlib import Path
 from trilm.config import ConfigError
 from trilm.data.shards import TokenShards
 from trilm.parallel import current_parallel, init_parallel, shutdown_parallel
-from trilm.store.open import open_model
 from trilm.train.config import TrainConfig
+from trilm.train.init_from import open_init_from, resolve_init_from
 from trilm.train.plan import RunPlan
 
 
@@ -28,6 +28,7 @@ def build_parser(parser: argparse.ArgumentParser, command: str = "train") -> Non
 
 
 def load_config(args) -> TrainConfig:
+    """The run config as written, with the overrides (its ``init_from`` is resolved where it is used)."""
     return TrainConfig.from_yaml(args.config, list(args.overrides))
 
 
@@ -46,12 +47,12 @@ def _data_line(key: str, path: str, cfg: TrainConfig) -> str:
 
 
 def dry_run(cfg: TrainConfig) -> str:
-    """The plan without building the model or touching the run directory (``init_from`` weights are
-    read and verified: a damaged one is refused here, not after the run directory is made)."""
+    """The plan without building the model or touching the run directory (``init_from`` is resolved and
+    its weights read and verified: a damaged one is refused here, not after the run directory is made)."""
     family = ""
-    if cfg.init_from:
-        source = open_model(cfg.init_from)
-        cfg.check_init_from(source)
+    source = open_init_from(cfg)
+    cfg = resolve_init_from(cfg, source)
+    if source is not None:
         source.weights.float_state()
         family = source.config.family
     info = init_parallel(cfg.parallel)

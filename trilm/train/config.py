@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-from typing import Any, Literal
+import os
+import types
+import typing
+from typing import TYPE_CHECKING, Any, Literal, Union
 
 import torch
 
-from trilm.config import Config, ConfigError, require
+from trilm.config import Config, ConfigError, apply_overrides, require, shown
 from trilm.data.sampler import DataConfig
 from trilm.model.config import ModelConfig, preset
 from trilm.model.spec import canonical_shapes
 from trilm.parallel import ParallelConfig
 from trilm.schedule import Schedule, ScheduleConfig
-from trilm.store.open import ModelDir, open_model
 from trilm.train.convert import ConvertConfig
+
+if TYPE_CHECKING:
+    from trilm.store.open import ModelDir
 
 
 @dataclasses.dataclass
@@ -152,7 +158,9 @@ class TrainConfig(Config):
     further, or a FloatLM or imported Llama turned into a TriLM or BiLM by continued training: the latent
     weights start as the float ones). Without a ``model`` section the run takes the snapshot's model config
     (per-layer shapes included); a partial one overrides it key by key (``model: {family: trilm}``
-    converts); either way both must have the same tensors."""
+    converts); either way both must have the same tensors. Parsing does not open the snapshot: until
+    :func:`trilm.train.init_from.resolve_init_from` does, where the run starts or a command needs the
+    model, such a ``model`` is a :class:`ModelFromSnapshot`."""
     distill: DistillConfig = dataclasses.field(default_factory=DistillConfig)
     branch_from: str = ""
     """A complete resumable state of another run (``PARENT/state/step-N``) that starts this run at step N:
@@ -170,33 +178,13 @@ class TrainConfig(Config):
             isinstance(self.compile, bool) or self.compile == "auto",
             f"compile: must be true, false or 'auto', got {self.compile!r}",
         )
-        seq = self.sequence_length
-        require(
-            1 <= seq <= self.model.context,
-            f"seq_len: {seq} must be in [1, model.context={self.model.context}]",
-        )
+        for key in ("init_from", "branch_from"):
+            _check_path(key, getattr(self, key))
         require(self.batch_tokens > 0, f"batch_tokens: must be > 0, got {self.batch_tokens}")
-        require(
-            self.batch_tokens % seq == 0,
-            f"batch_tokens: {self.batch_tokens} is not a multiple of the sequence length {seq}",
-        )
         require(self.micro_batch > 0, f"micro_batch: must be > 0, got {self.micro_batch}")
         require(
             self.tokens >= self.batch_tokens,
             f"tokens: {self.tokens} is less than one batch ({self.batch_tokens} tokens)",
-        )
-        try:
-            self.model.check_tensor_parallel(self.parallel.tensor_parallel)
-        except ConfigError as exc:
-            raise ConfigError(str(exc)) from None
-        tp = self.parallel.tensor_parallel
-        require(
-            not self.parallel.sequence_parallel or seq % tp == 0,
-            f"parallel.sequence_parallel: the sequence length {seq} is not divisible by tensor_parallel={tp}",
-        )
-        require(
-            self.recompute == "all" or 0 <= self.recompute <= self.model.layers,
-            f"recompute: {self.recompute!r} must be 'all' or a number of blocks in [0, {self.model.layers}]",
         )
         require(
             not (self.init_from and self.branch_from),
@@ -212,19 +200,69 @@ class TrainConfig(Config):
             "convert.optimizer: keep needs a state to keep the moments of (branch_from); init_from starts"
             " from weights alone",
         )
+        Schedule.for_optimizer(self.optim, self.schedule, self.steps)  # warm-up and cooldown fit the run
+        if self.model_unresolved:
+            require(
+                bool(self.init_from),
+                "model: a partial model section is taken over an init_from snapshot, but init_from is empty",
+            )
+            return  # the rest is checked against the model, once init_from is resolved
+        self._validate_with_model()
+
+    @property
+    def model_unresolved(self) -> bool:
+        """Whether the model is still the ``init_from`` snapshot's, not yet read (a
+        :class:`ModelFromSnapshot`): :func:`trilm.train.init_from.resolve_init_from` resolves it."""
+        return isinstance(self.model, ModelFromSnapshot)
+
+    def _validate_with_model(self) -> None:
+        """The checks that need the model's shape (its context, layers, heads and quantizer)."""
+        seq = self.sequence_length
+        require(
+            1 <= seq <= self.model.context,
+            f"seq_len: {seq} must be in [1, model.context={self.model.context}]",
+        )
+        require(
+            self.batch_tokens % seq == 0,
+            f"batch_tokens: {self.batch_tokens} is not a multiple of the sequence length {seq}",
+        )
+        try:
+            self.model.check_tensor_parallel(self.parallel.tensor_parallel)
+        except ConfigError as exc:
+            raise ConfigError(str(exc)) from None
+        tp = self.parallel.tensor_parallel
+        require(
+            not self.parallel.sequence_parallel or seq % tp == 0,
+            f"parallel.sequence_parallel: the sequence length {seq} is not divisible by tensor_parallel={tp}",
+        )
+        require(
+            self.recompute == "all" or 0 <= self.recompute <= self.model.layers,
+            f"recompute: {self.recompute!r} must be 'all' or a number of blocks in [0, {self.model.layers}]",
+        )
         require(
             not (self.convert.ramp and self.model.quant.activation_bits),
             "convert.ramp: phases in the quantized weights only; with model.quant.activation_bits the"
             " activations would be quantized from the first step",
         )
 
-        Schedule.for_optimizer(self.optim, self.schedule, self.steps)  # warm-up and cooldown fit the run
+    def over_snapshot(self, opened: ModelDir) -> TrainConfig:
+        """This run with the model of its ``init_from`` snapshot ``opened`` (already open: this reads no
+        file): a :class:`ModelFromSnapshot` becomes the snapshot's config with the run's keys on top, a
+        complete model stays, and either is checked against the snapshot (:meth:`check_init_from`).
+        :func:`trilm.train.init_from.resolve_init_from` opens the snapshot and calls this."""
+        cfg = self
+        if isinstance(self.model, ModelFromSnapshot):
+            model = ModelConfig.from_dict(_over_snapshot(opened.config, self.model.section), prefix="model.")
+            cfg = self.replace(model=model)
+        cfg.check_init_from(opened)
+        return cfg
 
     def check_init_from(self, opened: ModelDir) -> None:
         """Refuse an ``init_from`` snapshot (``opened``) that this run cannot start from.
 
-        Not part of :meth:`validate`: a config is validated on every ``replace``, and the snapshot is opened
-        once per command by whoever uses it (parsing, the dry run, the trainer), which then checks it here.
+        Not part of :meth:`validate`: a config is validated on every ``replace`` and opens no file; the
+        snapshot is opened once per command by whoever uses it (the dry run, the trainer), through
+        :func:`trilm.train.init_from.resolve_init_from`, which checks it here.
         """
         snap = opened.config
         require(
@@ -268,13 +306,23 @@ class TrainConfig(Config):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, prefix: str = "") -> TrainConfig:
-        """Like Config.from_dict, but ``model: {preset: trilm-99m, …}`` starts from a named preset."""
+        """Like Config.from_dict, but ``model: {preset: trilm-99m, …}`` starts from a named preset, and a
+        run with ``init_from`` and no complete model section keeps that section as a
+        :class:`ModelFromSnapshot` (no file is opened: the snapshot is read where the run starts)."""
+        if not isinstance(data, dict):
+            return super().from_dict(data, prefix=prefix)  # names what it got
         data = dict(data)
-        opened = None
-        if data.get("init_from") and not _complete_model(data.get("model")):
-            opened = open_model(data["init_from"])
-            if not (isinstance(data.get("model"), dict) and "preset" in data["model"]):
-                data["model"] = _over_snapshot(opened.config, data.get("model") or {})
+        init_from = data.get("init_from")
+        if "init_from" in data and not isinstance(init_from, str):
+            raise ConfigError(f"{prefix}init_from: expected a path (a string), got {shown(init_from)}")
+        section = data.get("model")
+        if init_from and not _complete_model(section) and not _has_preset(section):
+            section = {} if section is None else section
+            if not isinstance(section, dict):
+                raise ConfigError(f"{prefix}model: expected a mapping for ModelConfig, got {shown(section)}")
+            _check_section(ModelConfig, section, f"{prefix}model.")
+            kwargs = cls._coerced({k: v for k, v in data.items() if k != "model"}, prefix=prefix)
+            return cls._built({**kwargs, "model": ModelFromSnapshot(copy.deepcopy(section))}, prefix=prefix)
         model = data.get("model")
         if isinstance(model, dict) and "preset" in model:
             model = dict(model)
@@ -286,17 +334,147 @@ class TrainConfig(Config):
             if isinstance(quant, dict):  # anything else is left for the model section's check to name
                 quant = {**base.get("quant", {}), **quant}
             data["model"] = {**base, **model, "quant": quant}
-        cfg = super().from_dict(data, prefix=prefix)
-        if opened is not None:
-            cfg.check_init_from(opened)
-        return cfg
+        return super().from_dict(data, prefix=prefix)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        if isinstance(self.model, ModelFromSnapshot):
+            out["model"] = self.model.to_dict()
+        return out
+
+    def with_overrides(self, overrides: list[str] | tuple[str, ...]) -> TrainConfig:
+        """Config.with_overrides; a model still to come from ``init_from`` takes ``model.KEY=value`` for any
+        key a model section has, set over the snapshot's when it is resolved."""
+        if not isinstance(self.model, ModelFromSnapshot):
+            return super().with_overrides(overrides)
+        data = self.to_dict()
+        data["model"] = _merged(_skeleton(ModelConfig), data["model"])
+        data = apply_overrides(data, overrides)
+        if isinstance(data["model"], dict):
+            data["model"] = _without_unset(data["model"])
+        return type(self).from_dict(data)
+
+
+class ModelFromSnapshot:
+    """The model of a run that takes it from its ``init_from`` snapshot, before that is opened: the keys
+    the run sets over the snapshot's config (``{family: trilm}`` converts; ``{}`` takes it as it is), kept
+    as written. :meth:`TrainConfig.over_snapshot` turns it into a :class:`ModelConfig`; reading a model
+    field before then is a ConfigError naming ``init_from``, never a guess."""
+
+    __slots__ = ("section",)
+
+    def __init__(self, section: dict[str, Any]) -> None:
+        self.section = section
+
+    def to_dict(self) -> dict[str, Any]:
+        return copy.deepcopy(self.section)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # copy, pickle and hasattr probes
+            raise AttributeError(name)
+        raise ConfigError(
+            f"model.{name}: the model is the init_from snapshot's, which is read where the run starts;"
+            " resolve the config first (trilm.train.init_from.resolve_init_from)"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ModelFromSnapshot) and other.section == self.section
+
+    def __repr__(self) -> str:
+        return f"ModelFromSnapshot({self.section!r})"
+
+
+PATH_MAX, NAME_MAX = 4096, 255
+"""The longest path and file name, in bytes, that Linux file systems take."""
+
+
+def _check_path(key: str, value: str) -> None:
+    """Refuse a path field that no file system can hold (a NUL byte, too long a path or name), naming it."""
+    if not value:
+        return
+    require("\x00" not in value, f"{key}: {shown(value)} is not a path (it holds a NUL byte)")
+    size = len(os.fsencode(value))
+    require(size <= PATH_MAX, f"{key}: a path of {size} bytes, longer than a file system takes ({PATH_MAX})")
+    longest = max(len(os.fsencode(part)) for part in value.split("/"))
+    require(
+        longest <= NAME_MAX, f"{key}: {shown(value)} has a name of {longest} bytes, longer than {NAME_MAX}"
+    )
 
 
 def _complete_model(section: Any) -> bool:
     """Whether a model section names every field (as ``to_dict`` writes it: a config being replaced or
-    overridden), so that nothing of it comes from the ``init_from`` snapshot and parsing need not open it."""
+    overridden), so that nothing of it comes from the ``init_from`` snapshot."""
     names = {f.name for f in dataclasses.fields(ModelConfig)}
     return isinstance(section, dict) and "preset" not in section and names <= section.keys()
+
+
+def _has_preset(section: Any) -> bool:
+    """Whether a model section starts from a named preset (then the model is the preset's, whatever
+    ``init_from`` holds; the snapshot is checked against it when it is opened)."""
+    return isinstance(section, dict) and "preset" in section
+
+
+def _section_class(hint: Any) -> type[Config] | None:
+    """The Config class a field's annotation holds (``RopeScaling | None`` → RopeScaling), else None."""
+    if typing.get_origin(hint) in (Union, types.UnionType):
+        found = [_section_class(arg) for arg in typing.get_args(hint)]
+        return next((c for c in found if c is not None), None)
+    return hint if isinstance(hint, type) and issubclass(hint, Config) else None
+
+
+def _check_section(cls: type[Config], section: dict[str, Any], prefix: str) -> None:
+    """Check a partial section's keys and value types against ``cls`` without building it (the values it
+    lacks come from elsewhere, so its cross-field checks wait for the whole): unknown keys and wrong types
+    raise with the dotted key."""
+    hints = cls._hints()
+    for key, value in section.items():
+        sub = _section_class(hints.get(key)) if key in hints else None
+        if sub is not None and isinstance(value, dict):
+            _check_section(sub, value, f"{prefix}{key}.")
+        else:
+            cls._coerced({key: value}, prefix=prefix)
+
+
+_UNSET: Any = object()
+"""A key the partial model section does not set (a placeholder while overrides are applied)."""
+
+
+def _skeleton(cls: type[Config]) -> dict[str, Any]:
+    """Every key a ``cls`` section may hold (nested sections as mappings), each :data:`_UNSET`; for a
+    model, ``preset`` too."""
+    hints = cls._hints()
+    out: dict[str, Any] = {"preset": _UNSET} if cls is ModelConfig else {}
+    for f in dataclasses.fields(cls):
+        sub = _section_class(hints[f.name])
+        out[f.name] = _skeleton(sub) if sub is not None else _UNSET
+    return out
+
+
+def _merged(base: dict[str, Any], over: Any) -> Any:
+    """``over`` on top of ``base``, mappings merged key by key; anything but a mapping replaces ``base``."""
+    if not isinstance(over, dict):
+        return over
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merged(base[key], value) if isinstance(base.get(key), dict) else value
+    return out
+
+
+def _without_unset(section: dict[str, Any]) -> dict[str, Any]:
+    """A section with its :data:`_UNSET` keys, and the mappings left empty by dropping them, removed."""
+    out: dict[str, Any] = {}
+    for key, value in section.items():
+        if isinstance(value, dict):
+            inner = _without_unset(value)
+            if inner or not _all_unset(value):
+                out[key] = inner
+        elif value is not _UNSET:
+            out[key] = value
+    return out
+
+
+def _all_unset(section: dict[str, Any]) -> bool:
+    return all(_all_unset(v) if isinstance(v, dict) else v is _UNSET for v in section.values())
 
 
 def _over_snapshot(snap: ModelConfig, section: dict[str, Any]) -> dict[str, Any]:

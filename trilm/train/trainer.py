@@ -44,6 +44,7 @@ from trilm.train.engine import (
     set_optimizer_hparams,
     use_bf16,
 )
+from trilm.train.init_from import open_init_from, resolve_init_from
 from trilm.train.metrics import MetricsLogger, Throughput, memory_gb
 from trilm.train.plan import RunPlan
 from trilm.train.save_steps import snapshot_steps, state_steps
@@ -84,17 +85,17 @@ def _open(path: str, key: str):
 
 class Trainer:
     def __init__(self, cfg: TrainConfig):
+        self.source = open_init_from(cfg)
+        """The snapshot of ``init_from``, opened once (weights read when the model is built)."""
+        cfg = resolve_init_from(cfg, self.source)
         self.cfg = cfg
+        """The run's config, its model resolved from ``init_from`` where it takes it from there."""
         self.info = init_parallel(cfg.parallel)
         self.run = RunDir(cfg.run_dir)
         self.data = cfg.data.build(cfg.sequence_length)
         self.plan = RunPlan(cfg, self.info.dp_size, self.info.tp_size)
         self.accumulation = self.plan.accumulation
         self.model_cfg = cfg.model.resolved(self.info.tp_size)
-        self.source = _open(cfg.init_from, "init_from") if cfg.init_from else None
-        """The snapshot of ``init_from``, opened once (weights read when the model is built)."""
-        if self.source is not None:
-            cfg.check_init_from(self.source)
         self.teacher_dir = _open(cfg.distill.teacher, "distill.teacher") if cfg.distill.enabled else None
         self._check_vocab()
         self.schedule = Schedule.for_optimizer(cfg.optim, cfg.schedule, cfg.steps)
