@@ -38,7 +38,7 @@ class ForecastConfig(Config):
     min_step: int = 128
     min_points: int = 5
     min_fraction: float = 0.2
-    bootstrap: int = 100
+    bootstrap: int = 30
     level: float = 0.95
     seed: int = 0
 

@@ -22,14 +22,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import torch
 
-from trilm.config import Config, ConfigError, require
+from trilm.config import Config, require
 from trilm.schedule import Schedule
-from trilm.store.layout import RUN_CONFIG
 
 if TYPE_CHECKING:
     from trilm.train.config import TrainConfig
@@ -108,24 +106,3 @@ def reset_moments(engine) -> int:
                 state[key] = 0
         count += 1
     return count
-
-
-def planned_start(cfg: TrainConfig, source_family: str = "") -> int | None:
-    """Where the conversion phase of ``cfg`` starts, without training (the dry run's plan): 0 for
-    ``init_from`` a model of another family (``source_family``: the opener knows it), N for
-    ``branch_from`` a state of a run of another family (its config is read), None when it converts nothing
-    or the parent's config cannot be read (the trainer then says why)."""
-    # import cycle: trilm.train.config imports this module for ConvertConfig
-    from trilm.train.config import TrainConfig as Run
-
-    if cfg.init_from:
-        return 0 if source_family and source_family != cfg.model.family else None
-    if not cfg.branch_from:
-        return None
-    state = Path(cfg.branch_from)
-    try:
-        parent = Run.from_yaml(state.parent.parent / RUN_CONFIG)
-    except (ConfigError, OSError):
-        return None
-    step = state.name.removeprefix("step-")
-    return int(step) if parent.model.family != cfg.model.family and step.isdigit() else None

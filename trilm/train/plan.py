@@ -15,11 +15,14 @@ estimate, stated as such.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
+from trilm.config import ConfigError
 from trilm.model.flops import flops_per_token, parameter_counts
 from trilm.schedule import Schedule
+from trilm.store.layout import RUN_CONFIG
 from trilm.train.config import TrainConfig
-from trilm.train.convert import conversion_schedule, planned_start
+from trilm.train.convert import conversion_schedule
 from trilm.train.engine import use_bf16
 from trilm.train.save_steps import snapshot_steps, state_steps
 
@@ -169,3 +172,21 @@ def _branch_step(branch_from: str) -> int | None:
         return None
     name = branch_from.rstrip("/").rsplit("/", 1)[-1]
     return int(name[5:]) if name.startswith("step-") and name[5:].isdigit() else None
+
+
+def planned_start(cfg: TrainConfig, source_family: str = "") -> int | None:
+    """Where the conversion phase of ``cfg`` starts, without training (the dry run's plan): 0 for
+    ``init_from`` a model of another family (``source_family``: the opener knows it), N for
+    ``branch_from`` a state of a run of another family (its config is read), None when it converts nothing
+    or the parent's config cannot be read (the trainer then says why)."""
+    if cfg.init_from:
+        return 0 if source_family and source_family != cfg.model.family else None
+    if not cfg.branch_from:
+        return None
+    state = Path(cfg.branch_from)
+    try:
+        parent = TrainConfig.from_yaml(state.parent.parent / RUN_CONFIG)
+    except (ConfigError, OSError):
+        return None
+    step = state.name.removeprefix("step-")
+    return int(step) if parent.model.family != cfg.model.family and step.isdigit() else None
