@@ -13,8 +13,8 @@ import torch
 from safetensors.torch import load_file
 
 from trilm.config import ConfigError
+from trilm.model.build import build_model
 from trilm.model.config import preset
-from trilm.model.io import build_model
 from trilm.model.quant import ScaleLayout, quantize, quantized_linear, set_ramp
 from trilm.parallel import shutdown_parallel
 from trilm.schedule import Schedule, ScheduleConfig

@@ -150,7 +150,7 @@ def _relabelled(source: Path, out: Path, **meta_changes) -> Path:
 
 
 def test_a_teacher_with_another_vocabulary_or_tokenizer_is_refused(prepared, float_model, tmp_path):
-    from trilm.model.io import build_model
+    from trilm.model.build import build_model
     from trilm.train.models import save_model
 
     wider = build_model(preset("floatlm-nano", vocab_size=640), tp=1, seed=0)

@@ -23,7 +23,7 @@ from trilm.model.snapshot import SnapshotMeta
 
 _LAZY = {
     "Decoder": "trilm.model.transformer",
-    "build_model": "trilm.model.io",
+    "build_model": "trilm.model.build",
 }
 
 

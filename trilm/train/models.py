@@ -46,7 +46,7 @@ def load_model(
     """A training model (megatron Decoder) from a snapshot or HF directory, on the current (or a new
     single-process) tensor-parallel layout; weights verified as :func:`open_model` does."""
     # deferred for start-up time: loads megatron only when called
-    from trilm.model.io import build_model
+    from trilm.model.build import build_model
 
     opened = open_model(directory)
     if opened.stored_packed:
