@@ -14,7 +14,7 @@ from trilm.scaling.analyse import LAW_OF_FORM, analyse, leave_one_out
 from trilm.scaling.errors import FitError
 from trilm.scaling.fitter import HUBER_DELTA, Fit, Prediction
 from trilm.scaling.laws import LAWS, get_law
-from trilm.scaling.results import AnalysisConfig, FittedPoints, Report
+from trilm.scaling.report_types import AnalysisConfig, FittedPoints, Report
 from trilm.scaling.table import (
     TERNARY_BITS,
     ResultRow,

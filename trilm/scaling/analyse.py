@@ -37,7 +37,7 @@ from trilm.scaling.errors import FitError
 from trilm.scaling.fitter import Fit, fit
 from trilm.scaling.identify import implausible_family
 from trilm.scaling.laws import get_law
-from trilm.scaling.results import AnalysisConfig, FamilyAnalysis, FittedPoints, Report
+from trilm.scaling.report_types import AnalysisConfig, FamilyAnalysis, FittedPoints, Report
 from trilm.scaling.table import ResultRow, family_kind, read_table
 
 FAMILY_ORDER = {"floatlm": 0, "trilm": 1, "bilm": 2, "quantlm": 3, "other": 4}

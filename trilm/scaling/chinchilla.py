@@ -20,7 +20,7 @@ import numpy as np
 from trilm.atomic import write_text
 from trilm.scaling import fitter
 from trilm.scaling.fitter import Fit
-from trilm.scaling.results import FittedPoints
+from trilm.scaling.report_types import FittedPoints
 from trilm.scaling.table import TableError
 
 CSV_NAME = "chinchilla_svg_extracted_data.csv"

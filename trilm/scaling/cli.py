@@ -27,7 +27,7 @@ from trilm.scaling.chinchilla import render_comparison, reproduce
 from trilm.scaling.commands import fit_law_command, predict_command
 from trilm.scaling.fitter import HUBER_DELTA
 from trilm.scaling.laws import LAWS
-from trilm.scaling.results import AnalysisConfig
+from trilm.scaling.report_types import AnalysisConfig
 
 
 def build_parser(parser: argparse.ArgumentParser, command: str = "scaling") -> None:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from trilm.scaling.results import FittedPoints
+    from trilm.scaling.report_types import FittedPoints
 
 SYMBOLS = {"alpha": "α", "beta": "β"}
 

@@ -32,7 +32,7 @@ from trilm.scaling.compare import EXTRAPOLATE
 from trilm.scaling.table import family_kind
 
 if TYPE_CHECKING:
-    from trilm.scaling.results import FittedPoints, Report
+    from trilm.scaling.report_types import FittedPoints, Report
 
 KIND_COLORS = {"floatlm": "tab:blue", "trilm": "tab:red", "bilm": "tab:green"}
 OTHER_COLORS = ["tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan", "tab:gray", "tab:orange"]

@@ -11,7 +11,7 @@ from trilm.families import display_name
 from trilm.scaling.identify import loss_by_point
 
 if TYPE_CHECKING:
-    from trilm.scaling.results import FittedPoints, Report
+    from trilm.scaling.report_types import FittedPoints, Report
 
 
 def fmt(value: Any, digits: int = 4) -> str:

@@ -35,7 +35,7 @@ from trilm.suite.predicted import FORECAST_FROM, markdown_lines, predictions, wr
 from trilm.suite.text import si, table
 
 if TYPE_CHECKING:
-    from trilm.scaling.results import FittedPoints, Report
+    from trilm.scaling.report_types import FittedPoints, Report
     from trilm.suite.predicted import Predictions
 
 ORDER = ("floatlm", "trilm", "bilm")

@@ -30,7 +30,7 @@ from trilm.suite.text import table
 
 if TYPE_CHECKING:
     from trilm.scaling.forecast import ForecastConfig
-    from trilm.scaling.results import Report
+    from trilm.scaling.report_types import Report
     from trilm.suite.config import SuiteRun
 
 FORECAST_FROM = 0.5
