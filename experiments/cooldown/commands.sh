@@ -14,5 +14,8 @@ trilm suite launch cooldown-fresh --local --jobs 2
 python -m experiments.cooldown report
 # 5. Every L(N, D) law of trilm.scaling.laws on the same split, and the law each family chooses: laws.md, laws.json.
 python -m experiments.cooldown.laws
+# 6. Every run's final loss forecast from its first 25 % and 50 % of checkpoints, each model alone and the
+#    suite jointly (C shared): forecasts.md, forecasts.json (20 refits per fit: a joint refit costs ~2 CPU-s).
+python -m experiments.cooldown.forecasts --bootstrap 20 --variants alone "joint, C shared"
 # (The runs are not committed; the results tables beside the report are: rewrite it from them with
 #  python -m experiments.cooldown report --from-tables)
