@@ -73,8 +73,12 @@ class HuberLog:
         return f, g
 
     def _block(self, theta: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        vjp = getattr(self.law, "log_predict_vjp", None)
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            pred, jac = self.law.log_predict_jac(theta, self.design)
+            if vjp is not None:
+                pred, pullback = vjp(theta, self.design)
+            else:
+                pred, jac = self.law.log_predict_jac(theta, self.design)
             resid = pred - self.log_y
             clipped = np.clip(resid, -self.delta, self.delta)
             huber = clipped * (2.0 * resid - clipped)
@@ -83,7 +87,10 @@ class HuberLog:
                 huber = np.where(w > 0, huber * w, 0.0)
                 clipped = np.where(w > 0, clipped * w, 0.0)
             f = 0.5 * huber.sum(axis=1)
-            g = np.einsum("bpn,bn->bp", np.where(np.isfinite(jac), jac, 0.0), clipped)
+            if vjp is not None:
+                g = pullback(np.where(np.isfinite(clipped), clipped, 0.0))
+            else:
+                g = np.einsum("bpn,bn->bp", np.where(np.isfinite(jac), jac, 0.0), clipped)
         bad = ~np.isfinite(f)
         f[bad] = np.inf
         g[bad] = np.nan
