@@ -120,23 +120,14 @@ class PowerSum(SizeLaw):
         """The log-sum-exp of the terms with its Jacobian written out: each term's share of the loss is the
         derivative in its log-coefficient, minus its share times the log input the one in its exponent."""
         theta = np.atleast_2d(theta)
+        pred, u = self._shares(theta, design)
         k = len(self.coef_names)
-        u = np.empty((theta.shape[0], k + 1, design.shape[1]))
-        for j in range(k):
-            np.multiply(theta[:, 2 * j + 1, None], design[j], out=u[:, j])
-            np.subtract(theta[:, 2 * j, None], u[:, j], out=u[:, j])
-        u[:, k] = theta[:, -1, None]
-        top = u.max(axis=1, keepdims=True)
-        u -= top
-        np.exp(u, out=u)
-        total = u.sum(axis=1, keepdims=True)
-        u /= total
         jac = np.empty((theta.shape[0], theta.shape[1], design.shape[1]))
         for j in range(k):
             jac[:, 2 * j] = u[:, j]
             np.multiply(u[:, j], -design[j], out=jac[:, 2 * j + 1])
         jac[:, -1] = u[:, k]
-        return (top + np.log(total))[:, 0], jac
+        return pred, jac
 
 
 @register
