@@ -12,8 +12,8 @@ For each block-linear shape of a model (default ``trilm-190m``: 768→768, 768�
 * ``int4_bf16`` / ``int4_fp32`` — ``aten._weight_int4pack_mm_for_cpu`` with bf16 / fp32 activations (the
   layout :mod:`trilm.kernels.cpu` converts ternary, binary and int2–4 weights to);
 * ``int8_bf16`` / ``int8_fp32`` — ``aten._weight_int8pack_mm`` (per-channel int8);
-* ``unpack_fp32`` — what ``QuantLinear(backend="torch")`` did per call before: dequantize the ternary codes,
-  then ``F.linear`` (the issue's profile of ``--packed``).
+* ``unpack_fp32`` — dequantize the ternary codes on every call, then ``F.linear``: a packed layer without a
+  low-bit kernel.
 
 torchao's CPU int4 weight-only layout calls ``_weight_int4pack_mm_for_cpu`` itself, so it is this row.
 Rounds alternate the kernels; the median of ``--rounds`` counts. Prints a table with each kernel's time and

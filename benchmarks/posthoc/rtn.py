@@ -1,16 +1,17 @@
 """RTN with and without calibration passes, side by side: the same QuantLM layers, measured in one run.
 
-RTN reads no data, yet until it was marked data-free ``trilm quantize --method rtn`` required ``--calib``: it
-tokenized and sampled the calibration windows and ran the block engine's passes (embed the windows, run
-every block over them) only to throw them away. This script times both paths on the post-hoc benchmark
-model's architecture (``configs/train/posthoc-floatlm.yaml``: hidden 256, 6 blocks, context 256) with random
-weights — RTN's cost does not depend on the weight values — and checks that they write the same layers::
+RTN reads no data, so ``trilm quantize --method rtn`` takes no ``--calib``: calibration would tokenize and
+sample the windows and run the block engine's passes (embed the windows, run every block over them) only to
+throw them away. This script times both paths on the post-hoc benchmark model's architecture
+(``configs/train/posthoc-floatlm.yaml``: hidden 256, 6 blocks, context 256) with random weights — RTN's cost
+does not depend on the weight values — and checks that they write the same layers::
 
     python -m benchmarks.posthoc.rtn --calib runs/quickstart/data/train [--samples 128] [--repeats 3]
 
 ``--calib`` is any source ``trilm quantize`` reads (a prepared split of a 2,048-token vocabulary here). The
-"with calibration" path is what the pipeline did before: :func:`~trilm.posthoc.calibration.load_calibration`
-(128 windows of min(2048, context) tokens, the CLI's defaults), then the engine with those windows.
+"with calibration" path is what a calibrated method runs first:
+:func:`~trilm.posthoc.calibration.load_calibration` (128 windows of min(2048, context) tokens, the CLI's
+defaults), then the engine with those windows.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``python -m benchmarks.scaling``: the area's main benchmark, :mod:`benchmarks.scaling.fitter`,
-with the same arguments (the command the docs quoted before the areas were packages). Its usage line names
+with the same arguments (the short command the docs quote). Its usage line names
 this command rather than ``__main__.py``; its result records the module's own name, which reruns it too."""
 
 import sys

@@ -50,7 +50,7 @@ from trilm.bits import group_quant_bits as quantized_linear_bits
 from trilm.families import family_kind, family_linear_bits
 from trilm.families import family_linear_bits as default_linear_bits
 
-# the bit helpers are trilm.bits' and trilm.families', re-exported under the names the table has always had
+# the bit helpers are trilm.bits' and trilm.families', re-exported under the table's own names
 __all__ = [
     "COLUMNS",
     "FLOAT_BITS",

@@ -6,8 +6,8 @@ same table works for local, SLURM and hostfile launches. A run is
 - ``pending``: no run directory (or nothing in it yet);
 - ``running``: a live process holds its ``.lock`` (the trainer holds it for the whole run and the kernel
   drops it when the process dies, even by ``kill -9`` or ``scancel``). The metrics log's age decides
-  instead (written within ``stale_after`` seconds) for a run directory without a lock file (written
-  before runs had one), and, as a second sign, when the lock was taken on another host, whose lock may
+  instead (written within ``stale_after`` seconds) for a run directory without a lock file (an older
+  run's), and, as a second sign, when the lock was taken on another host, whose lock may
   not be visible here (``flock`` on some shared filesystems is node-local);
 - ``stopped``: it has progress and nobody trains it (killed, preempted, cancelled, or crashed — the next
   ``trilm suite launch`` resumes it from the newest complete state);

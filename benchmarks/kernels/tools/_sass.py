@@ -4,11 +4,11 @@ The GEMV at batch 1 is meant to be bound by memory, so the question the CPU can 
 instructions a thread issues per weight it decodes. :func:`sass_listing` disassembles a cubin;
 :func:`loop_bodies` finds the loops (a backward branch closes each); :func:`per_weight` divides the
 instructions a program executes by the weights each of its threads handles. For a kernel whose K loop runs
-``iterations`` times that is ``(body · iterations + rest) / weights``; a kernel without a loop (the old
-GEMV unrolls its K_ITERS) runs every instruction once. When K is split ``split_k`` ways, the reduction after
-the arrival check (:func:`split_tail`) runs in one program of the ``split_k`` that share an output tile, so
-it counts ``1 / split_k`` of its length. Predicated-off and untaken-branch instructions are otherwise
-counted as executed, so the figures are an upper bound on issue slots, the same for before and after.
+``iterations`` times that is ``(body · iterations + rest) / weights``; a kernel without a loop (the general
+kernel's GEMV unrolls its K_ITERS) runs every instruction once. When K is split ``split_k`` ways, the
+reduction after the arrival check (:func:`split_tail`) runs in one program of the ``split_k`` that share an
+output tile, so it counts ``1 / split_k`` of its length. Predicated-off and untaken-branch instructions are
+otherwise counted as executed, so the figures are an upper bound on issue slots, the same for every kernel.
 """
 
 from __future__ import annotations

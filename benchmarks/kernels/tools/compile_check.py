@@ -2,7 +2,7 @@
 
 Usage: ``python -m benchmarks.kernels.tools.compile_check [--cc 90] [--kinds ternary int3 ...]
 [--dtypes fp16 bf16]``
-       ``python -m benchmarks.kernels.tools.instructions``   (SASS instructions per weight, before vs after)
+       ``python -m benchmarks.kernels.tools.instructions``   (SASS instructions per weight of each kernel)
 
 Every (format, GEMV/GEMM config, activation dtype) a GPU run can pick is lowered to PTX and assembled to a
 cubin for the target, so code that only the GPU path reaches (``tl.dot`` shapes, fp16/bf16 casts, atomics,

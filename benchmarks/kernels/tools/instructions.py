@@ -1,18 +1,18 @@
-"""SASS instructions per weight of the batch-1 GEMV (and batch-16 GEMM), before vs after issue 11, on CPU.
+"""SASS instructions per weight of the batch-1 GEMV (and batch-16 GEMM) of each kernel, on CPU.
 
     python -m benchmarks.kernels.tools.instructions [--out benchmarks/results]
 
 Prints the table and the issue floor it implies, and writes ``instructions-sm90-triton<version>.json``.
 
-"Before" is the general kernel of :mod:`trilm.kernels.general.jit` — what every format ran on at commit
-52262e2 (still the kernel of N:M, multi-plane and PB-LLM weights) — at the config the autotuner chose on the
-H200 (``benchmarks/results/kernels-nvidia-h200-2026-12-01.json``; the first GPU config where that run had
-none). "After" is the kernel a QuantLinear launches now, at its default config; "pairs" is that plan with
-``"PAIRS": True`` (two codes per fp16x2 instruction, a tuning candidate). Both are compiled for sm_90
-as Triton's JIT specializes an 8192 × 8192 layer, disassembled, and counted with
-:mod:`benchmarks.kernels.tools._sass`. These
-are issue slots per weight per thread, an upper bound (predicated-off instructions count); the H200 profile of
-the old ternary GEMV found it bound by instruction issue, which is what this number measures.
+The table's "before" is the general kernel of :mod:`trilm.kernels.general.jit` (the kernel of N:M,
+multi-plane and PB-LLM weights, and of every format at commit 52262e2) at the config the autotuner chose on
+the H200 (``benchmarks/results/kernels-nvidia-h200-2026-12-01.json``; the first GPU config where that run
+had none). Its "after" is the kernel a QuantLinear launches for the format, at its default config; "pairs"
+is that plan with ``"PAIRS": True`` (two codes per fp16x2 instruction, a tuning candidate). Both are
+compiled for sm_90 as Triton's JIT specializes an 8192 × 8192 layer, disassembled, and counted with
+:mod:`benchmarks.kernels.tools._sass`. These are issue slots per weight per thread, an upper bound
+(predicated-off instructions count); the H200 profile of the general kernel's ternary GEMV found it bound by
+instruction issue, which is what this number measures.
 """
 
 from __future__ import annotations
