@@ -1,8 +1,8 @@
 """A launch fails fast: a node lost before the rendezvous ends the launch in seconds with its log, and a
 rendezvous port taken between ``free_port()`` and the bind is retried on another port.
 
-Both failures were seen beside other jobs: node 0 lost its port to another socket (``EADDRINUSE``) and
-node 1 then waited in the rendezvous for torchrun's whole 15-minute timeout. The commands are real
+Both happen beside other jobs: node 0 loses its port to another socket (``EADDRINUSE``), and without the
+fast failure node 1 then waits in the rendezvous for torchrun's whole 15-minute timeout. The commands are real
 torchrun nodes on loopback; the workers are a one-line script, so no training runs."""
 
 from __future__ import annotations
