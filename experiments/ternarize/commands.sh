@@ -6,11 +6,14 @@ set -euo pipefail
 # Which share f to convert, at D = 524,288 tokens: two runs at a time, one thread each (2.26 h of run time).
 python -m experiments.ternarize --sizes 64x2 128x4 --seeds 1 2 3 --tokens 524288 --jobs 2
 
-# The crossover: the gap against tokens per parameter D/N. One run at a time, in process (the machine had 2
-# cores shared with 5 other developers), the cheapest ready run first: the 16x2 rate sweep, the recipe sweep
-# at 16x2 D/N = 50, then every point by its budget. Started 2026-12-06 13:47 UTC in the background:
-#   OMP_NUM_THREADS=1 setsid nohup python -m experiments.ternarize crossover ... >> runs/ternarize-crossover/driver.log 2>&1 &
-# The same command resumes it (it trains only the runs crossover.csv lacks).
+# The crossover: the gap against tokens per parameter D/N. One run at a time, in process, the cheapest ready
+# run first: the 16x2 rate sweep, the recipe sweep at 16x2 D/N = 50, then every point by its budget.
+# 2026-12-06, 13:44-15:44 UTC in the background on a 2-core machine shared with 5 other developers:
+# 302 runs, 1.90 h of run time (the seconds column of crossover.csv), every point of 16x2 (D/N 5-500) and
+# of 32x2 up to D/N = 50. Still missing: 32x2 at D/N = 150 and 500 (about 4.6·D tokens per seed: 23M and
+# 76M, some 15 and 50 minutes per seed at 25k tokens/s). This command resumes it, training only the runs
+# crossover.csv lacks (the run directories under runs/ternarize-crossover are not kept; the sources of the
+# missing points are not either, so each point trains from its start):
 OMP_NUM_THREADS=1 python -m experiments.ternarize crossover --sizes 16x2 32x2 --dn 5 15 50 150 500 --seeds 1 2 3 --jobs 1
 
 python -m experiments.ternarize.report

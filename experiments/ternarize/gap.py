@@ -42,9 +42,10 @@ VARIANTS = [(arm, f) for arm in ("trilm-conv", "trilm-cool", "trilm-branch") for
 there, at each converted share f."""
 ARMS = {"trilm-conv": "plain", "trilm-cool": "cooldown start", "trilm-branch": "cooldown branch"}
 TRAINED_FROM = 50
-"""The fit's second range starts here: below it (D/N 5 and 15 at these sizes) every run is still close to
-its start (the TriLM from scratch 1.5–2 nats above its loss at D/N = 150), so a gap there says little
-about a conversion."""
+"""The fit's second range starts here. Below it the runs are short: at 16x2 every run is still close to
+its start (the TriLM from scratch 1.5–2 nats above its loss at D/N = 150), and at 32x2 the FloatLM sources,
+cosine runs of a few hundred steps, end well above the TriLM from scratch, so a gap there says little about
+converting a trained float model."""
 SPECTRA = ("99m", "1.1b", "3.9b")
 SPECTRA_TOKENS = 300e9
 BOOTSTRAP = 2000
@@ -427,7 +428,7 @@ def markdown(s: dict[str, Any], train_tokens: int | None = None) -> list[str]:
         "### The fit: gap = a + b·ln(D/N)",
         "",
         "Least squares over every seed's gap at every point, over all D/N and from D/N = "
-        f"{TRAINED_FROM:g} on (below it every run is still close to its start: the TriLM's losses above), "
+        f"{TRAINED_FROM:g} on (below it the runs are short and the float sources weak: the losses above), "
         "both sizes pooled and, where there are two, each alone; "
         f"95 % intervals from {BOOTSTRAP:,} bootstrap resamples of the seeds within each point. D/N* is "
         "where the fitted gap crosses 0 (exp(−a/b), only for b < 0). The last columns apply the fit at the "
