@@ -36,8 +36,6 @@ import argparse
 import csv
 import dataclasses
 import json
-import os
-import subprocess
 import sys
 import time
 import traceback
@@ -48,7 +46,7 @@ from typing import Any
 import yaml
 
 from benchmarks.common import CHECKOUT, write_result
-from experiments.ternarize.run import OUT
+from experiments.ternarize.run import OUT, train_in_subprocess, val_loss
 
 SIZES: dict[str, dict[str, int]] = {
     "16x2": {"hidden": 16, "ffn": 64, "heads": 1, "layers": 2},
@@ -465,26 +463,7 @@ def _train(run: Run, root: Path, data: dict[str, Path]) -> tuple[Run, float, str
     config = root / "configs" / f"{run.name}.yaml"
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text(yaml.safe_dump(run_config(run, root, data), sort_keys=False))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(CHECKOUT)}
-    started = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-m", "trilm", "train", "--config", str(config)],
-        env=env,
-        cwd=CHECKOUT,
-        capture_output=True,
-        text=True,
-    )
-    log = (done.stdout + done.stderr)[-3000:]
-    return run, time.perf_counter() - started, "" if done.returncode == 0 else log
-
-
-def _val_loss(snapshot: Path) -> float:
-    from trilm.store.snapshot import read_snapshot_config
-
-    _, meta = read_snapshot_config(snapshot)
-    if meta.val_loss is None:
-        raise RuntimeError(f"{snapshot}: no validation loss recorded")
-    return float(meta.val_loss)
+    return (run, *train_in_subprocess(config))
 
 
 def run(args: argparse.Namespace) -> None:
@@ -503,7 +482,7 @@ def run(args: argparse.Namespace) -> None:
             failed.add(run_.name)
             print(f"{run_.name}: FAILED\n{error}", file=sys.stderr, flush=True)
             return
-        loss = _val_loss(root / run_.name / "snapshots" / f"step-{run_.final_step}")
+        loss = val_loss(root / run_.name / "snapshots" / f"step-{run_.final_step}")
         rows[run_.name] = {
             "run": run_.name,
             "size": run_.size,

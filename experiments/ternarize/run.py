@@ -139,6 +139,11 @@ def _train(run: Run, root: Path, data: dict[str, Path], budget: int) -> tuple[Ru
     config = root / "configs" / f"{run.name}.yaml"
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text(yaml.safe_dump(run_config(run, root, data, budget), sort_keys=False))
+    return (run, *train_in_subprocess(config))
+
+
+def train_in_subprocess(config: Path) -> tuple[float, str]:
+    """``trilm train --config CONFIG`` on one thread: (seconds, the log's tail if it failed, else "")."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(CHECKOUT)}
     started = time.perf_counter()
     done = subprocess.run(
@@ -149,10 +154,10 @@ def _train(run: Run, root: Path, data: dict[str, Path], budget: int) -> tuple[Ru
         text=True,
     )
     log = (done.stdout + done.stderr)[-3000:]
-    return run, time.perf_counter() - started, "" if done.returncode == 0 else log
+    return time.perf_counter() - started, "" if done.returncode == 0 else log
 
 
-def _val_loss(snapshot: Path) -> float:
+def val_loss(snapshot: Path) -> float:
     from trilm.store.snapshot import read_snapshot_config
 
     _, meta = read_snapshot_config(snapshot)
@@ -191,7 +196,7 @@ def run(args: argparse.Namespace) -> None:
         if error:
             print(f"{run_.name}: FAILED\n{error}", file=sys.stderr, flush=True)
             return
-        loss = _val_loss(final_snapshot(root, run_, args.tokens))
+        loss = val_loss(final_snapshot(root, run_, args.tokens))
         rows[run_.name] = {
             "run": run_.name,
             "size": run_.size,
