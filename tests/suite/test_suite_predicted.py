@@ -19,7 +19,7 @@ from trilm.scaling.forecast import ModelCurves, forecast_models
 from trilm.schedule import Schedule
 from trilm.suite.analyse import analyse_table
 from trilm.suite.config import load_suite
-from trilm.suite.predicted import PLOT_STEM, figure
+from trilm.suite.predicted import PLOT_STEM, curve_predictions, figure
 
 REPO = Path(__file__).resolve().parents[2]
 LADDER = REPO / "docs/results/ladder/analysis/results.csv"
@@ -168,3 +168,21 @@ def test_forecast_from_outside_zero_to_one_is_refused_by_name(tmp_path, capsys):
         argv = ["suite", "analyse", "quickstart", "--run-dir", str(tmp_path), "--forecast-from", value]
         assert main(argv) == 2
         assert f"--forecast-from: a share of the run in (0, 1), got {float(value)}" in capsys.readouterr().err
+
+
+def test_the_forecast_reads_the_periodic_evaluations_of_a_runs_metrics_log(analysed, tmp_path):
+    """``trilm suite status`` forecasts from snapshots and the metrics log's ``val_loss`` alike; the
+    predicted-against-measured check must see the same points, or it tests another forecast."""
+    suite, result, curves = analysed
+    suite = load_suite("quickstart", root=tmp_path)
+    run = next(r for r in suite.runs if r.name == "trilm-64x2")
+    extra = [(s, float(np.interp(s, *zip(*curves[run.name], strict=True))) + 0.001) for s in (192, 320, 448)]
+    (run.run_dir / "logs").mkdir(parents=True)
+    (run.run_dir / "logs" / "metrics.jsonl").write_text(
+        "".join(f'{{"step": {s}, "val_loss": {v}}}\n' for s, v in extra) + '{"step": 5, "loss": 7.0}\n'
+    )
+    rows, _ = curve_predictions(suite.runs, result.report)
+    row = next(r for r in rows if r.run == run.name)
+    assert row.n_points == 3  # the run directory's points replace the table's: only the log's three
+    others = next(r for r in rows if r.run == "trilm-96x3")
+    assert others.n_points == 5 and others.kind == "forecast"  # no run directory: the table's checkpoints

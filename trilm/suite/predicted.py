@@ -4,8 +4,9 @@ Why: a forecast or a fitted law is only worth reading if it predicts what it did
 suite can check that on itself. Two predictions are checked, each on data its fit left out:
 
 - **the curve law** (:mod:`trilm.suite.forecast`, what ``trilm suite status`` shows while a run trains):
-  each finished run's own checkpoints up to ``fraction`` of its steps, extrapolated to its last step, against
-  the loss it measured there. The interval is the fit's residual scatter, not its extrapolation error;
+  every finished run's checkpoints up to ``fraction`` of its steps, fitted at once and extrapolated to each
+  run's last step, against the loss it measured there. The interval is the percentile interval of the joint
+  fit's bootstrap refits;
 - **the scaling law** L(x) per family (:mod:`trilm.scaling.analyze`'s leave-one-size-out refits): the law
   refitted without a size, at that size, against the size's final loss. The refits have no bootstrap, so
   these rows have no interval.
@@ -26,6 +27,7 @@ from trilm.families import display_name
 from trilm.scaling.curves import LossCurve
 from trilm.scaling.forecast import ModelCurves, forecast_models
 from trilm.schedule import Schedule
+from trilm.suite.forecast import snapshot_curve
 from trilm.suite.text import table
 
 if TYPE_CHECKING:
@@ -91,7 +93,9 @@ def curve_predictions(
 ) -> tuple[list[Predicted], list[str]]:
     """Per finished run (its last checkpoint in the table is at its last step): the curve law fitted on
     every finished run's checkpoints up to ``fraction`` of its steps at once (as ``trilm suite status``
-    fits a suite at that point), against its measured final loss; and the unfinished runs."""
+    fits a suite at that point), against its measured final loss; and the unfinished runs. The checkpoints
+    are those ``trilm suite status`` reads (:func:`trilm.suite.forecast.snapshot_curve`: snapshots and the
+    periodic evaluations of the run's metrics log), or the table's where the run directory is gone."""
 
     if not 0 < fraction < 1:
         raise ValueError(f"forecast_from: the share of a run the forecast sees is in (0, 1), got {fraction}")
@@ -106,10 +110,11 @@ def curve_predictions(
             unfinished.append(f"{run.name} (last checkpoint at step {rows[-1].step:,} of {run.cfg.steps:,})")
             continue
         cut = int(fraction * run.cfg.steps)
-        seen = [r for r in rows if 1 <= r.step <= cut]
+        points = dict(zip(*snapshot_curve(run.run_dir), strict=True)) or {r.step: r.loss for r in rows}
+        seen = sorted((s, v) for s, v in points.items() if 1 <= s <= cut)
         schedule = Schedule.for_optimizer(run.cfg.optim, run.cfg.schedule, run.cfg.steps)
         lr = np.array([schedule.lr(i) for i in range(schedule.total)], float)
-        curve = LossCurve(run.name, lr, [r.step for r in seen], [r.loss for r in seen])
+        curve = LossCurve(run.name, lr, [s for s, _ in seen], [v for _, v in seen])
         models[run.name] = ModelCurves([curve], LossCurve(run.name, lr, [lr.size], [1.0]))
         finished.append((run, rows[-1].loss, cut))
     forecasts = forecast_models(models, cfg) if models else {}
