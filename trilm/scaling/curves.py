@@ -36,10 +36,10 @@ from trilm.config import shown
 from trilm.scaling.errors import FitError
 
 CURVE_COLUMNS = ("step", "tokens", "lr", "loss", "val_loss")
+"""The columns :func:`write_curve` writes, in order."""
 MAX_STEPS = 10_000_000
 """The last step a table may name: the schedule holds one rate per step (80 MB at this bound; Spectra's
 longest run has about 300,000 steps)."""
-"""The columns :func:`write_curve` writes, in order."""
 
 
 class LossCurve:
