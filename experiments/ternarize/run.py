@@ -224,10 +224,6 @@ def run(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["crossover"]:
-        from experiments.ternarize.crossover import main as crossover
-
-        return crossover(argv[1:])
     parser = argparse.ArgumentParser(
         prog="python -m experiments.ternarize", description=__doc__.split("\n")[0]
     )
