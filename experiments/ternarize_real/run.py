@@ -95,6 +95,7 @@ def run_config(name: str, args, work: Path, snapshot: Path, data: dict[str, Path
         "zero_stage": 0,
         "optim": {"lr": args.lr, "weight_decay": 0.0},
         "schedule": {"warmup": args.warmup},
+        "convert": {"recipe": "as_written"},  # its results' recipe: plain has no teacher, min_lr_ratio 0.1
         "checkpoint": {
             "snapshot_every": steps,
             "log_spaced": True,

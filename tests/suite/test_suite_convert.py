@@ -14,11 +14,14 @@ from tests.suite.conftest import write_suite
 from trilm.cli import main
 from trilm.config import ConfigError
 from trilm.parallel import shutdown_parallel
+from trilm.schedule import ScheduleConfig
 from trilm.store.layout import WEIGHTS_FILE
 from trilm.suite import load_suite
 from trilm.suite.convert import conversion_branches
 from trilm.suite.cooldown import branch_state
 from trilm.suite.launch import launch_local
+from trilm.train.config import DistillConfig
+from trilm.train.convert import CROSSOVER_SCHEDULE
 from trilm.train.trainer import Trainer
 
 PICO = {"name": "pico", "preset": "nano", "model": {"hidden": 32, "ffn": 96, "heads": 2, "layers": 1}}
@@ -83,6 +86,8 @@ def test_a_wsd_float_run_converted_at_its_cooldown_start_resumes_exactly_and_is_
     (branch,) = conversion_branches(suite)
     assert (branch.run.name, branch.spec.start, branch.run.cfg.steps) == ("floatlm-pico-to-trilm", 16, 20)
     assert branch.run.cfg.model.family == "trilm" and branch.run.cfg.convert.optimizer is None  # kept
+    parent = suite.run("floatlm-pico")
+    _assert_crossover(branch.run.cfg, parent)
     assert branch_state(branch)[0] == "waiting"
 
     launch_local(suite, suite.runs, progress=False, echo=lambda _: None)
@@ -97,7 +102,7 @@ def test_a_wsd_float_run_converted_at_its_cooldown_start_resumes_exactly_and_is_
     assert main(["suite", "status", str(path)]) == 0
     assert "conversion branches: 1 (1 stopped)" in capsys.readouterr().out
 
-    assert main(["suite", "convert", str(path), "--no-progress"]) == 0
+    assert main(["suite", "convert", str(path), "--no-progress"]) == 0  # its saved config is the suite's
     assert "1 resumed" in capsys.readouterr().out
     events = [json.loads(x) for x in (branch.run.run_dir / "logs" / "events.jsonl").read_text().splitlines()]
     assert [e["detail"].split("/")[-1] for e in events if e["event"] in ("branch", "resume")] == [
@@ -124,6 +129,28 @@ def test_a_wsd_float_run_converted_at_its_cooldown_start_resumes_exactly_and_is_
     assert "trilm-pico" in row and "20%" in row  # compared with the TriLM from scratch; 4 of 20 steps
     assert (suite.root / "conversions.csv").is_file()
     assert "to-trilm" not in (suite.root / "results.csv").read_text()  # kept out of the family laws
+
+
+def _assert_crossover(cfg, parent) -> None:
+    """A branch by the crossover recipe: its own schedule and regularisation, the parent's rate, and the
+    parent's snapshot at the branch point as its teacher."""
+    assert cfg.schedule == CROSSOVER_SCHEDULE and cfg.optim.weight_decay == 0 and cfg.optim.min_lr_ratio == 0
+    assert cfg.optim.lr == parent.cfg.optim.lr and cfg.convert.lr_scale == 1
+    step = cfg.branch_from.rsplit("/", 1)[-1]
+    assert cfg.distill == DistillConfig(teacher=str(parent.run_dir / "snapshots" / step))
+
+
+def test_the_recipe_gives_way_to_overrides_and_as_written_keeps_the_parents(tmp_path, prepared):
+    linear = {"schedule": {"kind": "decay", "decay": "linear", "warmup": 0}, "optim": {"weight_decay": 0.05}}
+    as_written = {"convert": {"recipe": "as_written"}}
+    entries = [{"name": "linear", "overrides": linear}, {"name": "written", "overrides": as_written}]
+    suite = load_suite(_suite(tmp_path, prepared, entries))
+    parent = suite.run("floatlm-pico")
+    mine, written = (b.run.cfg for b in conversion_branches(suite))
+    assert mine.schedule == ScheduleConfig(kind="decay", decay="linear", warmup=0)
+    assert mine.optim.weight_decay == 0.05 and mine.distill.enabled and mine.optim.min_lr_ratio == 0
+    assert written.schedule == parent.cfg.schedule and written.optim == parent.cfg.optim
+    assert not written.distill.enabled
 
 
 def test_conversions_are_checked_when_the_suite_loads(tmp_path, prepared):

@@ -24,6 +24,7 @@ from trilm.train.config import OptimConfig
 from trilm.train.convert import ConvertConfig, ramp_lambda
 from trilm.train.distill import Teacher, kl_divergence
 from trilm.train.plan import RunPlan
+from trilm.train.state import resolve_branch_from
 from trilm.train.trainer import Trainer
 
 from .conftest import tiny_config
@@ -99,6 +100,9 @@ def test_a_conversion_branch_starts_from_the_float_state_and_resumes_exactly(pre
     events = (tmp_path / "straight" / "logs" / "events.jsonl").read_text().splitlines()
     logged = [e for e in map(json.loads, events) if e["event"] == "conversion"]
     assert len(logged) == 1 and logged[0]["step"] == START and "floatlm → trilm" in logged[0]["detail"]
+    teacher = str(parent / "snapshots" / f"step-{START}")  # the crossover recipe distils from the parent
+    assert f"crossover: peak 1 × optim.lr, weight decay 0, distillation from {teacher}" in logged[0]["detail"]
+    assert meta.extra["distill"] == {"teacher": teacher, "weight": 0.5, "temperature": 1.0}
 
     killed = _branch(prepared, tmp_path / "killed", parent)
     with pytest.raises(_Killed):
@@ -146,7 +150,7 @@ def test_lr_scale_is_relative_to_the_float_runs_rate(prepared, parent, tmp_path)
     cfg = _branch(
         prepared, tmp_path / "run", parent, **{"convert.lr_scale": 0.25, "tokens": 1024 * (START + 2)}
     )
-    plan = RunPlan(cfg, dp_size=1, tp_size=1).report()  # the dry run shows the conversion's schedule
+    plan = RunPlan(resolve_branch_from(cfg), dp_size=1, tp_size=1).report()  # as the dry run resolves it
     assert "peak 0.00075, warmup 0 steps, cosine to 0 (the conversion's, from step 24)" in plan
     _fit(cfg)
     assert _metrics(tmp_path / "run")[0]["lr"] == pytest.approx(0.25 * 3e-3)

@@ -42,6 +42,7 @@ def _conversion(prepared, run: Path, source: Path, family: str, teacher: Path | 
         "tokens": 1024 * STEPS,
         "checkpoint": {"snapshot_every": 4, "state_every": 4, "keep_last": 3, "log_spaced_until": 0},
         "log": {"every": 1, "eval_every": 0, "tensorboard": False, "progress": False},
+        "convert": {"recipe": "as_written"},  # plain and distilled differ in the teacher alone
         **extra,
     }
     if teacher is not None:

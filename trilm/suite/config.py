@@ -202,7 +202,9 @@ class SuiteConversionConfig(Config):
     different recipes need different names."""
     overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Nested run-config keys of the branches: the recipe (``convert``), the conversion's own ``schedule``
-    (laid over its steps), ``distill``, ``optim.weight_decay``; e.g. ``{convert: {lr_scale: 0.25}}``."""
+    (laid over its steps), ``distill``, ``optim.weight_decay``; e.g. ``{convert: {lr_scale: 0.25}}``. What
+    they leave out of those is the crossover recipe's (:func:`trilm.train.convert.apply_recipe`), not the
+    parent's; ``{convert: {recipe: as_written}}`` keeps the parent's instead."""
 
     def validate(self) -> None:
         for key in ("family", "parents"):

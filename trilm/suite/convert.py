@@ -2,10 +2,10 @@
 
 Each entry of the suite's ``conversions`` section turns every run of its ``parents`` family into a branch
 that starts from the parent's resumable state at ``start`` (by default where its WSD cooldown starts) and
-trains the rest of the parent's budget as a ``family`` model, keeping the parent's AdamW moments unless its
-recipe resets them (:mod:`trilm.train.convert`). So at equal total tokens it sits beside two runs the suite
-already has: the float run's own cooldown (its parent's final checkpoint) and the run of ``family`` trained
-from scratch.
+trains the rest of the parent's budget as a ``family`` model by the crossover recipe (its overrides may
+change any part), keeping the parent's AdamW moments unless they reset them (:mod:`trilm.train.convert`).
+So at equal total tokens it sits beside two runs the suite already has: the float run's own cooldown (its
+parent's final checkpoint) and the run of ``family`` trained from scratch.
 
 Branches live in ``<root>/branches/<parent>-<name>`` as ordinary run directories, as cooldown branches
 do (:mod:`trilm.suite.cooldown`, whose table, states and launcher they share); their snapshots record
@@ -30,6 +30,7 @@ from trilm.suite.cooldown import BRANCHES_DIR, Branch
 from trilm.suite.status import run_status
 from trilm.suite.text import si, table
 from trilm.train.config import TrainConfig
+from trilm.train.convert import CROSSOVER_OPTIM, apply_recipe, branch_teacher
 
 
 def _branch_config(
@@ -37,7 +38,12 @@ def _branch_config(
 ) -> TrainConfig:
     """The parent's config as a ``conv.family`` model (same tensors; the family's quantizer defaults),
     started from the parent's state at ``start`` and trained to step ``end``, with the conversion's
-    overrides on top."""
+    overrides on top. Under ``convert.recipe: crossover`` (the default) the conversion's phase is its own,
+    not the float run's: the parent's ``schedule``, ``distill``, ``optim.weight_decay`` and
+    ``optim.min_lr_ratio`` give way to the crossover's values wherever the overrides leave them
+    (:func:`~trilm.train.convert.apply_recipe`), with the parent's snapshot at ``start`` as the teacher
+    (written with the state the branch starts from: the step is one of the parent's ``keep_states_at``, or
+    its last). Filled in here, so the suite's config of a branch is the one the trainer resolves."""
     data = parent.cfg.to_dict()
     data["tokens"] = end * parent.cfg.batch_tokens
     model = dict(data["model"])
@@ -48,7 +54,17 @@ def _branch_config(
     data["run_dir"] = str(suite.root / BRANCHES_DIR / name)
     data["branch_from"] = str(parent.run_dir / "state" / f"step-{start}")
     data["checkpoint"] = {**data["checkpoint"], "keep_states_at": []}
-    data = deep_merge(data, conv.overrides)
+    cfg = _built(deep_merge(data, conv.overrides), name)
+    if cfg.convert.recipe != "crossover":
+        return cfg
+    for key in ("schedule", "distill"):
+        data.pop(key, None)
+    data["optim"] = {k: v for k, v in data["optim"].items() if k not in CROSSOVER_OPTIM}
+    cfg = _built(deep_merge(data, conv.overrides), name)
+    return apply_recipe(cfg, teacher=str(branch_teacher(cfg.branch_from)))
+
+
+def _built(data: dict[str, Any], name: str) -> TrainConfig:
     try:
         return TrainConfig.from_dict(data)
     except ConfigError as exc:

@@ -12,6 +12,7 @@ from trilm.parallel import current_parallel, init_parallel, shutdown_parallel
 from trilm.train.config import TrainConfig
 from trilm.train.init_from import open_init_from, resolve_init_from
 from trilm.train.plan import RunPlan
+from trilm.train.state import resolve_branch_from
 
 
 def build_parser(parser: argparse.ArgumentParser, command: str = "train") -> None:
@@ -48,10 +49,11 @@ def _data_line(key: str, path: str, cfg: TrainConfig) -> str:
 
 def dry_run(cfg: TrainConfig) -> str:
     """The plan without building the model or touching the run directory (``init_from`` is resolved and
-    its weights read and verified: a damaged one is refused here, not after the run directory is made)."""
+    its weights read and verified: a damaged one is refused here, not after the run directory is made; a
+    conversion's recipe is filled in as the trainer fills it)."""
     family = ""
     source = open_init_from(cfg)
-    cfg = resolve_init_from(cfg, source)
+    cfg = resolve_branch_from(resolve_init_from(cfg, source))
     if source is not None:
         source.weights.float_state()
         family = source.config.family

@@ -101,8 +101,9 @@ class DistillConfig(Config):
     and without distillation compare on one number."""
 
     teacher: str = ""
-    """A model directory (snapshot, suite checkpoint, Hugging Face Llama); empty = no distillation. Its
-    vocabulary and tokenizer must be the student's."""
+    """A model directory (snapshot, suite checkpoint, Hugging Face Llama); empty = no distillation, except
+    in a conversion by ``convert.recipe: crossover``, which distils from its source. Its vocabulary and
+    tokenizer must be the student's."""
     weight: float = 0.5
     temperature: float = 1.0
 
@@ -171,7 +172,9 @@ class TrainConfig(Config):
     TriLM) makes it a conversion branch instead (:mod:`trilm.train.convert`): the schedule then covers
     the steps from N on, and the parent's schedule before N does not matter."""
     convert: ConvertConfig = dataclasses.field(default_factory=ConvertConfig)
-    """The recipe of a conversion: a run whose ``init_from`` or ``branch_from`` holds another family."""
+    """The recipe of a conversion: a run whose ``init_from`` or ``branch_from`` holds another family. Its
+    default fills in the crossover study's values where ``schedule``, ``optim`` and ``distill`` are left at
+    theirs (:func:`trilm.train.convert.apply_recipe`)."""
 
     def validate(self) -> None:
         require(

@@ -15,16 +15,14 @@ estimate, stated as such.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
-from trilm.config import ConfigError
 from trilm.model.flops import flops_per_token, parameter_counts
 from trilm.schedule import Schedule
-from trilm.store.layout import RUN_CONFIG
 from trilm.train.config import TrainConfig
-from trilm.train.convert import conversion_schedule
+from trilm.train.convert import branch_teacher, conversion_schedule, describe_recipe
 from trilm.train.engine import use_bf16
 from trilm.train.save_steps import snapshot_steps, state_steps
+from trilm.train.state import parent_config
 
 
 @dataclasses.dataclass
@@ -129,6 +127,9 @@ class RunPlan:
         ]
         for ev in sched.events():
             lines.append(f"  event            step {ev.step}: {ev.name} ({ev.detail})")
+        if converts_at is not None:
+            wanted = str(branch_teacher(cfg.branch_from)) if cfg.branch_from else cfg.init_from
+            lines.append(f"conversion recipe  {describe_recipe(cfg, wanted)}")
         if start is not None:
             lines.append(
                 f"starts from        {cfg.branch_from} (a branch: trains steps {start:,}–{cfg.steps:,})"
@@ -181,12 +182,6 @@ def planned_start(cfg: TrainConfig, source_family: str = "") -> int | None:
     or the parent's config cannot be read (the trainer then says why)."""
     if cfg.init_from:
         return 0 if source_family and source_family != cfg.model.family else None
-    if not cfg.branch_from:
-        return None
-    state = Path(cfg.branch_from)
-    try:
-        parent = TrainConfig.from_yaml(state.parent.parent / RUN_CONFIG)
-    except (ConfigError, OSError):
-        return None
-    step = state.name.removeprefix("step-")
-    return int(step) if parent.model.family != cfg.model.family and step.isdigit() else None
+    parent = parent_config(cfg.branch_from) if cfg.branch_from else None
+    step = _branch_step(cfg.branch_from)
+    return step if parent is not None and parent.model.family != cfg.model.family else None

@@ -29,9 +29,10 @@ from trilm.model.spec import canonical_shapes
 from trilm.parallel import ParallelInfo
 from trilm.schedule import Schedule
 from trilm.store.integrity import complete_steps, verify_directory
-from trilm.store.layout import RUN_CONFIG
+from trilm.store.layout import COMPLETE, RUN_CONFIG
 from trilm.train.checkpoint import RunDir, atomic_directory, prune_states, shared_map
 from trilm.train.config import TrainConfig, changed_keys
+from trilm.train.convert import apply_recipe, branch_teacher
 from trilm.train.reshard import to_universal, universal_dir
 
 TRAINER_STATE = "trainer_state.json"
@@ -189,6 +190,32 @@ def branch_point(path: str | Path, run_cfg, info: ParallelInfo) -> ResumePoint:
             " parent's size (a ZeRO state reshards through a conversion written next to it, in the parent)"
         )
     return ResumePoint(step, path, state, [], source_family=parent.model.family if converts else "")
+
+
+def parent_config(branch_from: str) -> TrainConfig | None:
+    """The run config of the run whose state ``branch_from`` names (``PARENT/state/step-N`` →
+    ``PARENT/resolved_config.yaml``), or None where it cannot be read (:func:`branch_point` says why)."""
+    try:
+        return TrainConfig.from_yaml(Path(branch_from).parent.parent / RUN_CONFIG)
+    except (ConfigError, OSError):
+        return None
+
+
+def resolve_branch_from(cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` with its conversion recipe filled in where its ``branch_from`` is a state of a run of
+    another family (:func:`~trilm.train.convert.apply_recipe`): the parent's ``optim.lr`` where the branch
+    leaves its own at the default, and distillation from the parent's snapshot at the branch point where
+    that is complete (a state without one: no teacher, which the plan and the ``conversion`` event name).
+    Anything else, or a parent that cannot be read, is returned as it is. Reads the parent's config and
+    looks for that snapshot, on the first launch and on every resume alike, so both resolve the same."""
+    if not cfg.branch_from or cfg.model_unresolved:
+        return cfg
+    parent = parent_config(cfg.branch_from)
+    if parent is None or parent.model.family == cfg.model.family:
+        return cfg
+    snapshot = branch_teacher(cfg.branch_from)
+    teacher = str(snapshot) if (snapshot / COMPLETE).is_file() else ""
+    return apply_recipe(cfg, teacher=teacher, source_lr=parent.optim.lr)
 
 
 def needs_universal(point: ResumePoint | None, info: ParallelInfo, zero_stage: int) -> bool:

@@ -34,7 +34,13 @@ from trilm.store.open import open_model
 from trilm.store.snapshot import write_snapshot_files
 from trilm.train.checkpoint import RunDir, RunLock, atomic_directory
 from trilm.train.config import TrainConfig, changed_keys
-from trilm.train.convert import conversion_schedule, ramp_lambda, reset_moments
+from trilm.train.convert import (
+    branch_teacher,
+    conversion_schedule,
+    describe_recipe,
+    ramp_lambda,
+    reset_moments,
+)
 from trilm.train.distill import Teacher, check_teacher, check_teacher_tokenizer
 from trilm.train.engine import (
     build_engine,
@@ -55,6 +61,7 @@ from trilm.train.state import (
     load_state,
     needs_universal,
     prepare_universal,
+    resolve_branch_from,
     save_state,
 )
 
@@ -87,9 +94,10 @@ class Trainer:
     def __init__(self, cfg: TrainConfig):
         self.source = open_init_from(cfg)
         """The snapshot of ``init_from``, opened once (weights read when the model is built)."""
-        cfg = resolve_init_from(cfg, self.source)
+        cfg = resolve_branch_from(resolve_init_from(cfg, self.source))
         self.cfg = cfg
-        """The run's config, its model resolved from ``init_from`` where it takes it from there."""
+        """The run's config, its model resolved from ``init_from`` where it takes it from there and a
+        conversion's recipe filled in (:func:`trilm.train.convert.apply_recipe`)."""
         self.info = init_parallel(cfg.parallel)
         self.run = RunDir(cfg.run_dir)
         self.data = cfg.data.build(cfg.sequence_length)
@@ -451,12 +459,14 @@ class Trainer:
                 saved_dp_size=point.state["dp_size"],
                 samples=point.state["data"]["samples_consumed"],
             )
-        if point is not None and point is self.branched_from and self.conversion is not None:
+        if self.conversion is not None and (point is None or point is self.branched_from):
+            wanted = str(branch_teacher(cfg.branch_from)) if cfg.branch_from else cfg.init_from
             logger.event(
                 start,
                 "conversion",
-                f"{self.conversion['from']} → {self.model_cfg.family}: {self._recipe()}",
+                f"{self.conversion['from']} → {self.model_cfg.family}: {describe_recipe(cfg, wanted)}",
                 schedule_start=start,
+                recipe=self._recipe(),
             )
         snaps = set(snapshot_steps(cfg.checkpoint, cfg.steps))
         if self.schedule.cooldown_start:  # a WSD run's last stable-phase model: where its cooldown gains from
