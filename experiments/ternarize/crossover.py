@@ -246,6 +246,7 @@ def run_config(run: Run, root: Path, data: dict[str, Path]) -> dict[str, Any]:
         cfg["init_from"] = snapshot
         cfg["model"] = {"family": "trilm"}
         cfg["data"]["seed"] = run.seed + CONVERSION_DATA_SEED
+        cfg["convert"] = {"recipe": "as_written"}  # each recipe of the sweep is its config, all of it
         if recipe["schedule"] == "spectra":
             cfg["schedule"] = {**cfg["schedule"], "warmup": 0.05}
         else:
@@ -254,7 +255,7 @@ def run_config(run: Run, root: Path, data: dict[str, Path]) -> dict[str, Any]:
         if recipe["distill"]:
             cfg["distill"] = {"teacher": snapshot, "weight": 0.5, "temperature": recipe["distill"]}
         if recipe.get("ramp"):
-            cfg["convert"] = {"ramp": recipe["ramp"][0], "ramp_shape": recipe["ramp"][1]}
+            cfg["convert"].update(ramp=recipe["ramp"][0], ramp_shape=recipe["ramp"][1])
     return cfg
 
 
@@ -276,7 +277,11 @@ def branch_config(run: Run, root: Path, own: dict[str, Any]) -> dict[str, Any]:
         log=own["log"],
     )
     cfg["model"].pop("quant", None)
-    convert: dict[str, Any] = {"lr_scale": recipe["ratio"], "optimizer": run.optimizer or "keep"}
+    convert: dict[str, Any] = {
+        "recipe": "as_written",
+        "lr_scale": recipe["ratio"],
+        "optimizer": run.optimizer or "keep",
+    }
     if recipe.get("ramp"):
         convert.update(ramp=recipe["ramp"][0], ramp_shape=recipe["ramp"][1])
     cfg["convert"] = convert

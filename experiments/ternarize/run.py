@@ -129,6 +129,7 @@ def run_config(run: Run, root: Path, data: dict[str, Path], budget: int) -> dict
         source = str(final_snapshot(root, parent, budget))
         cfg["init_from"] = source
         cfg["model"] = {"family": "trilm"}
+        cfg["convert"] = {"recipe": "as_written"}  # the split experiment's recipe is its config, all of it
         cfg["schedule"] = {**cfg["schedule"], "warmup": CONVERSION_WARMUP}
         if run.arm == "trilm-conv-kd":
             cfg["distill"] = {"teacher": source, **DISTILL}
