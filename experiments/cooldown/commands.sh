@@ -17,5 +17,8 @@ python -m experiments.cooldown.laws
 # 6. Every run's final loss forecast from its first 25 % and 50 % of checkpoints, each model alone and the
 #    suite jointly (C shared): forecasts.md, forecasts.json (20 refits per fit: a joint refit costs ~2 CPU-s).
 python -m experiments.cooldown.forecasts --bootstrap 20 --variants alone "joint, C shared"
+# 7. The same with Luo et al.'s multi-power law, the shape of its drop shared across each suite (tried after
+#    docs/results/forecast-untuned/ showed the default's errors): multipower/forecasts.md, forecasts.json.
+python -m experiments.cooldown.forecasts --bootstrap 20 --variants "multi-power, joint, drop shared" --out docs/results/cooldown/multipower
 # (The runs are not committed; the results tables beside the report are: rewrite it from them with
 #  python -m experiments.cooldown report --from-tables)

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "alone": {"law": "tissue", "shared": [], "joint": False},
     "joint, C shared": {"law": "tissue", "shared": ["C"], "joint": True},
     "joint, C and α shared": {"law": "tissue", "shared": ["C", "alpha"], "joint": True},
+    "multi-power, joint, drop shared": {
+        "law": "multipower",
+        "shared": ["B", "C", "beta", "gamma"],
+        "joint": True,
+    },
 }
 """Each model fitted alone (no borrowing), and the suite's models fitted at once sharing the annealing
 parameter C, or C and the exponent α."""
@@ -177,14 +184,23 @@ def _num(v: float | None, digits: int = 4) -> str:
     return "–" if v is None else f"{v:.{digits}f}"
 
 
-def markdown(result: dict[str, Any]) -> str:
+LAW_TEXT = {
+    "tissue": "`tissue`: Tissue et al.'s L(s) = L0 + A·S1^(−α) − C·S2",
+    "multipower": "`multipower`: Luo et al.'s L0 + A·S1^(−α) minus a drop that saturates with the cooldown",
+}
+
+
+def markdown(result: dict[str, Any], out: Path = OUT) -> str:
+    source = os.path.relpath(CHECKOUT / "experiments" / "cooldown" / "forecasts.py", Path(out).resolve())
+    used = dict.fromkeys(v["law"] for v in result["variants"].values())
+    laws = "; ".join(LAW_TEXT[law] for law in used)
     lines = [
         "# Forecasting a run's final loss from its first checkpoints",
         "",
-        "Written by [`experiments/cooldown/forecasts.py`](../../../experiments/cooldown/forecasts.py)"
+        f"Written by [`experiments/cooldown/forecasts.py`]({source})"
         " (`python -m experiments.cooldown.forecasts`) from the committed tables; nothing was trained"
         " for it.",
-        f"Tissue et al.'s L(s) = L0 + A·S1^(−α) − C·S2 on validation checkpoints from step"
+        f"Each variant's curve law ({laws}) on validation checkpoints from step"
         f" {result['config']['min_step']} on (the areas from each run's own schedule, warm-up counted at the"
         f" peak rate), {result['config']['bootstrap']} bootstrap refits per fit over stretches of every"
         " curve, 95 % intervals. *alone*: each model fitted on its own checkpoints and its branches'."
@@ -230,7 +246,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default=str(OUT))
     parser.add_argument("--bootstrap", type=int, default=100)
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument(
+        "--markdown-only",
+        action="store_true",
+        help="rewrite forecasts.md from --out's forecasts.json; fit nothing",
+    )
     args = parser.parse_args(argv)
+    if args.markdown_only:
+        result = json.loads((Path(args.out) / "forecasts.json").read_text())
+        (Path(args.out) / "forecasts.md").write_text(markdown(result, Path(args.out)))
+        return
     rows = read_table(OUT / "results.csv")
     ladder_rows = read_table(LADDER_TABLE) if LADDER_TABLE.is_file() else []
     all_models = models(rows, ladder_rows)
@@ -255,7 +280,7 @@ def main(argv: list[str] | None = None) -> None:
     }
     out = Path(args.out)
     write_result(out / "forecasts.json", result, module="experiments.cooldown.forecasts", argv=argv)
-    (out / "forecasts.md").write_text(markdown(result))
+    (out / "forecasts.md").write_text(markdown(result, out))
     print(f"wrote {out / 'forecasts.json'}, {out / 'forecasts.md'}")
 
 
