@@ -184,6 +184,23 @@ def _num(v: float | None, digits: int = 4) -> str:
     return "–" if v is None else f"{v:.{digits}f}"
 
 
+def summary_cells(s: dict[str, Any]) -> str:
+    """A summary's cells from forecasts made to inside the interval, as a table row ends."""
+    return (
+        f"{s['forecast']} / {s['runs']} | {_num(s['median_abs_error'])} | {_num(s['max_abs_error'])} |"
+        f" {_num(s['mean_error'])} | {s['within_target']} of {s['forecast']} (≤ {s['target']}) |"
+        f" {s['inside_interval']} of {s['with_interval']} |"
+    )
+
+
+def forecast_cells(e: dict[str, Any]) -> str:
+    """One forecast's cells, from the forecast and its interval (or why there is none) to the note."""
+    if "error" not in e:
+        return f"{e['kind']} | {e['measured']:.4f} | – | {e['note']} |"
+    band = "" if e["low"] is None else f" [{e['low']:.4f}, {e['high']:.4f}]"
+    return f"{e['predicted']:.4f}{band} | {e['measured']:.4f} | {e['error']:+.4f} | {e['note']} |"
+
+
 LAW_TEXT = {
     "tissue": "`tissue`: Tissue et al.'s L(s) = L0 + A·S1^(−α) − C·S2",
     "multipower": "`multipower`: Luo et al.'s L0 + A·S1^(−α) minus a drop that saturates with the cooldown",
@@ -213,29 +230,14 @@ def markdown(result: dict[str, Any], out: Path = OUT) -> str:
     ]
     for variant, by_key in result["summary"].items():
         for key, s in by_key.items():
-            lines.append(
-                f"| {variant} | {key} | {s['forecast']} / {s['runs']} | {_num(s['median_abs_error'])} |"
-                f" {_num(s['max_abs_error'])} | {_num(s['mean_error'])} |"
-                f" {s['within_target']} of {s['forecast']}"
-                f" (≤ {s['target']}) | {s['inside_interval']} of {s['with_interval']} |"
-            )
+            lines.append(f"| {variant} | {key} | " + summary_cells(s))
     lines += ["", "## Every forecast", ""]
     lines += ["| variant | run | schedule | seen | points | forecast [95 %] | measured | error | note |"]
     lines.append("|---|---|---|---|---|---|---|---|---|")
     for variant, entries in result["forecasts"].items():
         for e in entries:
-            if "error" not in e:
-                lines.append(
-                    f"| {variant} | {e['run']} | {e['schedule']} | {e['cut']:.0%} | {e['points']} |"
-                    f" {e['kind']} |"
-                    f" {e['measured']:.4f} | – | {e['note']} |"
-                )
-                continue
-            band = "" if e["low"] is None else f" [{e['low']:.4f}, {e['high']:.4f}]"
-            lines.append(
-                f"| {variant} | {e['run']} | {e['schedule']} | {e['cut']:.0%} | {e['points']} |"
-                f" {e['predicted']:.4f}{band} | {e['measured']:.4f} | {e['error']:+.4f} | {e['note']} |"
-            )
+            head = f"| {variant} | {e['run']} | {e['schedule']} | {e['cut']:.0%} | {e['points']} | "
+            lines.append(head + forecast_cells(e))
     return "\n".join(lines) + "\n"
 
 

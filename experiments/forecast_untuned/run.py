@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import CHECKOUT, write_result
+from experiments.cooldown.forecasts import forecast_cells, summary, summary_cells
 from trilm.scaling.curves import LossCurve, read_curve, write_curve
 from trilm.scaling.forecast import ForecastConfig, ModelCurves, forecast_models
 from trilm.scaling.laws.curve import areas
@@ -169,27 +170,6 @@ def forecasts(curves: dict[str, LossCurve], manifest: dict[str, Any]) -> dict[st
     return out
 
 
-def summary(entries: list[dict[str, Any]], target: float) -> dict[str, Any]:
-    made = [e for e in entries if "error" in e]
-    err = np.array([abs(e["error"]) for e in made])
-    inside = [e["inside"] for e in made if e["inside"] is not None]
-    return {
-        "runs": len(entries),
-        "forecast": len(made),
-        "median_abs_error": float(np.median(err)) if err.size else None,
-        "max_abs_error": float(err.max()) if err.size else None,
-        "mean_error": float(np.mean([e["error"] for e in made])) if made else None,
-        "within_target": int((err <= target).sum()),
-        "inside_interval": int(sum(inside)),
-        "with_interval": len(inside),
-        "target": target,
-    }
-
-
-def _num(v: float | None) -> str:
-    return "–" if v is None else f"{v:.4f}"
-
-
 def drops(curves: dict[str, LossCurve], manifest: dict[str, Any]) -> dict[str, dict[str, float]]:
     """Per run with a branch: how much its cooldowns took off the loss, and Tissue's annealing area S2 at
     each cooldown's end. ``branch_gain``: the parent's loss minus the branch's at the branch's last step
@@ -309,12 +289,7 @@ def markdown(result: dict[str, Any]) -> str:
     for variant, by_key in result["summary"].items():
         for key, s in by_key.items():
             suite, cut = key.split(", ")
-            lines.append(
-                f"| {variant} | {suite} | {cut} | {s['forecast']} / {s['runs']} |"
-                f" {_num(s['median_abs_error'])} | {_num(s['max_abs_error'])} | {_num(s['mean_error'])} |"
-                f" {s['within_target']} of"
-                f" {s['forecast']} (≤ {s['target']}) | {s['inside_interval']} of {s['with_interval']} |"
-            )
+            lines.append(f"| {variant} | {suite} | {cut} | " + summary_cells(s))
     lines += ["", "![every run's validation curve and its forecasts](forecasts.png)", ""]
     lines += why(result)
     lines += ["## Every forecast", ""]
@@ -322,17 +297,7 @@ def markdown(result: dict[str, Any]) -> str:
     lines.append("|---|---|---|---|---|---|---|---|")
     for variant, entries in result["forecasts"].items():
         for e in entries:
-            if "error" not in e:
-                lines.append(
-                    f"| {variant} | {e['run']} | {e['cut']:.0%} | {e['points']} | {e['kind']} |"
-                    f" {e['measured']:.4f} | – | {e['note']} |"
-                )
-                continue
-            band = "" if e["low"] is None else f" [{e['low']:.4f}, {e['high']:.4f}]"
-            lines.append(
-                f"| {variant} | {e['run']} | {e['cut']:.0%} | {e['points']} | {e['predicted']:.4f}{band} |"
-                f" {e['measured']:.4f} | {e['error']:+.4f} | {e['note']} |"
-            )
+            lines.append(f"| {variant} | {e['run']} | {e['cut']:.0%} | {e['points']} | " + forecast_cells(e))
     return "\n".join(lines) + "\n"
 
 
