@@ -54,9 +54,10 @@ def _branch_config(
     data["run_dir"] = str(suite.root / BRANCHES_DIR / name)
     data["branch_from"] = str(parent.run_dir / "state" / f"step-{start}")
     data["checkpoint"] = {**data["checkpoint"], "keep_states_at": []}
-    cfg = _built(deep_merge(data, conv.overrides), name)
-    if cfg.convert.recipe != "crossover":
-        return cfg
+    merged = deep_merge(data, conv.overrides)
+    convert = merged.get("convert")
+    if not (isinstance(convert, dict) and convert.get("recipe") == "crossover"):
+        return _built(merged, name)
     for key in ("schedule", "distill"):
         data.pop(key, None)
     data["optim"] = {k: v for k, v in data["optim"].items() if k not in CROSSOVER_OPTIM}

@@ -130,11 +130,12 @@ def branch_teacher(branch_from: str) -> Path:
     return state.parent.parent / SNAPSHOTS_DIR / state.name
 
 
-def describe_recipe(cfg: TrainConfig, wanted_teacher: str = "") -> str:
+def describe_recipe(cfg: TrainConfig) -> str:
     """One line on the recipe a conversion trains with (the dry run's plan, the trainer's ``conversion``
-    event): its name and the values of ``cfg`` (resolved), ``wanted_teacher`` being the source the
-    recipe would distil from, named when it is missing."""
+    event): its name and the values of ``cfg`` (resolved), naming the source the recipe would distil from
+    (the ``init_from`` snapshot, a branch's parent snapshot) when it is missing."""
     c, o, d = cfg.convert, cfg.optim, cfg.distill
+    wanted_teacher = str(branch_teacher(cfg.branch_from)) if cfg.branch_from else cfg.init_from
     if d.enabled:
         distill = f"distillation from {d.teacher} at T {d.temperature:g} (weight {d.weight:g})"
     elif c.recipe == "crossover" and wanted_teacher:

@@ -19,7 +19,7 @@ import dataclasses
 from trilm.model.flops import flops_per_token, parameter_counts
 from trilm.schedule import Schedule
 from trilm.train.config import TrainConfig
-from trilm.train.convert import branch_teacher, conversion_schedule, describe_recipe
+from trilm.train.convert import conversion_schedule, describe_recipe
 from trilm.train.engine import use_bf16
 from trilm.train.save_steps import snapshot_steps, state_steps
 from trilm.train.state import parent_config
@@ -128,8 +128,7 @@ class RunPlan:
         for ev in sched.events():
             lines.append(f"  event            step {ev.step}: {ev.name} ({ev.detail})")
         if converts_at is not None:
-            wanted = str(branch_teacher(cfg.branch_from)) if cfg.branch_from else cfg.init_from
-            lines.append(f"conversion recipe  {describe_recipe(cfg, wanted)}")
+            lines.append(f"conversion recipe  {describe_recipe(cfg)}")
         if start is not None:
             lines.append(
                 f"starts from        {cfg.branch_from} (a branch: trains steps {start:,}–{cfg.steps:,})"

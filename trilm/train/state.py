@@ -28,8 +28,8 @@ from trilm.config import ConfigError
 from trilm.model.spec import canonical_shapes
 from trilm.parallel import ParallelInfo
 from trilm.schedule import Schedule
-from trilm.store.integrity import complete_steps, verify_directory
-from trilm.store.layout import COMPLETE, RUN_CONFIG
+from trilm.store.integrity import complete_steps, is_complete, verify_directory
+from trilm.store.layout import RUN_CONFIG
 from trilm.train.checkpoint import RunDir, atomic_directory, prune_states, shared_map
 from trilm.train.config import TrainConfig, changed_keys
 from trilm.train.convert import apply_recipe, branch_teacher
@@ -214,7 +214,7 @@ def resolve_branch_from(cfg: TrainConfig) -> TrainConfig:
     if parent is None or parent.model.family == cfg.model.family:
         return cfg
     snapshot = branch_teacher(cfg.branch_from)
-    teacher = str(snapshot) if (snapshot / COMPLETE).is_file() else ""
+    teacher = str(snapshot) if is_complete(snapshot) else ""
     return apply_recipe(cfg, teacher=teacher, source_lr=parent.optim.lr)
 
 

@@ -35,7 +35,6 @@ from trilm.store.snapshot import write_snapshot_files
 from trilm.train.checkpoint import RunDir, RunLock, atomic_directory
 from trilm.train.config import TrainConfig, changed_keys
 from trilm.train.convert import (
-    branch_teacher,
     conversion_schedule,
     describe_recipe,
     ramp_lambda,
@@ -460,11 +459,10 @@ class Trainer:
                 samples=point.state["data"]["samples_consumed"],
             )
         if self.conversion is not None and (point is None or point is self.branched_from):
-            wanted = str(branch_teacher(cfg.branch_from)) if cfg.branch_from else cfg.init_from
             logger.event(
                 start,
                 "conversion",
-                f"{self.conversion['from']} → {self.model_cfg.family}: {describe_recipe(cfg, wanted)}",
+                f"{self.conversion['from']} → {self.model_cfg.family}: {describe_recipe(cfg)}",
                 schedule_start=start,
                 recipe=self._recipe(),
             )
