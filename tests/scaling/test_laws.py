@@ -27,6 +27,7 @@ SIZE_TRUTH = {
 CURVE_TRUTH = {
     "tissue": {"L0": 2.5, "A": 6.0, "alpha": 0.5, "C": 1e-3},
     "multipower": {"L0": 2.5, "A": 6.0, "alpha": 0.5, "B": 0.4, "C": 2.0, "beta": 0.6, "gamma": 0.5},
+    "tissue_lambda": {"L0": 2.5, "A": 6.0, "alpha": 0.5, "C": 2e-3, "h": 50.0},
 }
 STEPS = 600
 
@@ -178,3 +179,45 @@ def test_a_fit_survives_its_json_and_predicts_the_same():
     back = Fit.from_dict(result.to_dict())
     a, b = result.predict(N=1e6, D=1e7), back.predict(N=1e6, D=1e7)
     np.testing.assert_allclose([a.value, a.low, a.high], [b.value, b.low, b.high], rtol=1e-12)
+
+
+def test_the_fitted_momentum_law_is_tissues_law_at_its_momentum():
+    """Where the rate falls at no more than MAX_DROPS steps the closed form of the annealing area is exact:
+    at h = 1/(1 − 0.999) the two laws give one curve (WSD here; a cosine falls at every step and is
+    summed in blocks)."""
+    wsd = _schedules()[0][:540]
+    curve = LossCurve("wsd", wsd, np.arange(10, 541, 10), np.ones(54))
+    tissue, fitted = get_law("tissue"), get_law("tissue_lambda")
+    params = dict(CURVE_TRUTH["tissue"])
+    a = tissue.log_predict(tissue.theta(params), tissue.design([curve]))[0]
+    b = fitted.log_predict(fitted.theta(params | {"h": 1000.0}), fitted.design([curve]))[0]
+    np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def test_a_size_trend_ties_a_parameter_through_a_power_of_size_with_its_gradient():
+    """Joint θ = (ln C₀, ln h, slope, each model's own); model m's ln C is ln C₀ + slope·(ln N_m − mean),
+    and the joint law's gradient equals finite differences."""
+    from trilm.scaling.joint import joint_law  # here: the joint law is only this test's concern
+
+    base = get_law("tissue_lambda")
+    curves = _curves("tissue_lambda", noise=0.01, every=50)
+    sizes = [1e4, 1e6]
+    joint = joint_law(base, ["a", "b"], ["C", "h"], sizes, ["C"])
+    assert joint.theta_names[:3] == ("ln C", "ln h", "d ln C / d ln size")
+    truth = base.theta(CURVE_TRUTH["tissue_lambda"])
+    theta = np.concatenate([truth[[3, 4]], [0.3], truth[:3], truth[:3] + 0.01])
+    for m, offset in enumerate(np.log(sizes) - np.log(sizes).mean()):
+        assert joint.model_theta(theta, m)[0, 3] == pytest.approx(truth[3] + 0.3 * offset)
+    data = {"a": curves[:1], "b": curves[1:]}
+    objective = HuberLog(joint, joint.design(data), np.log(joint.observed(data)), delta=0.05)
+    theta = theta + np.random.default_rng(0).normal(0, 0.02, (2, joint.n_params))
+    _, g = objective.fun_grad(theta)
+    for j in range(joint.n_params):
+        step = np.zeros(joint.n_params)
+        step[j] = 1e-6
+        num = (objective.fun_grad(theta + step)[0] - objective.fun_grad(theta - step)[0]) / 2e-6
+        np.testing.assert_allclose(g[:, j], num, rtol=1e-4, atol=1e-6, err_msg=joint.theta_names[j])
+    with pytest.raises(FitError, match="ties shared parameters only"):
+        joint_law(base, ["a", "b"], ["h"], sizes, ["C"])
+    with pytest.raises(FitError, match="one positive size per model"):
+        joint_law(base, ["a", "b"], ["C"], [1e4], ["C"])

@@ -14,6 +14,7 @@ import pytest
 
 from trilm.cli import main
 from trilm.config import ConfigError
+from trilm.model.flops import parameter_counts
 from trilm.model.snapshot import SnapshotMeta
 from trilm.scaling.curves import LossCurve
 from trilm.scaling.forecast import ForecastConfig, ModelCurves, forecast_models
@@ -70,7 +71,8 @@ def _expected(runs, seen) -> dict:
         lr = _lr(runs[name])
         kept = [(s, v) for s, v in zip(steps, losses, strict=True) if s >= 1]
         curve = LossCurve(name, lr, [s for s, _ in kept], [v for _, v in kept])
-        models[name] = ModelCurves([curve], LossCurve(name, lr, [lr.size], [1.0]))
+        size = float(parameter_counts(runs[name].cfg.model).nonembedding)
+        models[name] = ModelCurves([curve], LossCurve(name, lr, [lr.size], [1.0]), size)
     return forecast_models(models, ForecastConfig())
 
 
@@ -140,35 +142,42 @@ def test_a_run_cut_very_early_is_too_early_and_a_finished_run_shows_its_measured
     assert statuses["trilm-128x4"].forecast is None  # pending: no run directory, nothing to forecast
 
 
-def _tissue(lr: np.ndarray, steps, params) -> np.ndarray:
-    law = get_law("tissue")
+def _curve_law(lr: np.ndarray, steps, params) -> np.ndarray:
+    law = get_law("tissue_lambda")
     return np.exp(
         law.log_predict(law.theta(params), law.design([LossCurve("t", lr, steps, np.ones(len(steps)))]))[0]
     )
 
 
 def test_a_run_before_its_decay_borrows_the_annealing_the_other_runs_showed():
-    """Three models drawn from Tissue's law with one C: two finished WSD runs and one seen only in its
-    stable phase. Alone, the stable run's C is not seen (its forecast says so and misses the annealing
-    gain); fitted with the others, its end is forecast within 0.01 nats, inside the interval."""
+    """Four models of the cooldown suite's sizes drawn from the default law (Tissue's with λ = 0.975 for all,
+    C growing as size^0.2, as that suite's runs show): three finished WSD runs and the largest seen only in
+    its stable phase. Alone, the stable run's C is not seen (its forecast says so and misses the annealing
+    gain); fitted with the others, λ shared and C a power of size, its end is forecast within 0.01 nats,
+    inside the interval."""
     run = load_suite("cooldown").runs[0]
     lr = _lr(run)
     total = lr.size
     steps = list(range(128, total + 1, 32))
     cut = int(0.5 * total)
+    sizes = {"small": 3.3e4, "medium": 1.1e5, "big": 3.3e5, "large": 8.5e5}
     truth = {
-        "small": {"L0": 3.4, "A": 30.0, "alpha": 0.6, "C": 3e-4},
-        "medium": {"L0": 3.1, "A": 40.0, "alpha": 0.6, "C": 3e-4},
-        "large": {"L0": 2.9, "A": 50.0, "alpha": 0.6, "C": 3e-4},
+        "small": {"L0": 3.4, "A": 30.0, "alpha": 0.6},
+        "medium": {"L0": 3.1, "A": 40.0, "alpha": 0.6},
+        "big": {"L0": 3.0, "A": 45.0, "alpha": 0.6},
+        "large": {"L0": 2.9, "A": 50.0, "alpha": 0.6},
     }
     rng = np.random.default_rng(0)
     models = {}
     for name, params in truth.items():
+        params |= {"C": 3e-3 * (sizes[name] / 1e5) ** 0.2, "h": 40.0}
         seen = [s for s in steps if name != "large" or s <= cut]
-        loss = _tissue(lr, seen, params) * np.exp(rng.normal(0, 1e-3, len(seen)))
-        models[name] = ModelCurves([LossCurve(name, lr, seen, loss)], LossCurve(name, lr, [total], [1.0]))
-    end = float(_tissue(lr, [total], truth["large"])[0])
-    alone = forecast_models({"large": models["large"]}, ForecastConfig(shared=[], bootstrap=0))["large"]
+        loss = _curve_law(lr, seen, params) * np.exp(rng.normal(0, 1e-3, len(seen)))
+        curve = LossCurve(name, lr, seen, loss)
+        models[name] = ModelCurves([curve], LossCurve(name, lr, [total], [1.0]), sizes[name])
+    end = float(_curve_law(lr, [total], truth["large"])[0])
+    alone_cfg = ForecastConfig(shared=[], size_trend=[], bootstrap=0)
+    alone = forecast_models({"large": models["large"]}, alone_cfg)["large"]
     assert "annealing" in alone.note and alone.loss - end > 0.05
     joint = forecast_models(models, ForecastConfig(bootstrap=40))["large"]
     assert joint.kind == "forecast" and not joint.note

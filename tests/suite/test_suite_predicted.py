@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from trilm.cli import main
+from trilm.model.flops import parameter_counts
 from trilm.quickstart import analysis_text
 from trilm.scaling.curves import LossCurve
 from trilm.scaling.forecast import ModelCurves, forecast_models
@@ -78,7 +79,8 @@ def _direct(suite, curves, name):
         schedule = Schedule.for_optimizer(run.cfg.optim, run.cfg.schedule, run.cfg.steps)
         lr = np.array([schedule.lr(i) for i in range(schedule.total)])
         points = LossCurve(run.name, lr, [s for s, _ in seen], [v for _, v in seen])
-        models[run.name] = ModelCurves([points], LossCurve(run.name, lr, [lr.size], [1.0]))
+        size = float(parameter_counts(run.cfg.model).nonembedding)
+        models[run.name] = ModelCurves([points], LossCurve(run.name, lr, [lr.size], [1.0]), size)
     return forecast_models(models)[name]
 
 

@@ -2,9 +2,9 @@
 
 ``fit --law`` fits one law and writes ``fit.json`` (:meth:`trilm.scaling.fitter.Fit.save`) into ``--out``:
 
-- a curve law (``tissue``, ``multipower``) on loss-curve tables (CSV or JSONL with ``step``, ``lr``,
-  ``loss``; a trilm run's ``logs/metrics.jsonl`` is one). All tables are runs of one model and share its
-  parameters;
+- a curve law (``tissue``, ``tissue_lambda``, ``multipower``) on loss-curve tables (CSV or JSONL with
+  ``step``, ``lr``, ``loss``; a trilm run's ``logs/metrics.jsonl`` is one). All tables are runs of one model
+  and share its parameters;
 - a size law on results tables: the last checkpoint of every run, one fit per family (``fit-FAMILY.json``
   when there are several; ``fit.json`` for one), except ``precision``, which is one law across families.
 

@@ -1,14 +1,21 @@
 """Where runs will end: a curve law fitted on every model of a suite at once, sharing what runs share.
 
 A suite's runs are models (a run with its cooldown branches is one model: same weights up to each branch
-point). Each model's checkpoints so far are loss curves under its own schedule; the law (Tissue et al.'s by
-default) is fitted on all models together, each with its own floor, scale and exponent, and with the
-annealing parameter shared (:mod:`trilm.scaling.joint`). A run still in its stable phase then gets a
-forecast of its end — the annealing it has not yet seen is what the suite's cooldown branches and decayed
-runs showed — and its interval comes from bootstrap refits of the joint fit over stretches of every
-model's curve, so it counts how much the forecast depends on which checkpoints were seen.
+point). Each model's checkpoints so far are loss curves under its own schedule; the law is fitted on all
+models together, each with its own floor, scale and exponent, and with the annealing parameters shared
+(:mod:`trilm.scaling.joint`). A run still in its stable phase then gets a forecast of its end — the
+annealing it has not yet seen is what the suite's cooldown branches and decayed runs showed — and its
+interval comes from bootstrap refits of the joint fit over stretches of every model's curve, so it counts
+how much the forecast depends on which checkpoints were seen.
 
-A model with fewer than :attr:`ForecastConfig.min_points` checkpoints past :attr:`ForecastConfig.min_step`,
+The default law is Tissue et al.'s with its momentum λ fitted (``tissue_lambda``), λ shared and the
+annealing coefficient C a power of the model's size. Why, measured on committed curves
+(``docs/results/cooldown/forecasts.md``, ``docs/results/forecast-untuned/``): with λ fixed at 0.999 and
+one C, a forecast borrowed the gain of short cooldown branches linearly and erred low by 0.13 (WSD, from
+50 %) to 0.91 nats (a size above the ones it was chosen on); the annealing gain saturates within tens of
+steps on these runs, and C fitted on each finished run grows with size in all three families.
+
+A model with fewer than :attr:`ForecastConfig.points_needed` checkpoints past :attr:`ForecastConfig.min_step`,
 or less than :attr:`ForecastConfig.min_fraction` of its run seen, is "too early" and stays out of the fit.
 """
 
@@ -29,14 +36,16 @@ from trilm.scaling.laws import CurveLaw, get_law, laws_of_kind
 @dataclasses.dataclass
 class ForecastConfig(Config):
     """``law``: the curve law; ``shared``: its natural parameters tied across models (the annealing ones);
-    ``min_step``: checkpoints before it are left out (the first steps are not yet on a power law);
-    ``min_points`` and ``min_fraction``: how much of a run must be seen; ``bootstrap``: refits for the
-    intervals, at ``level``."""
+    ``size_trend``: those of them tied through a power of model size instead of one value (needs every model's
+    :attr:`ModelCurves.size`); ``min_step``: checkpoints before it are left out (the first steps are not yet
+    on a power law); ``min_points`` and ``min_fraction``: how much of a run must be seen; ``bootstrap``:
+    refits for the intervals, at ``level``."""
 
-    law: str = "tissue"
-    shared: list[str] = dataclasses.field(default_factory=lambda: ["C"])
+    law: str = "tissue_lambda"
+    shared: list[str] = dataclasses.field(default_factory=lambda: ["C", "h"])
+    size_trend: list[str] = dataclasses.field(default_factory=lambda: ["C"])
     min_step: int = 128
-    min_points: int = 5
+    min_points: int = 0
     min_fraction: float = 0.2
     bootstrap: int = 30
     level: float = 0.95
@@ -48,15 +57,24 @@ class ForecastConfig(Config):
         names = [t[3:] if t.startswith("ln ") else t for t in law.theta_names]
         for name in self.shared:
             require(name in names, f"shared: {name!r} is not a parameter of {self.law} ({names})")
+        for name in self.size_trend:
+            require(name in self.shared, f"size_trend: {name!r} is not shared ({self.shared})")
         require(self.min_step >= 1, f"min_step: must be ≥ 1, got {self.min_step}")
         require(
-            self.min_points > law.n_params - len(self.shared),
+            self.min_points == 0 or self.min_points > law.n_params - len(self.shared),
             f"min_points: {self.law} has {law.n_params - len(self.shared)} parameters of a model's own,"
             f" need more points than that, got {self.min_points}",
         )
+        require(self.min_points >= 0, f"min_points: must be ≥ 0, got {self.min_points}")
         require(0 < self.min_fraction <= 1, f"min_fraction: must be in (0, 1], got {self.min_fraction}")
         require(self.bootstrap >= 0, f"bootstrap: must be ≥ 0, got {self.bootstrap}")
         require(0 < self.level < 1, f"level: must be in (0, 1), got {self.level}")
+
+    @property
+    def points_needed(self) -> int:
+        """``min_points``, or where it is 0: five, and more than the parameters a model fits of its own."""
+        own = get_law(self.law).n_params - len(self.shared)
+        return self.min_points or max(5, own + 1)
 
 
 @dataclasses.dataclass
@@ -81,11 +99,13 @@ class Forecast:
 
 @dataclasses.dataclass
 class ModelCurves:
-    """One model of a suite: its curves so far (the run's own, its branches'), and where to forecast —
-    a curve over the run's whole schedule whose one step is the run's last."""
+    """One model of a suite: its curves so far (the run's own, its branches'), where to forecast — a curve
+    over the run's whole schedule whose one step is the run's last — and its size (non-embedding
+    parameters), which a size trend of the shared parameters needs."""
 
     seen: list[LossCurve]
     target: LossCurve
+    size: float | None = None
 
     @property
     def fraction_seen(self) -> float:
@@ -112,7 +132,7 @@ def forecast_models(
     for name, model in models.items():
         curves, count = _usable(model, cfg)
         seen = model.fraction_seen
-        if count < cfg.min_points or seen < cfg.min_fraction:
+        if count < cfg.points_needed or seen < cfg.min_fraction:
             out[name] = Forecast(
                 "too early", n_points=count, note=f"{count} checkpoints, {100 * seen:.0f}% of the run"
             )
@@ -123,7 +143,17 @@ def forecast_models(
     law = get_law(cfg.law)
     assert isinstance(law, CurveLaw)
     try:
-        fits = fit_jointly(cfg.law, data, cfg.shared, bootstrap=cfg.bootstrap, seed=cfg.seed, level=cfg.level)
+        sizes = {name: models[name].size for name in data if models[name].size is not None}
+        fits = fit_jointly(
+            cfg.law,
+            data,
+            cfg.shared,
+            sizes=sizes,  # type: ignore[arg-type]
+            trended=cfg.size_trend,
+            bootstrap=cfg.bootstrap,
+            seed=cfg.seed,
+            level=cfg.level,
+        )
     except FitError as exc:
         return out | {
             name: Forecast("no fit", n_points=sum(c.steps.size for c in data[name]), note=str(exc))

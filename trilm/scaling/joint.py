@@ -34,37 +34,67 @@ def _natural_name(theta_name: str) -> str:
     return theta_name[3:] if theta_name.startswith("ln ") else theta_name
 
 
+def size_offsets(sizes: Sequence[float]) -> np.ndarray:
+    """Each model's ln size about the models' mean ln size: the covariate of a size trend."""
+    log_size = np.log(np.asarray(sizes, float))
+    return log_size - log_size.mean()
+
+
 class JointCurveLaw(Law):
     """``base`` over ``models`` (data: ``{model: [LossCurve, …]}``) with the natural parameters ``shared``
-    tied across models. Made by :func:`joint_law`, which gives each joint its own class attributes."""
+    tied across models. Made by :func:`joint_law`, which gives each joint its own class attributes.
+
+    A shared parameter named in ``trended`` is tied through a power of model size instead of a constant:
+    its fitted coordinate is ``θ + slope·ln(size / mean size)`` (for C, fitted as ln C, that is
+    C ∝ size^slope). Why: on the cooldown suite the annealing coefficient fitted on each finished run grows
+    with size in all three families (about 0.003 at 33k non-embedding parameters, 0.008–0.011 at 853k;
+    ``docs/results/cooldown/forecasts.md``), so one constant C under-forecasts a larger run's cooldown
+    gain."""
 
     kind = "curve"
 
-    def __init__(self, base: CurveLaw, models: Sequence[str], shared: Sequence[str]) -> None:
+    def __init__(
+        self,
+        base: CurveLaw,
+        models: Sequence[str],
+        shared: Sequence[str],
+        sizes: Sequence[float] | None = None,
+        trended: Sequence[str] = (),
+    ) -> None:
         names = [_natural_name(t) for t in base.theta_names]
         unknown = [s for s in shared if s not in names]
         if unknown:
             raise FitError(f"{base.name}: cannot share {unknown}: its parameters are {names}")
         if not models:
             raise FitError(f"{base.name}: a joint fit needs at least one model")
+        loose = [t for t in trended if t not in shared]
+        if loose:
+            raise FitError(f"{base.name}: a size trend ties shared parameters only, {loose} are not shared")
+        if trended and (sizes is None or len(sizes) != len(models) or min(sizes) <= 0):
+            raise FitError(f"{base.name}: a size trend needs one positive size per model, got {sizes}")
         self.base, self.models = base, list(models)
         self.shared_index = [i for i, n in enumerate(names) if n in shared]
         self.own_index = [i for i, n in enumerate(names) if n not in shared]
+        self.trend_of = [j for j, i in enumerate(self.shared_index) if names[i] in trended]
+        self.offsets = size_offsets(sizes) if trended and sizes is not None else np.zeros(len(self.models))
 
     def model_theta(self, theta: np.ndarray, m: int) -> np.ndarray:
         """The base law's θ ``(B, P)`` of model ``m`` from joint θ ``(B, P_joint)``."""
         theta = np.atleast_2d(theta)
         out = np.empty((theta.shape[0], self.base.n_params))
-        k, o = len(self.shared_index), len(self.own_index)
+        k, t, o = len(self.shared_index), len(self.trend_of), len(self.own_index)
         out[:, self.shared_index] = theta[:, :k]
-        out[:, self.own_index] = theta[:, k + m * o : k + (m + 1) * o]
+        for r, j in enumerate(self.trend_of):
+            out[:, self.shared_index[j]] += theta[:, k + r] * self.offsets[m]
+        out[:, self.own_index] = theta[:, k + t + m * o : k + t + (m + 1) * o]
         return out
 
     def joint_theta(self, thetas: Sequence[np.ndarray]) -> np.ndarray:
-        """Joint θ from one base θ per model; shared entries are their median."""
+        """Joint θ from one base θ per model; shared entries are their median, trends start flat."""
         stack = np.array(thetas, float)
         shared = np.median(stack[:, self.shared_index], axis=0)
-        return np.concatenate([shared, *[t[self.own_index] for t in stack]])
+        slopes = np.zeros(len(self.trend_of))
+        return np.concatenate([shared, slopes, *[t[self.own_index] for t in stack]])
 
     def natural(self, theta: np.ndarray) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -102,13 +132,15 @@ class JointCurveLaw(Law):
         n = sum(d.n for d in design)
         pred = np.empty((theta.shape[0], n))
         jac = np.zeros((theta.shape[0], self.n_params, n))
-        k, o, start = len(self.shared_index), len(self.own_index), 0
+        k, t, o, start = len(self.shared_index), len(self.trend_of), len(self.own_index), 0
         for m, d in enumerate(design):
             p, j = self.base.log_predict_jac(self.model_theta(theta, m), d)
             cols = slice(start, start + d.n)
             pred[:, cols] = p
             jac[:, :k, cols] = j[:, self.shared_index]
-            jac[:, k + m * o : k + (m + 1) * o, cols] = j[:, self.own_index]
+            for r, jj in enumerate(self.trend_of):
+                jac[:, k + r, cols] = self.offsets[m] * j[:, self.shared_index[jj]]
+            jac[:, k + t + m * o : k + t + (m + 1) * o, cols] = j[:, self.own_index]
             start += d.n
         return pred, jac
 
@@ -125,22 +157,42 @@ class JointCurveLaw(Law):
         return out
 
 
-def joint_law(base: CurveLaw, models: Sequence[str], shared: Sequence[str]) -> JointCurveLaw:
-    """The joint law of ``base`` over ``models`` sharing ``shared``: a class of its own whose parameter
-    names, box and exponents are those of every model's copy of ``base``."""
+TREND_BOX = (-2.0, 2.0)
+"""How far a trended parameter's coordinate may move per unit of ln size (for ln C: C ∝ size^±2)."""
+
+
+def joint_law(
+    base: CurveLaw,
+    models: Sequence[str],
+    shared: Sequence[str],
+    sizes: Sequence[float] | None = None,
+    trended: Sequence[str] = (),
+) -> JointCurveLaw:
+    """The joint law of ``base`` over ``models`` sharing ``shared`` (``trended`` ones as a power of
+    ``sizes``): a class of its own whose parameter names, box and exponents are those of every model's copy
+    of ``base``."""
     names = [_natural_name(t) for t in base.theta_names]
     shared_index = [i for i, n in enumerate(names) if n in shared]
     own_index = [i for i, n in enumerate(names) if n not in shared]
+    trend = [i for i in shared_index if names[i] in trended]
     own = [f"{base.theta_names[i]} [{m}]" for m in models for i in own_index]
     attrs = {
         "name": base.name,
         "formula": base.formula,
         "exponents": tuple(f"{e} [{m}]" for m in models for e in base.exponents),
-        "theta_names": tuple([base.theta_names[i] for i in shared_index] + own),
-        "box": tuple([base.box[i] for i in shared_index] + [base.box[i] for _ in models for i in own_index]),
+        "theta_names": tuple(
+            [base.theta_names[i] for i in shared_index]
+            + [f"d {base.theta_names[i]} / d ln size" for i in trend]
+            + own
+        ),
+        "box": tuple(
+            [base.box[i] for i in shared_index]
+            + [TREND_BOX for _ in trend]
+            + [base.box[i] for _ in models for i in own_index]
+        ),
     }
     cls = type(f"Joint{base.name.title()}", (JointCurveLaw,), attrs)
-    return cls(base, models, shared)
+    return cls(base, models, shared, sizes, trended)
 
 
 def fit_jointly(
@@ -148,11 +200,15 @@ def fit_jointly(
     data: Mapping[str, Sequence[LossCurve]],
     shared: Sequence[str],
     *,
+    sizes: Mapping[str, float] | None = None,
+    trended: Sequence[str] = (),
     bootstrap: int = 0,
     seed: int = 0,
     level: float = 0.95,
 ) -> dict[str, Fit]:
     """Fit curve law ``law`` to every model of ``data`` with ``shared`` parameters tied; one Fit per model.
+    Those of them in ``trended`` vary as a power of each model's size (``sizes``: model → size, for example
+    non-embedding parameters); with fewer than two distinct sizes they stay constant.
 
     Starts: each model's own fit (from the law's grid; a model that cannot be fitted alone starts from the
     law's first start), the shared entries at their median over the models whose points include a decrease
@@ -162,7 +218,15 @@ def fit_jointly(
     if not isinstance(base, CurveLaw):
         raise FitError(f"{law} is not a curve law: a joint fit shares parameters between loss curves")
     models = list(data)
-    joint = joint_law(base, models, shared)
+    size_list: list[float] | None = None
+    if trended and len(models) >= 2:
+        missing = [m for m in models if sizes is None or m not in sizes]
+        if missing or sizes is None:
+            raise FitError(f"{law}: a size trend of {list(trended)} needs the size of {missing}")
+        size_list = [float(sizes[m]) for m in models]
+    if size_list is None or len(set(size_list)) < 2:
+        trended, size_list = (), None
+    joint = joint_law(base, models, shared, size_list, trended)
     solo, annealed = [], []
     for name in models:
         try:
@@ -176,6 +240,10 @@ def fit_jointly(
     if informed:
         start[: len(joint.shared_index)] = np.median(np.array(informed)[:, joint.shared_index], axis=0)
     starts = np.array([start, joint.joint_theta(solo)])
+    if joint.trend_of:
+        sloped = start.copy()
+        sloped[len(joint.shared_index) : len(joint.shared_index) + len(joint.trend_of)] = 0.25
+        starts = np.vstack([starts, sloped])
     result = fit(
         joint,
         dict(data),
@@ -192,7 +260,7 @@ def fit_jointly(
     unseen = all(float(np.max(base.design(list(data[m])).s2)) == 0.0 for m in models)
     anneal = base.theta_names.index(base.anneal_theta)
     out = {}
-    sharing = ", ".join(shared) or "nothing"
+    sharing = ", ".join(f"{s} ∝ size^k" if s in trended else s for s in shared) or "nothing"
     for m, model in enumerate(models):
         theta = joint.model_theta(result.theta, m)[0]
         boots = None if result.boot_thetas is None else joint.model_theta(result.boot_thetas, m)

@@ -2,8 +2,9 @@
 
 Why: ``trilm suite status`` already says where a run *is*; a user deciding whether to let a run finish, or
 to plan the next size, wants where it will *end*. Each run with its cooldown branches is one model; all of
-a suite's models are fitted at once (:func:`trilm.scaling.forecast.forecast_models`: Tissue et al.'s law,
-each model its own floor, scale and exponent, the annealing parameter shared), so a run in its stable phase
+a suite's models are fitted at once (:func:`trilm.scaling.forecast.forecast_models`: Tissue et al.'s law
+with its momentum fitted, each model its own floor, scale and exponent, the momentum shared and the
+annealing coefficient a power of the model's non-embedding parameters), so a run in its stable phase
 borrows the annealing that finished runs and cooldown branches showed. Checkpoints are the validation
 losses of complete snapshots and of the run's periodic evaluations (``val_loss`` in ``logs/metrics.jsonl``).
 The interval is the percentile interval of bootstrap refits of the joint fit.
@@ -22,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from trilm.model.flops import parameter_counts
 from trilm.scaling.curves import LossCurve
 from trilm.scaling.forecast import Forecast, ForecastConfig, ModelCurves, forecast_models
 from trilm.schedule import Schedule
@@ -97,7 +99,8 @@ def suite_forecasts(
             else:
                 out[run.name] = Forecast("no fit", note="finished without a final snapshot loss")
         if curves is not None:
-            models[run.name] = ModelCurves([curves[0]], curves[1])
+            size = float(parameter_counts(run.cfg.model).nonembedding)
+            models[run.name] = ModelCurves([curves[0]], curves[1], size)
     for branch in branches:
         parent = getattr(branch, "parent", "")
         if parent in models and not getattr(branch, "converts_from", ""):

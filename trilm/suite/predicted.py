@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from trilm.families import display_name
+from trilm.model.flops import parameter_counts
 from trilm.scaling.curves import LossCurve
 from trilm.scaling.forecast import ModelCurves, forecast_models
 from trilm.schedule import Schedule
@@ -115,7 +116,8 @@ def curve_predictions(
         schedule = Schedule.for_optimizer(run.cfg.optim, run.cfg.schedule, run.cfg.steps)
         lr = np.array([schedule.lr(i) for i in range(schedule.total)], float)
         curve = LossCurve(run.name, lr, [s for s, _ in seen], [v for _, v in seen])
-        models[run.name] = ModelCurves([curve], LossCurve(run.name, lr, [lr.size], [1.0]))
+        size = float(parameter_counts(run.cfg.model).nonembedding)
+        models[run.name] = ModelCurves([curve], LossCurve(run.name, lr, [lr.size], [1.0]), size)
         finished.append((run, rows[-1].loss, cut))
     forecasts = forecast_models(models, cfg) if models else {}
     out = []

@@ -6,7 +6,7 @@ under any learning-rate schedule. All are fitted by :func:`trilm.scaling.fitter.
 """
 
 from trilm.scaling.laws.base import LAWS, FitError, Law, SizeLaw, get_law, laws_of_kind, register
-from trilm.scaling.laws.curve import CurveLaw, MultiPower, Tissue, areas
+from trilm.scaling.laws.curve import CurveLaw, MultiPower, Tissue, TissueLambda, areas
 from trilm.scaling.laws.size import Additive, Kaplan, KaplanE, PowerD, PowerN, Precision
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "Precision",
     "SizeLaw",
     "Tissue",
+    "TissueLambda",
     "areas",
     "get_law",
     "laws_of_kind",

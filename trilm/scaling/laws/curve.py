@@ -1,12 +1,14 @@
 """Laws of the loss along a run under any learning-rate schedule, fitted on loss curves.
 
-=============  ==========================================================  ===================================
-name           law                                                         fitted parameters θ
-=============  ==========================================================  ===================================
-``tissue``     L0 + A·S1^(−α) − C·S2 (Tissue et al. 2024)                  ln L0, ln A, α, ln C
-``multipower`` L0 + A·S1^(−α) − B·Σ_k (η_{k−1} − η_k)·G(η_k^(−γ)·S_k)       ln L0, ln A, α, ln B, ln C, β, γ
-               with G(x) = 1 − (C·x + 1)^(−β) (Luo et al. 2025)
-=============  ==========================================================  ===================================
+=================  ======================================================  ===================================
+name               law                                                     fitted parameters θ
+=================  ======================================================  ===================================
+``tissue``         L0 + A·S1^(−α) − C·S2 (Tissue et al. 2024)              ln L0, ln A, α, ln C
+``tissue_lambda``  the same with its momentum λ fitted                     ln L0, ln A, α, ln C, ln h
+                   (h = 1/(1 − λ), the annealing memory in steps)
+``multipower``     L0 + A·S1^(−α) − B·Σ_k (η_{k−1} − η_k)·G(η_k^(−γ)·S_k)   ln L0, ln A, α, ln B, ln C, β, γ
+                   with G(x) = 1 − (C·x + 1)^(−β) (Luo et al. 2025)
+=================  ======================================================  ===================================
 
 Both write the curve through sums of the run's own learning rate η, normalised by its peak:
 
@@ -17,15 +19,21 @@ Both write the curve through sums of the run's own learning rate η, normalised 
 - Luo's loss drop weighs each decrease of the rate by how far the run has moved since, ``S_k(t) =
   Σ_{τ=k..t} η_τ``, through a saturating G.
 
-Why two: Tissue's law has one annealing parameter and fits a few checkpoints; the multi-power law's shape of
-the drop (β, γ, C nearly constant across sizes in Luo et al.) is what a run still in its stable phase can
-borrow from runs that have decayed (:mod:`trilm.scaling.forecast`). Data are a list of
+Why λ fitted: with λ fixed at 0.999 the annealing area of a cooldown much shorter than 1/(1 − λ) = 1000 steps
+grows linearly with its length, so C fitted on short cooldown branches over-forecasts a run's longer
+cooldown; on the cooldown suite (runs of 2,048 steps, cooldowns of 51 to 410 steps) the gain saturates
+sooner. ``tissue_lambda`` fits the memory where cooldowns of several lengths (or a decaying schedule) show
+it; with S2 = Σ_k (η_{k−1} − η_k)·(1 − λ^(t−k+1))/(1 − λ) it is the same law.
+
+Why two families: Tissue's law has one annealing parameter and fits a few checkpoints; the multi-power
+law's shape of the drop (β, γ, C nearly constant across sizes in Luo et al.) is what a run still in its
+stable phase can borrow from runs that have decayed (:mod:`trilm.scaling.forecast`). Data are a list of
 :class:`trilm.scaling.curves.LossCurve` of one model; its points are every step with a loss.
 
-The multi-power drop is a sum over every step where the rate fell. A schedule that falls at more than
-:data:`MAX_DROPS` steps (a cosine over a long run) is summed over that many consecutive blocks of steps, each
-block's decrease placed at its middle step: the law's own quadrature, exact where the rate falls at few steps
-(a WSD cooldown of up to that many steps, a step schedule).
+The multi-power drop and the fitted-λ annealing area are sums over every step where the rate fell. A schedule
+that falls at more than :data:`MAX_DROPS` steps (a cosine over a long run) is summed over that many
+consecutive blocks of steps, each block's decrease placed at its middle step: the laws' own quadrature, exact
+where the rate falls at few steps (a WSD cooldown of up to that many steps, a step schedule).
 """
 
 from __future__ import annotations
@@ -76,8 +84,8 @@ def _curves(data: Any, law: str) -> list[LossCurve]:
 
 @dataclasses.dataclass
 class CurveDesign:
-    """Per point: its curve, step, forward area S1 and annealing area S2; for the multi-power law the
-    (point, drop) pairs: the point, the decrease of η there, ln η and the area since."""
+    """Per point: its curve, step, forward area S1 and annealing area S2; for the multi-power law and a
+    fitted λ the (point, drop) pairs: the point, the decrease of η there, ln η, the area and steps since."""
 
     curve: np.ndarray
     step: np.ndarray
@@ -87,6 +95,7 @@ class CurveDesign:
     pair_drop: np.ndarray
     pair_log_eta: np.ndarray
     pair_area: np.ndarray
+    pair_steps: np.ndarray
     pair_starts: np.ndarray
     pair_points: np.ndarray
 
@@ -116,7 +125,7 @@ def _drop_blocks(eta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def curve_design(curves: list[LossCurve], momentum: float = MOMENTUM, pairs: bool = False) -> CurveDesign:
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("curve", "step", "s1", "s2")}
-    pp: dict[str, list[np.ndarray]] = {k: [] for k in ("point", "drop", "log_eta", "area")}
+    pp: dict[str, list[np.ndarray]] = {k: [] for k in ("point", "drop", "log_eta", "area", "steps")}
     offset = 0
     for c, curve in enumerate(curves):
         eta = normalised_rates(curve.lr)
@@ -140,6 +149,7 @@ def curve_design(curves: list[LossCurve], momentum: float = MOMENTUM, pairs: boo
                 pp["drop"].append(block)
                 pp["log_eta"].append(np.log(np.maximum(eta[m], MIN_ETA)))
                 pp["area"].append(s1[t] - np.where(m > 0, s1[np.maximum(m - 1, 0)], 0.0))
+                pp["steps"].append((t - m + 1).astype(float))
         offset += idx.size
     cat = {k: np.concatenate(v) if v else np.empty(0) for k, v in cols.items()}
     pcat = {k: np.concatenate(v) if v else np.empty(0) for k, v in pp.items()}
@@ -156,6 +166,7 @@ def curve_design(curves: list[LossCurve], momentum: float = MOMENTUM, pairs: boo
         pair_drop=pcat["drop"],
         pair_log_eta=pcat["log_eta"],
         pair_area=pcat["area"],
+        pair_steps=pcat["steps"],
         pair_starts=starts,
         pair_points=point[starts] if point.size else np.empty(0, int),
     )
@@ -333,12 +344,82 @@ class MultiPower(CurveLaw):
             return np.log(value), jac / value[:, None]
 
 
+@register
+class TissueLambda(CurveLaw):
+    name = "tissue_lambda"
+    formula = "L0 + A·S1^(−α) − C·Σ_k (η_{k−1} − η_k)·(1 − λ^(t−k+1))/(1 − λ)"
+    theta_names = ("ln L0", "ln A", "alpha", "ln C", "ln h")
+    anneal_theta = "ln C"
+    box = ((-3.0, 3.0), (-5.0, 12.0), (0.0, 2.0), (-30.0, 5.0), (0.7, 11.5))
+    uses_pairs = True
+
+    def natural(self, theta: np.ndarray) -> dict[str, float]:
+        t = np.asarray(theta, float)
+        with np.errstate(over="ignore"):
+            return {
+                "L0": float(np.exp(t[0])),
+                "A": float(np.exp(t[1])),
+                "alpha": float(t[2]),
+                "C": float(np.exp(t[3])),
+                "h": float(np.exp(t[4])),
+            }
+
+    def theta(self, params: Mapping[str, float]) -> np.ndarray:
+        c = params["C"]
+        return np.array(
+            [
+                np.log(params["L0"]),
+                np.log(params["A"]),
+                params["alpha"],
+                np.log(c) if c > 0 else -np.inf,
+                np.log(params["h"]),
+            ],
+            float,
+        )
+
+    def grid(self) -> np.ndarray:
+        return product_grid(
+            [0.0, 0.75, 1.5], [0.0, 1.5, 3.0, 4.5], [0.2, 0.5, 1.0], [-10.0, -7.0, -4.0], [4.0, 6.9]
+        )
+
+    def coarse_grid(self) -> np.ndarray:
+        return self.grid()[::4]
+
+    def plausibility(self, theta: np.ndarray, design: Any, loss: np.ndarray) -> list[str]:
+        """A memory at the top of its box is Tissue's own regime (λ → 1, S2 linear in the cooldown), not
+        an implausible fit; every other rule is the law's."""
+        return [r for r in super().plausibility(theta, design, loss) if not r.startswith("ln h =")]
+
+    def log_predict_jac(self, theta: np.ndarray, design: CurveDesign) -> tuple[np.ndarray, np.ndarray]:
+        theta = np.atleast_2d(theta)
+        b = theta.shape[0]
+        l0, a, alpha = (theta[:, j, None] for j in range(3))
+        log_s1 = np.log(design.s1)[None]
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            power = np.exp(a - alpha * log_s1)
+            floor = np.exp(l0) + 0.0 * power
+            coef_c = np.exp(theta[:, 3, None])
+            h = np.exp(theta[:, 4, None])
+            kept = np.exp(design.pair_steps[None] * np.log1p(-1.0 / h))
+            d = design.pair_drop[None]
+            s2 = design.segment_sum(d * h * (1.0 - kept))
+            ds2 = design.segment_sum(d * h * (1.0 - kept - design.pair_steps[None] * kept / (h - 1.0)))
+            anneal = coef_c * s2
+            value = floor + power - anneal
+            value = np.where(value > 0, value, np.nan)
+            jac = np.empty((b, 5, design.n))
+            jac[:, 0], jac[:, 1], jac[:, 2] = floor, power, -power * log_s1
+            jac[:, 3], jac[:, 4] = -anneal, -coef_c * ds2
+            return np.log(value), jac / value[:, None]
+
+
 __all__ = [
     "MOMENTUM",
     "CurveDesign",
     "CurveLaw",
     "MultiPower",
     "Tissue",
+    "TissueLambda",
     "areas",
     "curve_design",
     "normalised_rates",
