@@ -15,8 +15,11 @@ python -m experiments.cooldown report
 # 5. Every L(N, D) law of trilm.scaling.laws on the same split, and the law each family chooses: laws.md, laws.json.
 python -m experiments.cooldown.laws
 # 6. Every run's final loss forecast from its first 25 % and 50 % of checkpoints, each model alone and the
-#    suite jointly (C shared): forecasts.md, forecasts.json (20 refits per fit: a joint refit costs ~2 CPU-s).
-python -m experiments.cooldown.forecasts --bootstrap 20 --variants alone "joint, C shared"
+#    suite jointly: Tissue's law (C shared), then with its momentum λ fitted (alone; C and λ shared; λ
+#    shared; λ shared and C a power of size, trilm suite status's default): forecasts.md, forecasts.json
+#    (20 refits per fit: a joint refit costs ~2 CPU-s; 2026-12-06, 36 min beside two training jobs).
+python -m experiments.cooldown.forecasts --bootstrap 20 --variants alone "joint, C shared" "λ fitted, alone" \
+    "λ fitted, joint, C and λ shared" "λ fitted, joint, λ shared" "λ fitted, joint, λ shared, C ∝ N^k"
 # 7. The same with Luo et al.'s multi-power law, the shape of its drop shared across each suite (tried after
 #    docs/results/forecast-untuned/ showed the default's errors): multipower/forecasts.md, forecasts.json.
 python -m experiments.cooldown.forecasts --bootstrap 20 --variants "multi-power, joint, drop shared" --out docs/results/cooldown/multipower

@@ -26,6 +26,7 @@ import numpy as np
 
 from benchmarks.common import CHECKOUT, write_result
 from trilm.scaling.curves import LossCurve
+from trilm.scaling.fitter import fit
 from trilm.scaling.forecast import ForecastConfig, ModelCurves, forecast_models
 from trilm.scaling.table import ResultRow, read_table
 from trilm.schedule import Schedule
@@ -42,6 +43,15 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "alone": {"law": "tissue", "shared": [], "joint": False},
     "joint, C shared": {"law": "tissue", "shared": ["C"], "joint": True},
     "joint, C and α shared": {"law": "tissue", "shared": ["C", "alpha"], "joint": True},
+    "λ fitted, alone": {"law": "tissue_lambda", "shared": [], "joint": False},
+    "λ fitted, joint, C and λ shared": {"law": "tissue_lambda", "shared": ["C", "h"], "joint": True},
+    "λ fitted, joint, λ shared, C ∝ N^k": {
+        "law": "tissue_lambda",
+        "shared": ["C", "h"],
+        "size_trend": ["C"],
+        "joint": True,
+    },
+    "λ fitted, joint, λ shared": {"law": "tissue_lambda", "shared": ["h"], "joint": True},
     "multi-power, joint, drop shared": {
         "law": "multipower",
         "shared": ["B", "C", "beta", "gamma"],
@@ -49,7 +59,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     },
 }
 """Each model fitted alone (no borrowing), and the suite's models fitted at once sharing the annealing
-parameter C, or C and the exponent α."""
+parameter C (or C and the exponent α); the same with Tissue's momentum λ fitted, shared with C, alone, or
+with C a power of the non-embedding parameter count (``size_trend``: ``trilm suite status``'s default)."""
 
 
 @dataclasses.dataclass
@@ -124,13 +135,18 @@ def seen_curves(model: Model, cut: float) -> ModelCurves:
                 )
             )
     target = LossCurve(model.name, lr, [model.schedule.total], [1.0])
-    return ModelCurves(seen, target)
+    return ModelCurves(seen, target, float(model.rows[0].nonembedding_params))
 
 
 def run_variant(
     all_models: list[Model], cut: float, variant: dict[str, Any], bootstrap: int
 ) -> list[dict[str, Any]]:
-    cfg = ForecastConfig(law=variant["law"], shared=list(variant["shared"]), bootstrap=bootstrap)
+    cfg = ForecastConfig(
+        law=variant["law"],
+        shared=list(variant["shared"]),
+        size_trend=list(variant.get("size_trend", [])),
+        bootstrap=bootstrap,
+    )
     out = []
     for suite in dict.fromkeys(m.suite for m in all_models):
         mine = [m for m in all_models if m.suite == suite]
@@ -204,10 +220,42 @@ def forecast_cells(e: dict[str, Any]) -> str:
 LAW_TEXT = {
     "tissue": "`tissue`: Tissue et al.'s L(s) = L0 + A·S1^(−α) − C·S2",
     "multipower": "`multipower`: Luo et al.'s L0 + A·S1^(−α) minus a drop that saturates with the cooldown",
+    "tissue_lambda": "`tissue_lambda`: the same with S2's momentum λ fitted (h = 1/(1 − λ) steps)",
 }
 
 
-def markdown(result: dict[str, Any], out: Path = OUT) -> str:
+def finished_fits(all_models: list[Model]) -> list[dict[str, Any]]:
+    """Each cooldown-suite run's own ``tissue_lambda`` fit on its whole curve and its branches: what the
+    annealing looks like where it is seen, size by size (the evidence for sharing λ and letting C grow
+    with size)."""
+    out = []
+    for m in all_models:
+        if m.suite != "cooldown":
+            continue
+        curves = [c.after(ForecastConfig().min_step) for c in seen_curves(m, 1.0).seen]
+        result = fit("tissue_lambda", [c for c in curves if c.steps.size])
+        entry = {"run": m.name, "nonembedding_params": int(m.rows[0].nonembedding_params)}
+        out.append(entry | {k: result.params[k] for k in ("C", "h")} | {"reasons": list(result.reasons)})
+    return out
+
+
+def finished_lines(finished: list[dict[str, Any]]) -> list[str]:
+    lines = [
+        "## The annealing each finished run shows",
+        "",
+        "Each cooldown-suite run's own `tissue_lambda` fit on its whole curve and its branches: C and the"
+        " memory h = 1/(1 − λ) in steps (Tissue et al.'s fixed λ = 0.999 is h = 1,000).",
+        "",
+        "| run | non-embedding parameters | C | h (steps) | note |",
+        "|---|---|---|---|---|",
+    ]
+    for f in finished:
+        note = "; ".join(f["reasons"])
+        lines.append(f"| {f['run']} | {f['nonembedding_params']:,} | {f['C']:.5f} | {f['h']:.1f} | {note} |")
+    return [*lines, ""]
+
+
+def markdown(result: dict[str, Any], out: Path = OUT, finished: list[dict[str, Any]] | None = None) -> str:
     source = os.path.relpath(CHECKOUT / "experiments" / "cooldown" / "forecasts.py", Path(out).resolve())
     used = dict.fromkeys(v["law"] for v in result["variants"].values())
     laws = "; ".join(LAW_TEXT[law] for law in used)
@@ -222,7 +270,8 @@ def markdown(result: dict[str, Any], out: Path = OUT) -> str:
         f" peak rate), {result['config']['bootstrap']} bootstrap refits per fit over stretches of every"
         " curve, 95 % intervals. *alone*: each model fitted on its own checkpoints and its branches'."
         " *joint*: every model of the suite fitted at once, each with its own L0, A (and α), the named"
-        " parameters shared.",
+        " parameters shared (*C ∝ N^k*: C a power of each model's non-embedding parameter count, one"
+        " coefficient and one exponent for the suite).",
         "",
         "| variant | schedule, seen | forecast / runs | median \\|error\\| | largest | mean error"
         " | within target | measured inside interval |",
@@ -231,7 +280,10 @@ def markdown(result: dict[str, Any], out: Path = OUT) -> str:
     for variant, by_key in result["summary"].items():
         for key, s in by_key.items():
             lines.append(f"| {variant} | {key} | " + summary_cells(s))
-    lines += ["", "## Every forecast", ""]
+    lines += [""]
+    if finished:
+        lines += finished_lines(finished)
+    lines += ["## Every forecast", ""]
     lines += ["| variant | run | schedule | seen | points | forecast [95 %] | measured | error | note |"]
     lines.append("|---|---|---|---|---|---|---|---|---|")
     for variant, entries in result["forecasts"].items():
@@ -254,13 +306,14 @@ def main(argv: list[str] | None = None) -> None:
         help="rewrite forecasts.md from --out's forecasts.json; fit nothing",
     )
     args = parser.parse_args(argv)
-    if args.markdown_only:
-        result = json.loads((Path(args.out) / "forecasts.json").read_text())
-        (Path(args.out) / "forecasts.md").write_text(markdown(result, Path(args.out)))
-        return
     rows = read_table(OUT / "results.csv")
     ladder_rows = read_table(LADDER_TABLE) if LADDER_TABLE.is_file() else []
     all_models = models(rows, ladder_rows)
+    finished = finished_fits(all_models)
+    if args.markdown_only:
+        result = json.loads((Path(args.out) / "forecasts.json").read_text())
+        (Path(args.out) / "forecasts.md").write_text(markdown(result, Path(args.out), finished))
+        return
     forecasts: dict[str, list[dict[str, Any]]] = {}
     summaries: dict[str, dict[str, Any]] = {}
     for name in args.variants:
@@ -274,7 +327,7 @@ def main(argv: list[str] | None = None) -> None:
                 print(name, f"{kind}, {cut:.0%}", summaries[name][f"{kind}, {cut:.0%}"])
     cfg = ForecastConfig()
     result = {
-        "config": {"min_step": cfg.min_step, "min_points": cfg.min_points, "bootstrap": args.bootstrap},
+        "config": {"min_step": cfg.min_step, "min_points": cfg.points_needed, "bootstrap": args.bootstrap},
         "variants": {k: VARIANTS[k] for k in args.variants},
         "targets": {f"{k:.0%}": v for k, v in CUTS.items()} | {"inside_interval_share": INSIDE_TARGET},
         "summary": summaries,
@@ -282,7 +335,7 @@ def main(argv: list[str] | None = None) -> None:
     }
     out = Path(args.out)
     write_result(out / "forecasts.json", result, module="experiments.cooldown.forecasts", argv=argv)
-    (out / "forecasts.md").write_text(markdown(result, out))
+    (out / "forecasts.md").write_text(markdown(result, out, finished))
     print(f"wrote {out / 'forecasts.json'}, {out / 'forecasts.md'}")
 
 
