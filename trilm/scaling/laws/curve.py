@@ -172,6 +172,15 @@ def curve_design(curves: list[LossCurve], momentum: float = MOMENTUM, pairs: boo
     )
 
 
+def _stable_terms(theta: np.ndarray, design: CurveDesign) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every curve law's L0 + A·S1^(−α) part, ``(B, n)`` each: the floor, the power term and its derivative
+    in α (the derivatives in ln L0 and ln A are the terms themselves)."""
+    log_s1 = np.log(design.s1)[None]
+    with np.errstate(over="ignore", invalid="ignore"):
+        power = np.exp(theta[:, 1, None] - theta[:, 2, None] * log_s1)
+        return np.exp(theta[:, 0, None]) + 0.0 * power, power, -power * log_s1
+
+
 class CurveLaw(Law):
     """A law of the loss along runs of one model: data are loss curves, points are their measured steps."""
 
@@ -233,9 +242,9 @@ class CurveLaw(Law):
 class Tissue(CurveLaw):
     name = "tissue"
     formula = "L0 + A·S1^(−α) − C·S2"
-    theta_names = ("ln L0", "ln A", "alpha", "ln C")
+    theta_names: ClassVar[tuple[str, ...]] = ("ln L0", "ln A", "alpha", "ln C")
     anneal_theta = "ln C"
-    box = ((-3.0, 3.0), (-5.0, 12.0), (0.0, 2.0), (-30.0, 5.0))
+    box: ClassVar[tuple[tuple[float, float], ...]] = ((-3.0, 3.0), (-5.0, 12.0), (0.0, 2.0), (-30.0, 5.0))
 
     def natural(self, theta: np.ndarray) -> dict[str, float]:
         t = np.asarray(theta, float)
@@ -259,15 +268,12 @@ class Tissue(CurveLaw):
 
     def log_predict_jac(self, theta: np.ndarray, design: CurveDesign) -> tuple[np.ndarray, np.ndarray]:
         theta = np.atleast_2d(theta)
-        l0, a, alpha, c = (theta[:, j, None] for j in range(4))
-        log_s1 = np.log(design.s1)[None]
+        floor, power, d_alpha = _stable_terms(theta, design)
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            power = np.exp(a - alpha * log_s1)
-            anneal = np.exp(c) * design.s2[None]
-            floor = np.exp(l0) + 0.0 * power
+            anneal = np.exp(theta[:, 3, None]) * design.s2[None]
             value = floor + power - anneal
             value = np.where(value > 0, value, np.nan)
-            jac = np.stack([floor, power, -power * log_s1, -anneal], axis=1) / value[:, None]
+            jac = np.stack([floor, power, d_alpha, -anneal], axis=1) / value[:, None]
             return np.log(value), jac
 
 
@@ -319,11 +325,8 @@ class MultiPower(CurveLaw):
     def log_predict_jac(self, theta: np.ndarray, design: CurveDesign) -> tuple[np.ndarray, np.ndarray]:
         theta = np.atleast_2d(theta)
         b = theta.shape[0]
-        l0, a, alpha = (theta[:, j, None] for j in range(3))
-        log_s1 = np.log(design.s1)[None]
+        floor, power, d_alpha = _stable_terms(theta, design)
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            power = np.exp(a - alpha * log_s1)
-            floor = np.exp(l0) + 0.0 * power
             coef_b, coef_c = np.exp(theta[:, 3, None]), np.exp(theta[:, 4, None])
             beta, gamma = theta[:, 5, None], theta[:, 6, None]
             cx = coef_c * np.exp(-gamma * design.pair_log_eta[None]) * design.pair_area[None]
@@ -339,48 +342,31 @@ class MultiPower(CurveLaw):
             value = floor + power - drop
             value = np.where(value > 0, value, np.nan)
             jac = np.empty((b, 7, design.n))
-            jac[:, 0], jac[:, 1], jac[:, 2] = floor, power, -power * log_s1
+            jac[:, 0], jac[:, 1], jac[:, 2] = floor, power, d_alpha
             jac[:, 3], jac[:, 4], jac[:, 5], jac[:, 6] = -drop, -d_lnc, -d_beta, -d_gamma
             return np.log(value), jac / value[:, None]
 
 
 @register
-class TissueLambda(CurveLaw):
+class TissueLambda(Tissue):
     name = "tissue_lambda"
     formula = "L0 + A·S1^(−α) − C·Σ_k (η_{k−1} − η_k)·(1 − λ^(t−k+1))/(1 − λ)"
-    theta_names = ("ln L0", "ln A", "alpha", "ln C", "ln h")
-    anneal_theta = "ln C"
-    box = ((-3.0, 3.0), (-5.0, 12.0), (0.0, 2.0), (-30.0, 5.0), (0.7, 11.5))
+    theta_names = (*Tissue.theta_names, "ln h")
+    box = (*Tissue.box, (0.7, 11.5))
     uses_pairs = True
 
     def natural(self, theta: np.ndarray) -> dict[str, float]:
         t = np.asarray(theta, float)
         with np.errstate(over="ignore"):
-            return {
-                "L0": float(np.exp(t[0])),
-                "A": float(np.exp(t[1])),
-                "alpha": float(t[2]),
-                "C": float(np.exp(t[3])),
-                "h": float(np.exp(t[4])),
-            }
+            return super().natural(t[:4]) | {"h": float(np.exp(t[4]))}
 
     def theta(self, params: Mapping[str, float]) -> np.ndarray:
-        c = params["C"]
-        return np.array(
-            [
-                np.log(params["L0"]),
-                np.log(params["A"]),
-                params["alpha"],
-                np.log(c) if c > 0 else -np.inf,
-                np.log(params["h"]),
-            ],
-            float,
-        )
+        return np.append(super().theta(params), np.log(params["h"]))
 
     def grid(self) -> np.ndarray:
-        return product_grid(
-            [0.0, 0.75, 1.5], [0.0, 1.5, 3.0, 4.5], [0.2, 0.5, 1.0], [-10.0, -7.0, -4.0], [4.0, 6.9]
-        )
+        tissue = super().grid()
+        memory = np.tile([[4.0], [6.9]], (len(tissue), 1))
+        return np.hstack([np.repeat(tissue, 2, axis=0), memory])
 
     def coarse_grid(self) -> np.ndarray:
         return self.grid()[::4]
@@ -392,12 +378,8 @@ class TissueLambda(CurveLaw):
 
     def log_predict_jac(self, theta: np.ndarray, design: CurveDesign) -> tuple[np.ndarray, np.ndarray]:
         theta = np.atleast_2d(theta)
-        b = theta.shape[0]
-        l0, a, alpha = (theta[:, j, None] for j in range(3))
-        log_s1 = np.log(design.s1)[None]
+        floor, power, d_alpha = _stable_terms(theta, design)
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            power = np.exp(a - alpha * log_s1)
-            floor = np.exp(l0) + 0.0 * power
             coef_c = np.exp(theta[:, 3, None])
             h = np.exp(theta[:, 4, None])
             kept = np.exp(design.pair_steps[None] * np.log1p(-1.0 / h))
@@ -407,9 +389,7 @@ class TissueLambda(CurveLaw):
             anneal = coef_c * s2
             value = floor + power - anneal
             value = np.where(value > 0, value, np.nan)
-            jac = np.empty((b, 5, design.n))
-            jac[:, 0], jac[:, 1], jac[:, 2] = floor, power, -power * log_s1
-            jac[:, 3], jac[:, 4] = -anneal, -coef_c * ds2
+            jac = np.stack([floor, power, d_alpha, -anneal, -coef_c * ds2], axis=1)
             return np.log(value), jac / value[:, None]
 
 
