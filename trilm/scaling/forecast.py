@@ -8,12 +8,12 @@ annealing it has not yet seen is what the suite's cooldown branches and decayed 
 interval comes from bootstrap refits of the joint fit over stretches of every model's curve, so it counts
 how much the forecast depends on which checkpoints were seen.
 
-The default law is Tissue et al.'s with its momentum λ fitted (``tissue_lambda``), λ shared and the
-annealing coefficient C a power of the model's size. Why, measured on committed curves
-(``docs/results/cooldown/forecasts.md``, ``docs/results/forecast-untuned/``): with λ fixed at 0.999 and
-one C, a forecast borrowed the gain of short cooldown branches linearly and erred low by 0.13 (WSD, from
-50 %) to 0.91 nats (a size above the ones it was chosen on); the annealing gain saturates within tens of
-steps on these runs, and C fitted on each finished run grows with size in all three families.
+The default is Tissue et al.'s law with C shared. ``ForecastConfig(law="tissue_lambda", shared=["C", "h"],
+size_trend=["C"])`` fits the momentum λ too, shared, with C a power of the model's size: on suites with
+cooldown branches of several lengths it forecasts far better (``docs/results/cooldown/forecasts.md``: WSD
+from 25 %, median error 0.47 → 0.055 nats; ``docs/results/forecast-untuned/``: 0.47–0.91 → 0.11–0.20),
+but where no branch shows the cooldown's shape (the quickstart: Spectra and cosine runs cut at half) λ is
+not identified, and there its forecasts erred further than the default's, so it is not the default.
 
 A model with fewer than :attr:`ForecastConfig.points_needed` checkpoints past :attr:`ForecastConfig.min_step`,
 or less than :attr:`ForecastConfig.min_fraction` of its run seen, is "too early" and stays out of the fit.
@@ -41,9 +41,9 @@ class ForecastConfig(Config):
     on a power law); ``min_points`` and ``min_fraction``: how much of a run must be seen; ``bootstrap``:
     refits for the intervals, at ``level``."""
 
-    law: str = "tissue_lambda"
-    shared: list[str] = dataclasses.field(default_factory=lambda: ["C", "h"])
-    size_trend: list[str] = dataclasses.field(default_factory=lambda: ["C"])
+    law: str = "tissue"
+    shared: list[str] = dataclasses.field(default_factory=lambda: ["C"])
+    size_trend: list[str] = dataclasses.field(default_factory=list)
     min_step: int = 128
     min_points: int = 0
     min_fraction: float = 0.2

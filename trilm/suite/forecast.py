@@ -1,13 +1,13 @@
 """Where a suite's running runs will end: every run's checkpoints so far, fitted together.
 
-Why: ``trilm suite status`` already says where a run *is*; a user deciding whether to let a run finish, or
-to plan the next size, wants where it will *end*. Each run with its cooldown branches is one model; all of
-a suite's models are fitted at once (:func:`trilm.scaling.forecast.forecast_models`: Tissue et al.'s law
-with its momentum fitted, each model its own floor, scale and exponent, the momentum shared and the
-annealing coefficient a power of the model's non-embedding parameters), so a run in its stable phase
-borrows the annealing that finished runs and cooldown branches showed. Checkpoints are the validation
-losses of complete snapshots and of the run's periodic evaluations (``val_loss`` in ``logs/metrics.jsonl``).
-The interval is the percentile interval of bootstrap refits of the joint fit.
+Why: ``trilm suite status`` already says where a run *is*; a user deciding whether to let a run finish, or to
+plan the next size, wants where it will *end*. Each run with its cooldown branches is one model; all of a
+suite's models are fitted at once (:func:`trilm.scaling.forecast.forecast_models`: Tissue et al.'s law, each
+model its own floor, scale and exponent, the annealing parameter shared), so a run in its stable phase borrows
+the annealing that finished runs and cooldown branches showed. Each model carries its non-embedding parameter
+count, which a size trend of the shared parameters needs. Checkpoints are the validation losses of complete
+snapshots and of the run's periodic evaluations (``val_loss`` in ``logs/metrics.jsonl``). The interval is the
+percentile interval of bootstrap refits of the joint fit.
 
 A conversion branch (a FloatLM continued as a TriLM) is another model: its curve starts at the branch
 point, under the branch's own schedule. A pending run has no forecast; a finished one shows its measured

@@ -41,9 +41,8 @@ STATES = ("finished", "running", "stopped", "failed", "pending")
 STALE_AFTER = 900.0
 FORECAST_NOTE = (
     "final loss: measured for finished runs; otherwise Tissue et al.'s curve law fitted on every run's"
-    " checkpoints at once (with its cooldown branches'; the annealing momentum shared and its coefficient a"
-    " power of size, so a run before its decay borrows them), [interval] = 95 % of bootstrap refits;"
-    " * = the law is not identified (see below)"
+    " checkpoints at once (with its cooldown branches'; the annealing parameter shared, so a run before its"
+    " decay borrows it), [interval] = 95 % of bootstrap refits; * = the law is not identified (see below)"
 )
 
 
