@@ -11,10 +11,11 @@ python -m experiments.ternarize --sizes 64x2 128x4 --seeds 1 2 3 --tokens 524288
 # 2026-12-06, 13:44-15:44 UTC in the background on a 2-core machine shared with 5 other developers:
 # 302 runs, 1.90 h of run time (the seconds column of crossover.csv), every point of 16x2 (D/N 5-500) and
 # of 32x2 up to D/N = 50; then 16:37-18:20 UTC, beside other training jobs, 32x2 at D/N = 150 (30 runs,
-# 3 seeds; this command with --dn 5 15 50 150). Still missing: 32x2 at D/N = 500 (76M tokens per seed, some
-# 50 minutes per seed at 25k tokens/s on an idle core). This command resumes it, training only the runs
-# crossover.csv lacks (the run directories under runs/ternarize-crossover are not kept; the sources of the
-# missing points are not either, so each point trains from its start):
+# 3 seeds; this command with --dn 5 15 50 150); then 19:42-21:20 UTC, beside a quickstart and fits, 32x2 at
+# D/N = 500, seed 1 (10 runs, 1.53 h; --sizes 32x2 --dn 500 --seeds 1). Still missing: its seeds 2 and 3
+# (76M tokens per seed, some 50 minutes per seed at 25k tokens/s on an idle core). This command resumes
+# them, training only the runs crossover.csv lacks (the run directories under runs/ternarize-crossover are
+# not kept; the sources of the missing points are not either, so each point trains from its start):
 OMP_NUM_THREADS=1 python -m experiments.ternarize crossover --sizes 16x2 32x2 --dn 5 15 50 150 500 --seeds 1 2 3 --jobs 1
 
 python -m experiments.ternarize.report
