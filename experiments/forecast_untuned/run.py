@@ -261,7 +261,8 @@ def why(result: dict[str, Any]) -> list[str]:
         " variant but one of the table. It was added after the default's errors were seen, so it is not a"
         " test where nothing was tuned.",
         "",
-        "The last variant is `trilm suite status`'s default since: Tissue's law with its momentum λ fitted"
+        'The last variant is an option of `ForecastConfig` (`law="tissue_lambda", shared=["C", "h"],'
+        ' size_trend=["C"]`): Tissue\'s law with its momentum λ fitted'
         " (`tissue_lambda`: the gain saturates after about 1/(1 − λ) steps of cooldown instead of growing"
         " with S2), λ shared by a suite's runs and C a power of each run's non-embedding parameter count."
         " It was chosen on the cooldown suite's forecasts, where each finished run's own fit puts"
@@ -310,7 +311,7 @@ def markdown(result: dict[str, Any]) -> str:
         " suite's runs at once with the annealing parameter shared; *alone* fits each run with its own"
         " branch. The law, the fitter and these settings were chosen on the cooldown suite's runs"
         " ([`../cooldown/forecasts.md`](../cooldown/forecasts.md)) before these runs were trained, and"
-        " were not changed after. The last variant, *λ fitted*, is today's default (see Why).",
+        " were not changed after. The last variant, *λ fitted*, is an option chosen later (see Why).",
         "",
         "| variant | suite | seen | forecast / runs | median \\|error\\| | largest | mean error"
         " | within target | measured inside interval |",
