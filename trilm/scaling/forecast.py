@@ -60,12 +60,12 @@ class ForecastConfig(Config):
         for name in self.size_trend:
             require(name in self.shared, f"size_trend: {name!r} is not shared ({self.shared})")
         require(self.min_step >= 1, f"min_step: must be ≥ 1, got {self.min_step}")
+        require(self.min_points >= 0, f"min_points: must be ≥ 0, got {self.min_points}")
         require(
             self.min_points == 0 or self.min_points > law.n_params - len(self.shared),
             f"min_points: {self.law} has {law.n_params - len(self.shared)} parameters of a model's own,"
             f" need more points than that, got {self.min_points}",
         )
-        require(self.min_points >= 0, f"min_points: must be ≥ 0, got {self.min_points}")
         require(0 < self.min_fraction <= 1, f"min_fraction: must be in (0, 1], got {self.min_fraction}")
         require(self.bootstrap >= 0, f"bootstrap: must be ≥ 0, got {self.bootstrap}")
         require(0 < self.level < 1, f"level: must be in (0, 1), got {self.level}")
@@ -143,12 +143,12 @@ def forecast_models(
     law = get_law(cfg.law)
     assert isinstance(law, CurveLaw)
     try:
-        sizes = {name: models[name].size for name in data if models[name].size is not None}
+        sizes = {name: size for name in data if (size := models[name].size) is not None}
         fits = fit_jointly(
             cfg.law,
             data,
             cfg.shared,
-            sizes=sizes,  # type: ignore[arg-type]
+            sizes=sizes,
             trended=cfg.size_trend,
             bootstrap=cfg.bootstrap,
             seed=cfg.seed,

@@ -159,6 +159,9 @@ class JointCurveLaw(Law):
 
 TREND_BOX = (-2.0, 2.0)
 """How far a trended parameter's coordinate may move per unit of ln size (for ln C: C ∝ size^±2)."""
+TREND_START = 0.25
+"""A second start for every trend's slope besides flat: about how fast C grows with size on the cooldown
+suite (0.003 → 0.008–0.011 over 26x the non-embedding parameters)."""
 
 
 def joint_law(
@@ -212,7 +215,8 @@ def fit_jointly(
 
     Starts: each model's own fit (from the law's grid; a model that cannot be fitted alone starts from the
     law's first start), the shared entries at their median over the models whose points include a decrease
-    of the rate (those that identify them), else over all.
+    of the rate (those that identify them), else over all; with a size trend, also that start with every
+    slope at :data:`TREND_START`.
     """
     base = get_law(law)
     if not isinstance(base, CurveLaw):
@@ -242,7 +246,7 @@ def fit_jointly(
     starts = np.array([start, joint.joint_theta(solo)])
     if joint.trend_of:
         sloped = start.copy()
-        sloped[len(joint.shared_index) : len(joint.shared_index) + len(joint.trend_of)] = 0.25
+        sloped[len(joint.shared_index) : len(joint.shared_index) + len(joint.trend_of)] = TREND_START
         starts = np.vstack([starts, sloped])
     result = fit(
         joint,
